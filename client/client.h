@@ -1,0 +1,142 @@
+/*
+ * libgradsync internals: the handle behind the opaque gs_client and the
+ * helpers the client files share. Nothing here is part of the ABI.
+ */
+#ifndef GS_CLIENT_H
+#define GS_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "frame.h"
+#include "gradsync.h"
+
+/* The library is built with hidden visibility; this marks the public API. */
+#define GS_EXPORT __attribute__((visibility("default")))
+
+#define GS_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+
+/* Largest frame accepted from gradsyncd; a StatusReply of a busy node is
+ * far below this. */
+#define GS_CLIENT_MAX_FRAME (16u << 20)
+/* How long a send may wait for gradsyncd to drain the socket before the
+ * daemon is taken for stalled. */
+#define GS_SEND_TIMEOUT_MS 60000
+#define GS_ERRMSG_SIZE 512
+
+enum gs_step_state {
+	GS_STEP_IDLE,    /* no step begun, or its result already returned */
+	GS_STEP_RUNNING, /* begun, StepDone not received yet */
+	GS_STEP_DONE,    /* StepDone received, result not returned yet */
+};
+
+/* One mapped shared-memory buffer of a registration. */
+struct gs_buffer {
+	int fd;
+	bool owned; /* created by the library: closed by it */
+	uint8_t *addr;
+	size_t size;
+};
+
+struct gs_tensor {
+	float *data;
+	uint64_t count;
+	uint64_t marked_step; /* the last step that marked it ready */
+};
+
+struct gs_client {
+	int fd;
+	Gradsync__Role role;
+	struct gs_frame_reader reader;
+	char error[GS_ERRMSG_SIZE];
+	/* What the current call does, for messages: "registration", ... */
+	char doing[48];
+
+	/* A daemon Error, end of stream or a broken stream ends the session;
+	 * the call that saw it returns dead_code, later calls
+	 * GS_EDISCONNECTED. */
+	bool dead;
+	int dead_code;
+	char dead_reason[GS_ERRMSG_SIZE];
+
+	/* The reply a synchronous call waits for: its kind, then the message
+	 * itself (owned; the waiter frees it). */
+	Gradsync__Message__BodyCase expect;
+	Gradsync__Message *reply;
+
+	struct gs_session_info info;
+	char *backend;
+	char *daemon_version;
+
+	bool registered;
+	struct gs_buffer *buffers;
+	size_t nbuffers;
+	struct gs_tensor *tensors;
+	size_t ntensors;
+	uint32_t nbuckets;
+	uint64_t layout_hash;
+
+	enum gs_step_state step_state;
+	uint64_t step; /* the current or last step; counts from 1 */
+	bool bucket_events;
+	uint32_t buckets_done;
+	struct gs_step_result result;
+	char step_message[GS_ERRMSG_SIZE];
+};
+
+/* ---- errors.c ---------------------------------------------------------- */
+
+/* Records the last error of c (of this thread when c is NULL) and returns
+ * code. */
+int gs_fail(struct gs_client *c, int code, const char *fmt, ...) GS_PRINTF(3, 4);
+/* Like gs_fail, and ends the session. */
+int gs_fail_dead(struct gs_client *c, int code, const char *fmt, ...)
+	GS_PRINTF(3, 4);
+/* Ends the session with the last error as its reason. */
+void gs_end_session(struct gs_client *c, int code);
+/* Restores the reason the session ended; returns the code it ended with. */
+int gs_dead_error(struct gs_client *c);
+/* GS_OK on a live session; GS_EDISCONNECTED (with the reason) otherwise. */
+int gs_check_alive(struct gs_client *c);
+/* Whether code is one of the GS_E* codes. */
+bool gs_err_known(int code);
+/* Sets what the current call does, for error messages. */
+void gs_doing(struct gs_client *c, const char *fmt, ...) GS_PRINTF(2, 3);
+
+/* ---- connection.c ------------------------------------------------------ */
+
+int64_t gs_deadline(int timeout_ms);
+/* Milliseconds left until deadline for poll(): -1 without a deadline. */
+int gs_remaining(int64_t deadline);
+
+/* Connects c->fd to path (non-blocking once connected). */
+int gs_conn_open(struct gs_client *c, const char *path, int64_t deadline);
+/* Sends one message with fds, all of it, reading what arrives meanwhile. */
+int gs_conn_send(struct gs_client *c, const Gradsync__Message *m,
+		 const int *fds, size_t nfds, int timeout_ms);
+
+typedef bool gs_done_fn(const struct gs_client *c);
+/* Handles incoming messages until done(c), the timeout (GS_ETIMEDOUT) or
+ * the end of the session. timeout_ms 0 reads only what is there. */
+int gs_conn_pump(struct gs_client *c, gs_done_fn *done, int timeout_ms);
+/* A done function for synchronous calls: the expected reply arrived. */
+bool gs_has_reply(const struct gs_client *c);
+
+/* ---- dispatch.c -------------------------------------------------------- */
+
+/* Handles one message from gradsyncd and takes ownership of it. */
+int gs_dispatch(struct gs_client *c, Gradsync__Message *m);
+
+/* ---- session.c --------------------------------------------------------- */
+
+/* Connects, says hello in role and waits for the welcome. */
+int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
+		    const char *job_id, int timeout_ms, struct gs_client **out);
+
+/* ---- tensors.c --------------------------------------------------------- */
+
+/* Unmaps and closes what a registration holds. */
+void gs_tensors_release(struct gs_client *c);
+
+#endif

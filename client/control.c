@@ -1,0 +1,141 @@
+/*
+ * Control connections: what gradsyncctl asks the daemon. A control client
+ * takes no trainer slot; it only asks for the status.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "client.h"
+
+GS_EXPORT int gs_control_connect(const char *socket_path, int timeout_ms,
+				 gs_client **out)
+{
+	if (!out)
+		return gs_fail(NULL, GS_EINVAL, "gs_control_connect: out is NULL");
+	return gs_session_open(socket_path, GRADSYNC__ROLE__ROLE_CONTROL, 0,
+			       NULL, timeout_ms, out);
+}
+
+#define COPY_STR(dst, src) snprintf((dst), sizeof(dst), "%s", (src) ? (src) : "")
+
+static void copy_settings(struct gs_status *s, const Gradsync__Settings *set)
+{
+	struct gs_session_info *info = &s->settings;
+	info->world_size = s->world_size;
+	info->local_size = s->local_size;
+	info->node_rank = s->node_rank;
+	info->nodes = s->nodes;
+	info->backend = s->backend;
+	info->daemon_version = s->daemon_version;
+	if (!set)
+		return;
+	info->threshold = set->threshold;
+	info->wire_dtype = (enum gs_wire_dtype)set->wire_dtype;
+	info->op = (enum gs_reduce_op)set->op;
+	info->predivide_factor = set->predivide_factor;
+	info->fusion_buffer_elements = set->fusion_buffer_elements;
+}
+
+static void copy_trainer(struct gs_trainer_status *t,
+			 const Gradsync__TrainerStatus *m)
+{
+	t->pid = m->pid;
+	t->uid = m->uid;
+	t->local_rank = m->local_rank;
+	t->tensors = m->tensors;
+	t->bytes = m->bytes;
+	t->steps = m->steps;
+	COPY_STR(t->state, m->state);
+}
+
+static void copy_figures(struct gs_status *s, const Gradsync__StatusReply *m)
+{
+	COPY_STR(s->daemon_version, m->daemon_version);
+	COPY_STR(s->backend, m->backend);
+	COPY_STR(s->isa, m->isa);
+	COPY_STR(s->job_state, m->job_state);
+	COPY_STR(s->job_id, m->job_id);
+	s->uptime_ns = m->uptime_ns;
+	s->local_size = m->local_size;
+	s->world_size = m->world_size;
+	s->node_rank = m->node_rank;
+	s->nodes = m->nodes;
+	s->buckets = m->buckets;
+	s->current_step = m->current_step;
+	s->buckets_in_flight = m->buckets_in_flight;
+	s->steps_completed = m->steps_completed;
+	s->steps_aborted = m->steps_aborted;
+	s->last_step_ns = m->last_step_ns;
+	s->median_step_ns = m->median_step_ns;
+	s->bytes_reduced = m->bytes_reduced;
+	s->elements_clipped = m->elements_clipped;
+	s->nonfinite = m->nonfinite;
+	copy_settings(s, m->settings);
+}
+
+static int convert_status(struct gs_client *c, const Gradsync__StatusReply *m,
+			  struct gs_status **out)
+{
+	struct gs_status *s = calloc(1, sizeof(*s));
+	if (!s)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	if (m->n_trainers > 0) {
+		s->trainers = calloc(m->n_trainers, sizeof(*s->trainers));
+		if (!s->trainers) {
+			free(s);
+			return gs_fail(c, GS_ENOMEM, "out of memory");
+		}
+	}
+	s->trainer_count = m->n_trainers;
+	for (size_t i = 0; i < m->n_trainers; i++)
+		copy_trainer(&s->trainers[i], m->trainers[i]);
+	copy_figures(s, m);
+	*out = s;
+	return GS_OK;
+}
+
+static int send_request(struct gs_client *c, int timeout_ms)
+{
+	Gradsync__StatusRequest req = GRADSYNC__STATUS_REQUEST__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STATUS_REQUEST;
+	m.status_request = &req;
+	return gs_conn_send(c, &m, NULL, 0, timeout_ms);
+}
+
+GS_EXPORT int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out)
+{
+	if (!c || !out)
+		return gs_fail(c, GS_EINVAL, "gs_status_get: NULL argument");
+	*out = NULL;
+	gs_doing(c, "the status request");
+	int r = gs_check_alive(c);
+	if (r < 0)
+		return r;
+	if (c->role != GRADSYNC__ROLE__ROLE_CONTROL)
+		return gs_fail(c, GS_ESTATE,
+			       "gs_status_get needs a control connection (gs_control_connect)");
+
+	int64_t deadline = gs_deadline(timeout_ms);
+	c->expect = GRADSYNC__MESSAGE__BODY_STATUS_REPLY;
+	r = send_request(c, timeout_ms);
+	if (r == GS_OK)
+		r = gs_conn_pump(c, gs_has_reply, gs_remaining(deadline));
+	if (r < 0) {
+		/* A late reply would come unasked: this session is over. */
+		gs_end_session(c, r);
+		return r;
+	}
+	r = convert_status(c, c->reply->status_reply, out);
+	gradsync__message__free_unpacked(c->reply, NULL);
+	c->reply = NULL;
+	return r;
+}
+
+GS_EXPORT void gs_status_free(struct gs_status *s)
+{
+	if (!s)
+		return;
+	free(s->trainers);
+	free(s);
+}

@@ -1,0 +1,133 @@
+/*
+ * What the client does with each message from gradsyncd: step events
+ * update the handle, an Error ends the session, and a reply is kept for
+ * the synchronous call that waits for it. Anything else is a protocol
+ * error, which also ends the session.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+
+static const char *body_name(Gradsync__Message__BodyCase body)
+{
+	switch (body) {
+	case GRADSYNC__MESSAGE__BODY_HELLO: return "Hello";
+	case GRADSYNC__MESSAGE__BODY_WELCOME: return "Welcome";
+	case GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS: return "RegisterTensors";
+	case GRADSYNC__MESSAGE__BODY_REGISTERED: return "Registered";
+	case GRADSYNC__MESSAGE__BODY_BEGIN_STEP: return "BeginStep";
+	case GRADSYNC__MESSAGE__BODY_GRADIENTS_READY: return "GradientsReady";
+	case GRADSYNC__MESSAGE__BODY_BUCKET_DONE: return "BucketDone";
+	case GRADSYNC__MESSAGE__BODY_STEP_DONE: return "StepDone";
+	case GRADSYNC__MESSAGE__BODY_ERROR: return "Error";
+	case GRADSYNC__MESSAGE__BODY_STATUS_REQUEST: return "StatusRequest";
+	case GRADSYNC__MESSAGE__BODY_STATUS_REPLY: return "StatusReply";
+	default: return "an empty message";
+	}
+}
+
+/* A step event must name the step that runs. */
+static int check_step(struct gs_client *c, const char *what, uint64_t step)
+{
+	if (c->step_state == GS_STEP_RUNNING && step == c->step)
+		return GS_OK;
+	if (c->step_state != GS_STEP_RUNNING)
+		return gs_fail_dead(c, GS_EPROTO,
+				    "protocol error: gradsyncd sent %s for step %" PRIu64
+				    " while no step runs",
+				    what, step);
+	return gs_fail_dead(c, GS_EPROTO,
+			    "protocol error: gradsyncd sent %s for step %" PRIu64
+			    " during step %" PRIu64,
+			    what, step, c->step);
+}
+
+static int on_bucket_done(struct gs_client *c, const Gradsync__BucketDone *b)
+{
+	int r = check_step(c, "BucketDone", b->step);
+	if (r < 0)
+		return r;
+	c->buckets_done++;
+	return GS_OK;
+}
+
+static int on_step_done(struct gs_client *c, const Gradsync__StepDone *d)
+{
+	int r = check_step(c, "StepDone", d->step);
+	if (r < 0)
+		return r;
+	if (d->status != GRADSYNC__STEP_STATUS__STEP_OK &&
+	    d->status != GRADSYNC__STEP_STATUS__STEP_ABORTED)
+		return gs_fail_dead(c, GS_EPROTO,
+				    "protocol error: gradsyncd sent step status %d",
+				    (int)d->status);
+
+	struct gs_step_result *res = &c->result;
+	memset(res, 0, sizeof(*res));
+	res->step = d->step;
+	res->status = d->status == GRADSYNC__STEP_STATUS__STEP_OK ? GS_OK
+								  : GS_EABORTED;
+	if (d->stats) {
+		res->buckets = d->stats->buckets;
+		res->wire_bytes = d->stats->wire_bytes;
+		res->clipped = d->stats->clipped;
+		res->nonfinite = d->stats->nonfinite;
+		res->duration_ns = d->stats->duration_ns;
+	}
+	snprintf(c->step_message, sizeof(c->step_message), "%s",
+		 d->message ? d->message : "");
+	c->step_state = GS_STEP_DONE;
+	return GS_OK;
+}
+
+/* An Error means the daemon closes the connection after it. */
+static int on_error(struct gs_client *c, const Gradsync__Error *e)
+{
+	int code = e->code < 0 && gs_err_known(e->code) ? e->code : GS_EREFUSED;
+	return gs_fail_dead(c, code, "gradsyncd refused %s: %s", c->doing,
+			    e->message ? e->message : "(no message)");
+}
+
+static int on_reply(struct gs_client *c, Gradsync__Message *m)
+{
+	if (m->body_case != c->expect || c->reply) {
+		int r = gs_fail_dead(c, GS_EPROTO,
+				     "protocol error: gradsyncd sent an unexpected %s during %s",
+				     body_name(m->body_case), c->doing);
+		gradsync__message__free_unpacked(m, NULL);
+		return r;
+	}
+	c->reply = m;
+	c->expect = GRADSYNC__MESSAGE__BODY__NOT_SET;
+	return GS_OK;
+}
+
+int gs_dispatch(struct gs_client *c, Gradsync__Message *m)
+{
+	int r;
+	switch (m->body_case) {
+	case GRADSYNC__MESSAGE__BODY_WELCOME:
+	case GRADSYNC__MESSAGE__BODY_REGISTERED:
+	case GRADSYNC__MESSAGE__BODY_STATUS_REPLY:
+		return on_reply(c, m);
+	case GRADSYNC__MESSAGE__BODY_BUCKET_DONE:
+		r = on_bucket_done(c, m->bucket_done);
+		break;
+	case GRADSYNC__MESSAGE__BODY_STEP_DONE:
+		r = on_step_done(c, m->step_done);
+		break;
+	case GRADSYNC__MESSAGE__BODY_ERROR:
+		r = on_error(c, m->error);
+		break;
+	default:
+		r = gs_fail_dead(c, GS_EPROTO,
+				 "protocol error: gradsyncd sent %s%s during %s",
+				 m->body_case ? "an unexpected " : "",
+				 body_name(m->body_case), c->doing);
+		break;
+	}
+	gradsync__message__free_unpacked(m, NULL);
+	return r;
+}

@@ -1,0 +1,94 @@
+/*
+ * Error messages: the detail of the last failure lives in the handle, or
+ * per thread while there is no handle yet. gs_strerror and gs_err_name
+ * live in proto/errors.c, shared with the daemon, and are exported from
+ * here through the symbol map.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "client.h"
+
+static _Thread_local char thread_error[GS_ERRMSG_SIZE];
+
+bool gs_err_known(int code)
+{
+	switch (code) {
+#define GS_ERR_CASE(name, value, desc) case value:
+		GS_ERRNO_MAP(GS_ERR_CASE)
+#undef GS_ERR_CASE
+		return true;
+	}
+	return false;
+}
+
+GS_EXPORT const char *gs_last_error(const gs_client *c)
+{
+	return c ? c->error : thread_error;
+}
+
+static int vfail(struct gs_client *c, int code, const char *fmt, va_list ap)
+	GS_PRINTF(3, 0);
+
+static int vfail(struct gs_client *c, int code, const char *fmt, va_list ap)
+{
+	char *buf = c ? c->error : thread_error;
+	vsnprintf(buf, GS_ERRMSG_SIZE, fmt, ap);
+	return code;
+}
+
+int gs_fail(struct gs_client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(c, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int gs_fail_dead(struct gs_client *c, int code, const char *fmt, ...)
+{
+	/* Only the first reason counts (a daemon's Error, then its close):
+	 * what follows is its consequence. */
+	if (c->dead)
+		return gs_dead_error(c);
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(c, code, fmt, ap);
+	va_end(ap);
+	gs_end_session(c, code);
+	return code;
+}
+
+void gs_end_session(struct gs_client *c, int code)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	c->dead_code = code;
+	memcpy(c->dead_reason, c->error, sizeof(c->dead_reason));
+}
+
+int gs_dead_error(struct gs_client *c)
+{
+	memcpy(c->error, c->dead_reason, sizeof(c->error));
+	return c->dead_code;
+}
+
+int gs_check_alive(struct gs_client *c)
+{
+	if (!c->dead)
+		return GS_OK;
+	return gs_fail(c, GS_EDISCONNECTED,
+		       "the session with gradsyncd has ended: %s",
+		       c->dead_reason);
+}
+
+void gs_doing(struct gs_client *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->doing, sizeof(c->doing), fmt, ap);
+	va_end(ap);
+}

@@ -1,0 +1,690 @@
+/*
+ * gradsync-example-trainer: a trainer without a model. It registers a
+ * gradient layout read from a file, fills the gradients with inputs that
+ * every rank can regenerate, runs steps through gradsyncd and checks each
+ * reduced result against its own fp64 reference of all ranks' inputs.
+ *
+ * The inputs x(rank, step, tensor, element) are a splitmix64 hash of
+ * (seed, global rank, step, tensor, element); "tensor" is the registration
+ * index (backpropagation order). The settings (wire dtype, op, predivide)
+ * are the daemon's, from the welcome.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gradsync.h"
+
+#define WAIT_TIMEOUT_MS 60000
+
+enum pattern { PATTERN_RANDOM, PATTERN_POW2, PATTERN_OVERFLOW };
+
+struct options {
+	const char *socket;
+	const char *layout;
+	uint32_t rank;
+	unsigned steps;
+	uint64_t seed;
+	bool clipping;
+	float clip;
+	enum pattern pattern;
+	bool exact;
+	unsigned batch;
+	bool bucket_events;
+	bool quiet;
+};
+
+/* Tensors in model.parameters() order, as the file lists them. */
+struct layout {
+	size_t n;
+	char **names;
+	uint64_t *counts;
+};
+
+/* What a check needs besides the tensors: the session's arithmetic. */
+struct reference {
+	const struct options *o;
+	uint32_t world;       /* T: every rank of every node */
+	uint32_t global_rank;
+	enum gs_wire_dtype wire;
+	double prescale;      /* 1 / predivide */
+	double postscale;     /* predivide / world (average) or predivide */
+	double u, e;          /* the wire's unit roundoff and subnormal error */
+	double limit;         /* |values| from here on overflow the wire */
+};
+
+struct step_check {
+	uint64_t nonfinite;   /* elements whose reference overflows */
+	double worst;         /* max |error| / tolerance */
+};
+
+/* The input generator of one rank for one tensor. */
+struct gen {
+	enum pattern pattern;
+	uint64_t key;
+	float scale; /* 2^(tensor % 5 - 2) */
+	bool big;    /* overflow pattern on global rank 0 */
+};
+
+struct trainer {
+	struct options o;
+	struct layout layout;
+	gs_client *c;
+	size_t n;           /* tensors, in registration order from here on */
+	const char **names;
+	uint64_t *counts;
+	struct gen *gens;   /* one per rank, for the reference */
+	struct reference ref;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: gradsync-example-trainer --layout FILE [options]\n"
+		"\n"
+		"Registers the gradient tensors of FILE (lines 'name count shape', '#'\n"
+		"comments, in model.parameters() order) with gradsyncd, in REVERSED\n"
+		"order as backpropagation produces them, then runs steps and checks\n"
+		"every reduced element against an fp64 reference of all ranks' inputs.\n"
+		"\n"
+		"  --socket PATH     gradsyncd's socket (default: $GRADSYNC_SOCKET, else\n"
+		"                    " GS_DEFAULT_SOCKET ")\n"
+		"  --layout FILE     the gradient layout (required)\n"
+		"  --rank R          local rank on this node (default 0)\n"
+		"  --steps K         steps to run (default 5)\n"
+		"  --seed S          input seed (default 1)\n"
+		"  --clip V          clip gradients to [-V, V] (default: no clipping)\n"
+		"  --pattern P       random: uniform in [-2,2] times 2^(tensor %% 5 - 2);\n"
+		"                    pow2: +-2^k, k in [-4,3], so fp32 sums are exact;\n"
+		"                    overflow: random, but global rank 0's elements with\n"
+		"                    index %% 1000 == 0 are 1e6 (fp16 overflows)\n"
+		"  --exact           require bitwise equality (for wire fp32 + pow2 with a\n"
+		"                    power-of-two world and predivide)\n"
+		"  --batch N         tensors per gs_mark_ready call (default 8)\n"
+		"  --bucket-events   ask for BucketDone events and count them\n"
+		"  --quiet           print only the final line and errors\n"
+		"  -h, --help        show this help\n"
+		"\n"
+		"Exit status: 0 all steps verified, 1 mismatch or gradsync error,\n"
+		"2 usage error.\n");
+}
+
+/* ---- options ----------------------------------------------------------- */
+
+static bool parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
+	char *end;
+	if (*s == '-' || *s == '\0')
+		return false;
+	unsigned long long v = strtoull(s, &end, 0);
+	if (*end != '\0' || v > max)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool parse_pattern(const char *s, enum pattern *p)
+{
+	if (strcmp(s, "random") == 0)
+		*p = PATTERN_RANDOM;
+	else if (strcmp(s, "pow2") == 0)
+		*p = PATTERN_POW2;
+	else if (strcmp(s, "overflow") == 0)
+		*p = PATTERN_OVERFLOW;
+	else
+		return false;
+	return true;
+}
+
+static bool parse_clip(const char *s, float *clip)
+{
+	char *end;
+	float v = strtof(s, &end);
+	if (*s == '\0' || *end != '\0' || !(v > 0.0f) || !isfinite(v))
+		return false;
+	*clip = v;
+	return true;
+}
+
+enum {
+	OPT_SOCKET = 256, OPT_LAYOUT, OPT_RANK, OPT_STEPS, OPT_SEED, OPT_CLIP,
+	OPT_PATTERN, OPT_EXACT, OPT_BATCH, OPT_BUCKET_EVENTS, OPT_QUIET,
+};
+
+static bool parse_one(int opt, const char *arg, struct options *o)
+{
+	uint64_t v;
+	switch (opt) {
+	case OPT_SOCKET: o->socket = arg; return true;
+	case OPT_LAYOUT: o->layout = arg; return true;
+	case OPT_RANK:
+		if (!parse_u64(arg, UINT32_MAX, &v))
+			return false;
+		o->rank = (uint32_t)v;
+		return true;
+	case OPT_STEPS:
+		if (!parse_u64(arg, 1000000, &v) || v == 0)
+			return false;
+		o->steps = (unsigned)v;
+		return true;
+	case OPT_SEED: return parse_u64(arg, UINT64_MAX, &o->seed);
+	case OPT_CLIP: o->clipping = true; return parse_clip(arg, &o->clip);
+	case OPT_PATTERN: return parse_pattern(arg, &o->pattern);
+	case OPT_EXACT: o->exact = true; return true;
+	case OPT_BATCH:
+		if (!parse_u64(arg, 1u << 20, &v) || v == 0)
+			return false;
+		o->batch = (unsigned)v;
+		return true;
+	case OPT_BUCKET_EVENTS: o->bucket_events = true; return true;
+	case OPT_QUIET: o->quiet = true; return true;
+	}
+	return false;
+}
+
+/* Returns -1 when parsed, else the exit status. */
+static int parse_args(int argc, char **argv, struct options *o)
+{
+	static const struct option opts[] = {
+		{ "socket", required_argument, NULL, OPT_SOCKET },
+		{ "layout", required_argument, NULL, OPT_LAYOUT },
+		{ "rank", required_argument, NULL, OPT_RANK },
+		{ "steps", required_argument, NULL, OPT_STEPS },
+		{ "seed", required_argument, NULL, OPT_SEED },
+		{ "clip", required_argument, NULL, OPT_CLIP },
+		{ "pattern", required_argument, NULL, OPT_PATTERN },
+		{ "exact", no_argument, NULL, OPT_EXACT },
+		{ "batch", required_argument, NULL, OPT_BATCH },
+		{ "bucket-events", no_argument, NULL, OPT_BUCKET_EVENTS },
+		{ "quiet", no_argument, NULL, OPT_QUIET },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	int opt;
+	opterr = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		if (opt == 'h') {
+			usage(stdout);
+			return 0;
+		}
+		if (opt == '?' || !parse_one(opt, optarg, o)) {
+			fprintf(stderr, "gradsync-example-trainer: bad option or value: %s\n",
+				argv[optind - 1]);
+			return 2;
+		}
+	}
+	if (optind < argc || !o->layout) {
+		fprintf(stderr, "gradsync-example-trainer: %s\n",
+			optind < argc ? "unexpected argument" : "--layout is required");
+		return 2;
+	}
+	return -1;
+}
+
+/* ---- layout file ------------------------------------------------------- */
+
+static bool layout_add(struct layout *l, const char *name, uint64_t count)
+{
+	char **names = realloc(l->names, (l->n + 1) * sizeof(*names));
+	if (names)
+		l->names = names;
+	uint64_t *counts = realloc(l->counts, (l->n + 1) * sizeof(*counts));
+	if (counts)
+		l->counts = counts;
+	char *copy = strdup(name);
+	if (!names || !counts || !copy) {
+		free(copy);
+		return false;
+	}
+	l->names[l->n] = copy;
+	l->counts[l->n++] = count;
+	return true;
+}
+
+/* One line: "name count shape"; blank lines and '#' comments skipped.
+ * Returns 0 for a skipped line, 1 for a tensor, -1 for a bad line. */
+static int parse_line(char *line, char **name, uint64_t *count)
+{
+	char *save, *end;
+	char *hash = strchr(line, '#');
+	if (hash)
+		*hash = '\0';
+	*name = strtok_r(line, " \t\r\n", &save);
+	if (!*name)
+		return 0;
+	char *num = strtok_r(NULL, " \t\r\n", &save);
+	if (!num || *num == '-')
+		return -1;
+	*count = strtoull(num, &end, 10);
+	return *end == '\0' && *count > 0 ? 1 : -1;
+}
+
+static bool read_layout(const char *path, struct layout *l)
+{
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		perror(path);
+		return false;
+	}
+	char line[4096];
+	unsigned lineno = 0;
+	bool ok = true;
+	while (ok && fgets(line, sizeof(line), f)) {
+		char *name;
+		uint64_t count;
+		lineno++;
+		int r = parse_line(line, &name, &count);
+		if (r < 0)
+			fprintf(stderr, "%s:%u: expected 'name count shape'\n",
+				path, lineno);
+		ok = r >= 0 && (r == 0 || layout_add(l, name, count));
+	}
+	fclose(f);
+	if (ok && l->n == 0)
+		fprintf(stderr, "%s: no tensors\n", path);
+	return ok && l->n > 0;
+}
+
+/* ---- inputs ------------------------------------------------------------ */
+
+#define GOLDEN UINT64_C(0x9e3779b97f4a7c15)
+
+static inline uint64_t mix64(uint64_t z)
+{
+	z += GOLDEN;
+	z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+	z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+	return z ^ (z >> 31);
+}
+
+/* One key per (seed, rank, step, tensor); elements hash off it, so any
+ * trainer regenerates any rank's inputs. */
+static uint64_t tensor_key(uint64_t seed, uint32_t rank, uint64_t step,
+			   uint32_t tensor)
+{
+	uint64_t k = mix64(seed);
+	k = mix64(k ^ rank);
+	k = mix64(k ^ step);
+	return mix64(k ^ tensor);
+}
+
+static struct gen make_gen(const struct options *o, uint32_t rank,
+			   uint64_t step, uint32_t tensor)
+{
+	static const float scales[5] = { 0.25f, 0.5f, 1.0f, 2.0f, 4.0f };
+	struct gen g = {
+		.pattern = o->pattern,
+		.key = tensor_key(o->seed, rank, step, tensor),
+		.scale = scales[tensor % 5],
+		.big = o->pattern == PATTERN_OVERFLOW && rank == 0,
+	};
+	return g;
+}
+
+/* Every value is exact in fp32, so the trainer's buffer and the reference
+ * see the same number. */
+static inline float gen_value(const struct gen *g, uint64_t e)
+{
+	static const float pow2[8] = { 0.0625f, 0.125f, 0.25f, 0.5f,
+				       1.0f,    2.0f,   4.0f,  8.0f };
+	uint64_t h = mix64(g->key + e * GOLDEN);
+	if (g->pattern == PATTERN_POW2)
+		return (h & 1) ? -pow2[(h >> 1) & 7] : pow2[(h >> 1) & 7];
+	if (g->big && e % 1000 == 0)
+		return 1e6f;
+	/* 24 random bits: uniform in [-2, 2) on a 2^-22 grid. */
+	int32_t u = (int32_t)(h >> 40) - (1 << 23);
+	return (float)u * 0x1p-22f * g->scale;
+}
+
+static inline float clip_value(const struct options *o, float x)
+{
+	if (!o->clipping)
+		return x;
+	return x > o->clip ? o->clip : x < -o->clip ? -o->clip : x;
+}
+
+/* Writes this rank's inputs of `step`; returns how many elements clipping
+ * changes, which the daemon must report back. */
+static uint64_t fill(const struct trainer *tr, uint64_t step)
+{
+	uint64_t clipped = 0;
+	for (size_t t = 0; t < tr->n; t++) {
+		float *data = gs_tensor_data(tr->c, t);
+		struct gen g = make_gen(&tr->o, tr->ref.global_rank, step,
+					(uint32_t)t);
+		for (uint64_t e = 0; e < tr->counts[t]; e++) {
+			float x = gen_value(&g, e);
+			data[e] = x;
+			clipped += tr->o.clipping && fabsf(x) > tr->o.clip;
+		}
+	}
+	return clipped;
+}
+
+/* ---- the reference ----------------------------------------------------- */
+
+static bool mismatch(const struct trainer *tr, uint64_t step, size_t t,
+		     uint64_t e, float got, double want, double tol)
+{
+	fprintf(stderr,
+		"MISMATCH in step %" PRIu64 ": tensor '%s' (registration index %zu) "
+		"element %" PRIu64 ": got %.9g, ",
+		step, tr->names[t], t, e, (double)got);
+	if (isfinite(want))
+		fprintf(stderr, "expected %.9g, tolerance %.3g\n", want, tol);
+	else
+		fprintf(stderr, "expected a non-finite value (the wire overflows)\n");
+	return false;
+}
+
+static bool same_bits(float a, float b)
+{
+	uint32_t x, y;
+	memcpy(&x, &a, sizeof(x));
+	memcpy(&y, &b, sizeof(y));
+	return x == y;
+}
+
+/*
+ * Checks one reduced tensor against all ranks' inputs, in double:
+ * v_r = clip(x_r) * prescale, S = sum_r v_r, result = S * postscale.
+ *
+ * The tolerance of an element, with T ranks and the wire's unit roundoff u
+ * and subnormal error e: each rank's v_r is rounded once when cast to the
+ * wire (u |v_r| + e); the wire values are accumulated in fp32 and scaled
+ * in fp32 (at most T + 2 roundings of 2^-24, each bounded through
+ * sum_r |v_r|); the sum is rounded once more to the wire (u |S| + e, and
+ * |S| <= sum_r |v_r|). So
+ *     tol = postscale * ((2u + (T+2) 2^-24) * sum_r |v_r| + (T+1) e).
+ * An element whose inputs or sum reach the wire's overflow threshold must
+ * come back non-finite instead.
+ */
+static bool check_tensor(const struct trainer *tr, uint64_t step, size_t t,
+			 struct step_check *sc)
+{
+	const struct reference *ref = &tr->ref;
+	const uint32_t T = ref->world;
+	const double k = 2 * ref->u + (T + 2) * 0x1p-24;
+	const double abs_err = (T + 1) * ref->e;
+	const float *got = gs_tensor_data(tr->c, t);
+	for (uint32_t r = 0; r < T; r++)
+		tr->gens[r] = make_gen(&tr->o, r, step, (uint32_t)t);
+
+	for (uint64_t e = 0; e < tr->counts[t]; e++) {
+		double s = 0, a = 0;
+		bool over = false;
+		for (uint32_t r = 0; r < T; r++) {
+			float x = clip_value(&tr->o, gen_value(&tr->gens[r], e));
+			double v = (double)x * ref->prescale;
+			s += v;
+			a += fabs(v);
+			over |= fabs(v) >= ref->limit;
+		}
+		if (over || fabs(s) >= ref->limit) {
+			sc->nonfinite++;
+			if (isfinite(got[e]))
+				return mismatch(tr, step, t, e, got[e], INFINITY, 0);
+			continue;
+		}
+		double want = s * ref->postscale;
+		if (tr->o.exact) {
+			if (!same_bits(got[e], (float)want))
+				return mismatch(tr, step, t, e, got[e], want, 0);
+			continue;
+		}
+		double tol = ref->postscale * (k * a + abs_err);
+		double err = fabs((double)got[e] - want);
+		if (!(err <= tol))
+			return mismatch(tr, step, t, e, got[e], want, tol);
+		if (err > sc->worst * tol)
+			sc->worst = err / tol;
+	}
+	return true;
+}
+
+static bool setup_reference(struct trainer *tr)
+{
+	struct gs_session_info info;
+	struct reference *ref = &tr->ref;
+	gs_session_info(tr->c, &info);
+	double pre = info.predivide_factor;
+	if (!(pre > 0) || !isfinite(pre) || info.world_size == 0) {
+		fprintf(stderr, "gradsync-example-trainer: daemon has predivide %g, world size %u\n",
+			pre, info.world_size);
+		return false;
+	}
+	ref->o = &tr->o;
+	ref->world = info.world_size;
+	ref->global_rank = info.node_rank * info.local_size + tr->o.rank;
+	ref->wire = info.wire_dtype;
+	ref->prescale = 1 / pre;
+	ref->postscale = info.op == GS_OP_AVERAGE ? pre / info.world_size : pre;
+	switch (info.wire_dtype) {
+	case GS_WIRE_DTYPE_FP16: /* overflow from 65520 = (2 - 2^-11) 2^15 on */
+		ref->u = 0x1p-11, ref->e = 0x1p-25, ref->limit = 65520.0;
+		break;
+	case GS_WIRE_DTYPE_BF16: /* from (2 - 2^-8) 2^127, about 3.396e38 */
+		ref->u = 0x1p-8, ref->e = 0, ref->limit = 0x1.fep127;
+		break;
+	default:
+		ref->u = 0x1p-24, ref->e = 0, ref->limit = 0x1.ffffffp127;
+		break;
+	}
+	tr->gens = calloc(ref->world, sizeof(*tr->gens));
+	return tr->gens != NULL;
+}
+
+/* ---- gradsync ---------------------------------------------------------- */
+
+static bool gs_failed(const struct trainer *tr, const char *what, int r)
+{
+	fprintf(stderr, "gradsync-example-trainer: %s: %s (%s): %s\n", what,
+		gs_strerror(r), gs_err_name(r), gs_last_error(tr->c));
+	return false;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* Registers the layout in reverse: backpropagation yields the last
+ * parameters' gradients first. */
+static bool register_layout(struct trainer *tr)
+{
+	const struct layout *l = &tr->layout;
+	struct gs_tensor_spec *specs = calloc(l->n, sizeof(*specs));
+	tr->names = calloc(l->n, sizeof(*tr->names));
+	tr->counts = calloc(l->n, sizeof(*tr->counts));
+	if (!specs || !tr->names || !tr->counts) {
+		free(specs);
+		fprintf(stderr, "gradsync-example-trainer: out of memory\n");
+		return false;
+	}
+	tr->n = l->n;
+	for (size_t j = 0; j < l->n; j++) {
+		tr->names[j] = l->names[l->n - 1 - j];
+		tr->counts[j] = l->counts[l->n - 1 - j];
+		specs[j] = (struct gs_tensor_spec){ .name = tr->names[j],
+						    .count = tr->counts[j],
+						    .dtype = GS_FLOAT32,
+						    .memfd = -1 };
+	}
+	int r = gs_register(tr->c, specs, l->n);
+	free(specs);
+	return r < 0 ? gs_failed(tr, "gs_register", r) : true;
+}
+
+static const char *wire_name(enum gs_wire_dtype w)
+{
+	return w == GS_WIRE_DTYPE_FP16 ? "fp16" : w == GS_WIRE_DTYPE_BF16 ? "bf16" : "fp32";
+}
+
+static void print_session(const struct trainer *tr)
+{
+	struct gs_session_info info;
+	uint64_t elements = 0;
+	gs_session_info(tr->c, &info);
+	for (size_t t = 0; t < tr->n; t++)
+		elements += tr->counts[t];
+	printf("rank %u of %u (node %u, local %u of %u): %zu tensors, %" PRIu64
+	       " elements, %zu buckets; wire %s, op %s, predivide %g, pattern %s%s\n",
+	       tr->ref.global_rank, info.world_size, info.node_rank, tr->o.rank,
+	       info.local_size, tr->n, elements, gs_bucket_count(tr->c),
+	       wire_name(info.wire_dtype),
+	       info.op == GS_OP_AVERAGE ? "average" : "sum",
+	       info.predivide_factor,
+	       tr->o.pattern == PATTERN_POW2 ? "pow2"
+	       : tr->o.pattern == PATTERN_OVERFLOW ? "overflow" : "random",
+	       tr->o.exact ? ", exact" : "");
+}
+
+/* Marks every tensor ready, in batches, in backpropagation order. */
+static bool mark_all(const struct trainer *tr, uint32_t *batch)
+{
+	size_t k = 0;
+	for (size_t t = 0; t < tr->n; t++) {
+		batch[k++] = (uint32_t)t;
+		if (k < tr->o.batch && t + 1 < tr->n)
+			continue;
+		int r = gs_mark_ready(tr->c, batch, k);
+		if (r < 0)
+			return gs_failed(tr, "gs_mark_ready", r);
+		k = 0;
+	}
+	return true;
+}
+
+/* The daemon's figures against the trainer's own. */
+static bool check_figures(const struct trainer *tr,
+			  const struct gs_step_result *res,
+			  const struct step_check *sc, uint64_t clipped)
+{
+	bool ok = true;
+	if (res->nonfinite != sc->nonfinite) {
+		fprintf(stderr, "MISMATCH in step %" PRIu64 ": gradsyncd counts %" PRIu64
+			" non-finite values, the reference %" PRIu64 "\n",
+			res->step, res->nonfinite, sc->nonfinite);
+		ok = false;
+	}
+	if (res->clipped != clipped) {
+		fprintf(stderr, "MISMATCH in step %" PRIu64 ": gradsyncd clipped %" PRIu64
+			" elements of this trainer, the trainer counts %" PRIu64 "\n",
+			res->step, res->clipped, clipped);
+		ok = false;
+	}
+	if (tr->o.bucket_events && gs_buckets_done(tr->c) != res->buckets) {
+		fprintf(stderr, "MISMATCH in step %" PRIu64 ": %u BucketDone events for %u buckets\n",
+			res->step, gs_buckets_done(tr->c), res->buckets);
+		ok = false;
+	}
+	return ok;
+}
+
+static bool run_step(const struct trainer *tr, uint64_t step,
+		     uint32_t *batch, double *step_ms)
+{
+	uint64_t clipped = fill(tr, step);
+	struct gs_step_options so = GS_STEP_OPTIONS_INIT;
+	so.clipping = tr->o.clipping;
+	so.clip_value = tr->o.clip;
+	so.bucket_events = tr->o.bucket_events;
+
+	double t0 = now_ms();
+	int r = gs_step_begin(tr->c, &so);
+	if (r < 0)
+		return gs_failed(tr, "gs_step_begin", r);
+	if (!mark_all(tr, batch))
+		return false;
+	struct gs_step_result res;
+	double t1 = now_ms();
+	r = gs_step_wait(tr->c, WAIT_TIMEOUT_MS, &res);
+	double t2 = now_ms();
+	if (r < 0)
+		return gs_failed(tr, "gs_step_wait", r);
+	*step_ms = t2 - t0;
+
+	struct step_check sc = { 0, 0 };
+	for (size_t t = 0; t < tr->n; t++)
+		if (!check_tensor(tr, step, t, &sc))
+			return false;
+	if (!check_figures(tr, &res, &sc, clipped))
+		return false;
+	if (!tr->o.quiet)
+		printf("step %" PRIu64 ": wait %.2f ms, %u buckets, nonfinite %" PRIu64
+		       ", clipped %" PRIu64 ", max |error|/tol %.3f\n",
+		       step, t2 - t1, res.buckets, res.nonfinite, res.clipped,
+		       sc.worst);
+	return true;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static bool run(struct trainer *tr)
+{
+	double *times = calloc(tr->o.steps, sizeof(*times));
+	uint32_t *batch = calloc(tr->o.batch, sizeof(*batch));
+	bool ok = times && batch;
+	for (unsigned s = 0; ok && s < tr->o.steps; s++)
+		ok = run_step(tr, s + 1, batch, &times[s]);
+	if (ok) {
+		qsort(times, tr->o.steps, sizeof(*times), cmp_double);
+		unsigned m = tr->o.steps;
+		double median = m % 2 ? times[m / 2]
+				      : (times[m / 2 - 1] + times[m / 2]) / 2;
+		printf("OK: %u steps verified, median step %.2f ms\n", m, median);
+	}
+	free(times);
+	free(batch);
+	return ok;
+}
+
+static bool connect_session(struct trainer *tr)
+{
+	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
+	co.socket_path = tr->o.socket;
+	co.local_rank = tr->o.rank;
+	int r = gs_connect(&co, &tr->c);
+	if (r < 0)
+		return gs_failed(tr, "gs_connect", r);
+	return setup_reference(tr) && register_layout(tr);
+}
+
+static void cleanup(struct trainer *tr)
+{
+	gs_close(tr->c);
+	for (size_t i = 0; i < tr->layout.n; i++)
+		free(tr->layout.names[i]);
+	free(tr->layout.names);
+	free(tr->layout.counts);
+	free(tr->names);
+	free(tr->counts);
+	free(tr->gens);
+}
+
+int main(int argc, char **argv)
+{
+	struct trainer tr = {
+		.o = { .steps = 5, .seed = 1, .clip = 100.0f, .batch = 8 },
+	};
+	int r = parse_args(argc, argv, &tr.o);
+	if (r >= 0)
+		return r;
+	bool ok = read_layout(tr.o.layout, &tr.layout) && connect_session(&tr);
+	if (ok && !tr.o.quiet)
+		print_session(&tr);
+	ok = ok && run(&tr);
+	cleanup(&tr);
+	return ok ? 0 : 1;
+}

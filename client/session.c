@@ -1,0 +1,173 @@
+/*
+ * A session's life: connect, hello and welcome, the session's figures, and
+ * close. Trainer and control connections share all of it but the role.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "client.h"
+
+static const char *socket_path(const char *path)
+{
+	if (path)
+		return path;
+	const char *env = secure_getenv("GRADSYNC_SOCKET");
+	return env && *env ? env : GS_DEFAULT_SOCKET;
+}
+
+static int send_hello(struct gs_client *c, uint32_t local_rank,
+		      const char *job_id, int timeout_ms)
+{
+	Gradsync__Hello hello = GRADSYNC__HELLO__INIT;
+	hello.protocol_version = GS_PROTOCOL_VERSION;
+	hello.role = c->role;
+	hello.local_rank = local_rank;
+	hello.pid = (uint32_t)getpid();
+	hello.job_id = (char *)(job_id ? job_id : "");
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &hello;
+	return gs_conn_send(c, &m, NULL, 0, timeout_ms);
+}
+
+static int check_settings(struct gs_client *c, const Gradsync__Settings *s)
+{
+	if (!s)
+		return gs_fail_dead(c, GS_EPROTO,
+				    "protocol error: gradsyncd's welcome has no settings");
+	if (s->wire_dtype < GRADSYNC__WIRE_DTYPE__WIRE_FP16 ||
+	    s->wire_dtype > GRADSYNC__WIRE_DTYPE__WIRE_FP32 ||
+	    s->op < GRADSYNC__REDUCE_OP__OP_AVERAGE ||
+	    s->op > GRADSYNC__REDUCE_OP__OP_SUM)
+		return gs_fail_dead(c, GS_EPROTO,
+				    "protocol error: gradsyncd's welcome has wire dtype %d and op %d",
+				    (int)s->wire_dtype, (int)s->op);
+	return GS_OK;
+}
+
+static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
+{
+	if (w->protocol_version != GS_PROTOCOL_VERSION)
+		return gs_fail_dead(c, GS_EVERSION,
+				    "gradsyncd speaks protocol version %u, this library %u",
+				    w->protocol_version, GS_PROTOCOL_VERSION);
+	int r = check_settings(c, w->settings);
+	if (r < 0)
+		return r;
+	if (c->role == GRADSYNC__ROLE__ROLE_TRAINER &&
+	    (w->world_size == 0 || w->local_size == 0))
+		return gs_fail_dead(c, GS_EPROTO,
+				    "protocol error: gradsyncd's welcome has world size %u, local size %u",
+				    w->world_size, w->local_size);
+	c->backend = strdup(w->backend ? w->backend : "");
+	c->daemon_version = strdup(w->daemon_version ? w->daemon_version : "");
+	if (!c->backend || !c->daemon_version)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+
+	struct gs_session_info *info = &c->info;
+	info->world_size = w->world_size;
+	info->local_size = w->local_size;
+	info->node_rank = w->node_rank;
+	info->nodes = w->nodes;
+	info->backend = c->backend;
+	info->daemon_version = c->daemon_version;
+	info->threshold = w->settings->threshold;
+	info->wire_dtype = (enum gs_wire_dtype)w->settings->wire_dtype;
+	info->op = (enum gs_reduce_op)w->settings->op;
+	info->predivide_factor = w->settings->predivide_factor;
+	info->fusion_buffer_elements = w->settings->fusion_buffer_elements;
+	return GS_OK;
+}
+
+/* Hello and welcome share one deadline with the connect. */
+static int handshake(struct gs_client *c, uint32_t local_rank,
+		     const char *job_id, int64_t deadline)
+{
+	c->expect = GRADSYNC__MESSAGE__BODY_WELCOME;
+	int r = send_hello(c, local_rank, job_id, gs_remaining(deadline));
+	if (r < 0)
+		return r;
+	r = gs_conn_pump(c, gs_has_reply, gs_remaining(deadline));
+	if (r < 0)
+		return r;
+	r = take_welcome(c, c->reply->welcome);
+	gradsync__message__free_unpacked(c->reply, NULL);
+	c->reply = NULL;
+	return r;
+}
+
+int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
+		    const char *job_id, int timeout_ms, struct gs_client **out)
+{
+	*out = NULL;
+	struct gs_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return gs_fail(NULL, GS_ENOMEM, "out of memory");
+	c->fd = -1;
+	c->role = role;
+	gs_frame_reader_init(&c->reader, GS_CLIENT_MAX_FRAME);
+	gs_doing(c, "the connection");
+
+	int64_t deadline = gs_deadline(timeout_ms);
+	int r = gs_conn_open(c, socket_path(path), deadline);
+	if (r == GS_OK)
+		r = handshake(c, local_rank, job_id, deadline);
+	if (r < 0)
+		goto err_client;
+	*out = c;
+	return GS_OK;
+
+err_client:
+	/* Without a handle the detail moves to this thread's last error. */
+	gs_fail(NULL, r, "%s", c->error);
+	gs_close(c);
+	return r;
+}
+
+GS_EXPORT int gs_connect(const struct gs_connect_options *opts,
+			 gs_client **out)
+{
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	if (!out)
+		return gs_fail(NULL, GS_EINVAL, "gs_connect: out is NULL");
+	*out = NULL;
+	if (opts) {
+		if (opts->size < offsetof(struct gs_connect_options, socket_path))
+			return gs_fail(NULL, GS_EINVAL,
+				       "gs_connect: options size %zu is too small; use GS_CONNECT_OPTIONS_INIT",
+				       opts->size);
+		/* An older caller's struct is a prefix of ours. */
+		memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
+	}
+	return gs_session_open(o.socket_path, GRADSYNC__ROLE__ROLE_TRAINER,
+			       o.local_rank, o.job_id, o.timeout_ms, out);
+}
+
+GS_EXPORT void gs_close(gs_client *c)
+{
+	if (!c)
+		return;
+	gs_tensors_release(c);
+	if (c->reply)
+		gradsync__message__free_unpacked(c->reply, NULL);
+	gs_frame_reader_destroy(&c->reader);
+	if (c->fd >= 0)
+		close(c->fd);
+	free(c->backend);
+	free(c->daemon_version);
+	free(c);
+}
+
+GS_EXPORT int gs_session_info(const gs_client *c, struct gs_session_info *info)
+{
+	if (!c || !info)
+		return gs_fail(NULL, GS_EINVAL, "gs_session_info: NULL argument");
+	*info = c->info;
+	return GS_OK;
+}
+
+GS_EXPORT int gs_fd(const gs_client *c)
+{
+	return c ? c->fd : -1;
+}

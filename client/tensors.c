@@ -1,0 +1,444 @@
+/*
+ * Registration: where each tensor's memory lives, and telling gradsyncd.
+ *
+ * Tensors without memory of their own share ONE sealed memfd that the
+ * library creates; a caller's memfds are adopted (mapped too, so that
+ * gs_tensor_data works, and never closed). Buffers are numbered in the
+ * order tensors first use them, which is the order their descriptors go
+ * out, so every tensor's buffer index refers to a descriptor sent in its
+ * own frame or an earlier one.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client.h"
+
+/* Cache lines, and whole vectors for the daemon's conversion kernels. */
+#define TENSOR_ALIGN 64
+#define FRAME_MAX_TENSORS 1024
+/* Well below the daemon's frame limit, however long the names are. */
+#define FRAME_MAX_BYTES (1u << 20)
+#define NAME_MAX_BYTES 4096
+#define BYTES_MAX (UINT64_C(1) << 62)
+
+struct placement {
+	uint32_t buffer;
+	uint64_t offset;
+};
+
+static size_t dtype_size(enum gs_dtype d)
+{
+	switch (d) {
+	case GS_UINT8: return 1;
+	case GS_FLOAT16:
+	case GS_BFLOAT16: return 2;
+	case GS_FLOAT32:
+	case GS_INT32: return 4;
+	case GS_FLOAT64:
+	case GS_INT64: return 8;
+	}
+	return 0;
+}
+
+static uint64_t spec_bytes(const struct gs_tensor_spec *s)
+{
+	return s->count * dtype_size(s->dtype);
+}
+
+/* The dtype itself is the daemon's to refuse, with its own words; only
+ * what the library cannot size is refused here. */
+static int check_spec(struct gs_client *c, const struct gs_tensor_spec *s,
+		      size_t i)
+{
+	if (!s->name || !*s->name)
+		return gs_fail(c, GS_EINVAL, "tensor %zu has no name", i);
+	if (strlen(s->name) > NAME_MAX_BYTES)
+		return gs_fail(c, GS_ELIMIT,
+			       "tensor %zu's name is longer than %d bytes", i,
+			       NAME_MAX_BYTES);
+	size_t esize = dtype_size(s->dtype);
+	if (esize == 0)
+		return gs_fail(c, GS_EDTYPE, "tensor '%s' has unknown dtype %d",
+			       s->name, (int)s->dtype);
+	if (s->count == 0)
+		return gs_fail(c, GS_EINVAL, "tensor '%s' has no elements",
+			       s->name);
+	if (s->count > BYTES_MAX / esize)
+		return gs_fail(c, GS_ELIMIT,
+			       "tensor '%s' has too many elements (%" PRIu64 ")",
+			       s->name, s->count);
+	if (s->memfd >= 0 && s->offset % esize != 0)
+		return gs_fail(c, GS_EINVAL,
+			       "tensor '%s': offset %" PRIu64
+			       " is not a multiple of its element size %zu",
+			       s->name, s->offset, esize);
+	return GS_OK;
+}
+
+/* ---- buffers ----------------------------------------------------------- */
+
+static void add_buffer(struct gs_client *c, int fd, bool owned, void *addr,
+		       size_t size)
+{
+	struct gs_buffer *b = &c->buffers[c->nbuffers++];
+	b->fd = fd;
+	b->owned = owned;
+	b->addr = addr;
+	b->size = size;
+}
+
+static int create_own(struct gs_client *c, uint64_t size)
+{
+	const char *what = "memfd_create";
+	int fd = memfd_create("gradsync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		goto err;
+	what = "ftruncate";
+	if (ftruncate(fd, (off_t)size) < 0)
+		goto err_fd;
+	/* The daemon refuses memory that could shrink under it. */
+	what = "sealing";
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		goto err_fd;
+	what = "mmap";
+	void *addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (addr == MAP_FAILED)
+		goto err_fd;
+	add_buffer(c, fd, true, addr, size);
+	return GS_OK;
+
+err_fd:;
+	int err = errno;
+	close(fd);
+	errno = err;
+err:
+	return gs_fail(c, errno == ENOMEM ? GS_ENOMEM : GS_ESYSTEM,
+		       "cannot create %" PRIu64
+		       " bytes of shared memory for the tensors: %s: %s",
+		       size, what, strerror(errno));
+}
+
+static int check_seals(struct gs_client *c, int fd)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return gs_fail(c, GS_EBUFFER,
+			       "fd %d is not a memfd that allows sealing: %s",
+			       fd, strerror(errno));
+	if (!(seals & F_SEAL_SHRINK))
+		return gs_fail(c, GS_EBUFFER,
+			       "memfd %d is not sealed against shrinking (F_SEAL_SHRINK)",
+			       fd);
+	int write_seals = F_SEAL_WRITE;
+#ifdef F_SEAL_FUTURE_WRITE
+	write_seals |= F_SEAL_FUTURE_WRITE;
+#endif
+	if (seals & write_seals)
+		return gs_fail(c, GS_EBUFFER,
+			       "memfd %d is sealed against writing, but gradsyncd writes the reduced gradients into it",
+			       fd);
+	return GS_OK;
+}
+
+/* Maps a caller's memfd once, however many tensors it holds. */
+static int adopt(struct gs_client *c, int fd, uint32_t *index)
+{
+	for (size_t b = 0; b < c->nbuffers; b++) {
+		if (!c->buffers[b].owned && c->buffers[b].fd == fd) {
+			*index = (uint32_t)b;
+			return GS_OK;
+		}
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return gs_fail(c, GS_EBUFFER, "fd %d is not an open memfd", fd);
+	int r = check_seals(c, fd);
+	if (r < 0)
+		return r;
+	void *addr = NULL;
+	if (st.st_size > 0) {
+		addr = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
+			    MAP_SHARED, fd, 0);
+		if (addr == MAP_FAILED)
+			return gs_fail(c, GS_ESYSTEM, "cannot map memfd %d: %s",
+				       fd, strerror(errno));
+	}
+	*index = (uint32_t)c->nbuffers;
+	add_buffer(c, fd, false, addr, (size_t)st.st_size);
+	return GS_OK;
+}
+
+void gs_tensors_release(struct gs_client *c)
+{
+	for (size_t b = 0; b < c->nbuffers; b++) {
+		struct gs_buffer *buf = &c->buffers[b];
+		if (buf->addr)
+			munmap(buf->addr, buf->size);
+		if (buf->owned)
+			close(buf->fd);
+	}
+	free(c->buffers);
+	free(c->tensors);
+	c->buffers = NULL;
+	c->tensors = NULL;
+	c->nbuffers = 0;
+	c->ntensors = 0;
+	c->registered = false;
+}
+
+/* ---- placement --------------------------------------------------------- */
+
+/* Lays out the tensors the library allocates, back to back, aligned. */
+static int layout_own(struct gs_client *c, const struct gs_tensor_spec *specs,
+		      size_t n, struct placement *pl, uint64_t *total)
+{
+	uint64_t off = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (specs[i].memfd >= 0)
+			continue;
+		off = (off + TENSOR_ALIGN - 1) & ~(uint64_t)(TENSOR_ALIGN - 1);
+		pl[i].offset = off;
+		off += spec_bytes(&specs[i]);
+		if (off > BYTES_MAX || off > SIZE_MAX / 2)
+			return gs_fail(c, GS_ELIMIT,
+				       "the tensors need more shared memory than this process can map");
+	}
+	*total = off;
+	return GS_OK;
+}
+
+static int check_fits(struct gs_client *c, const struct gs_tensor_spec *s,
+		      const struct placement *pl)
+{
+	const struct gs_buffer *b = &c->buffers[pl->buffer];
+	uint64_t bytes = spec_bytes(s);
+	if (pl->offset <= b->size && bytes <= b->size - pl->offset)
+		return GS_OK;
+	return gs_fail(c, GS_EBUFFER,
+		       "tensor '%s' needs bytes %" PRIu64 "..%" PRIu64
+		       " of memfd %d, which is %zu bytes long",
+		       s->name, pl->offset, pl->offset + bytes, b->fd, b->size);
+}
+
+static int place_all(struct gs_client *c, const struct gs_tensor_spec *specs,
+		     size_t n, struct placement *pl, uint64_t own_size)
+{
+	int own = -1;
+	for (size_t i = 0; i < n; i++) {
+		int r = GS_OK;
+		if (specs[i].memfd >= 0) {
+			pl[i].offset = specs[i].offset;
+			r = adopt(c, specs[i].memfd, &pl[i].buffer);
+		} else if (own < 0) {
+			own = (int)c->nbuffers;
+			r = create_own(c, own_size);
+		}
+		if (r < 0)
+			return r;
+		if (specs[i].memfd < 0)
+			pl[i].buffer = (uint32_t)own;
+		r = check_fits(c, &specs[i], &pl[i]);
+		if (r < 0)
+			return r;
+		c->tensors[i].data =
+			(float *)(c->buffers[pl[i].buffer].addr + pl[i].offset);
+		c->tensors[i].count = specs[i].count;
+	}
+	return GS_OK;
+}
+
+/* ---- the RegisterTensors frames ---------------------------------------- */
+
+struct reg_frame {
+	Gradsync__Buffer buf_msgs[GS_FRAME_MAX_FDS];
+	Gradsync__Buffer *bufs[GS_FRAME_MAX_FDS];
+	int fds[GS_FRAME_MAX_FDS];
+	size_t nbufs;
+	Gradsync__TensorSpec spec_msgs[FRAME_MAX_TENSORS];
+	Gradsync__TensorSpec *specs[FRAME_MAX_TENSORS];
+	size_t nspecs;
+	size_t bytes;
+};
+
+static int send_frame(struct gs_client *c, struct reg_frame *f, bool last)
+{
+	Gradsync__RegisterTensors reg = GRADSYNC__REGISTER_TENSORS__INIT;
+	reg.n_buffers = f->nbufs;
+	reg.buffers = f->bufs;
+	reg.n_tensors = f->nspecs;
+	reg.tensors = f->specs;
+	reg.last = last;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
+	m.register_tensors = &reg;
+	int r = gs_conn_send(c, &m, f->fds, f->nbufs, GS_SEND_TIMEOUT_MS);
+	f->nbufs = 0;
+	f->nspecs = 0;
+	f->bytes = 0;
+	return r;
+}
+
+static void frame_add_buffer(struct reg_frame *f, const struct gs_buffer *b)
+{
+	Gradsync__Buffer *msg = &f->buf_msgs[f->nbufs];
+	gradsync__buffer__init(msg);
+	msg->size = b->size;
+	f->bufs[f->nbufs] = msg;
+	f->fds[f->nbufs++] = b->fd;
+}
+
+static void frame_add_tensor(struct reg_frame *f,
+			     const struct gs_tensor_spec *s,
+			     const struct placement *pl)
+{
+	Gradsync__TensorSpec *msg = &f->spec_msgs[f->nspecs];
+	gradsync__tensor_spec__init(msg);
+	msg->name = (char *)s->name;
+	msg->count = s->count;
+	msg->dtype = (Gradsync__Dtype)s->dtype;
+	msg->buffer = pl->buffer;
+	msg->offset = pl->offset;
+	f->specs[f->nspecs++] = msg;
+}
+
+static int send_registration(struct gs_client *c,
+			     const struct gs_tensor_spec *specs, size_t n,
+			     const struct placement *pl)
+{
+	struct reg_frame *f = calloc(1, sizeof(*f));
+	if (!f)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	uint32_t attached = 0; /* buffers whose descriptor is on its way */
+	int r = GS_OK;
+	for (size_t i = 0; i < n && r == GS_OK; i++) {
+		bool new_buf = pl[i].buffer == attached;
+		size_t est = strlen(specs[i].name) + 48;
+		if (f->nspecs == FRAME_MAX_TENSORS ||
+		    (new_buf && f->nbufs == GS_FRAME_MAX_FDS) ||
+		    (f->nspecs > 0 && f->bytes + est > FRAME_MAX_BYTES))
+			r = send_frame(c, f, false);
+		if (new_buf)
+			frame_add_buffer(f, &c->buffers[attached++]);
+		frame_add_tensor(f, &specs[i], &pl[i]);
+		f->bytes += est;
+	}
+	if (r == GS_OK)
+		r = send_frame(c, f, true);
+	free(f);
+	return r;
+}
+
+static int wait_registered(struct gs_client *c, size_t n)
+{
+	/* The daemon may wait for the node's other trainers before it
+	 * answers; it bounds that wait, not us. */
+	int r = gs_conn_pump(c, gs_has_reply, -1);
+	if (r < 0)
+		return r;
+	const Gradsync__Registered *reg = c->reply->registered;
+	if (reg->tensors != n)
+		r = gs_fail_dead(c, GS_EPROTO,
+				 "protocol error: gradsyncd registered %u tensors of %zu",
+				 reg->tensors, n);
+	c->nbuckets = reg->buckets;
+	c->layout_hash = reg->layout_hash;
+	gradsync__message__free_unpacked(c->reply, NULL);
+	c->reply = NULL;
+	return r;
+}
+
+/* ---- the API ----------------------------------------------------------- */
+
+static int check_register(struct gs_client *c,
+			  const struct gs_tensor_spec *specs, size_t n)
+{
+	int r = gs_check_alive(c);
+	if (r < 0)
+		return r;
+	if (c->role != GRADSYNC__ROLE__ROLE_TRAINER)
+		return gs_fail(c, GS_ESTATE,
+			       "gs_register needs a trainer connection");
+	if (c->registered)
+		return gs_fail(c, GS_ESTATE,
+			       "tensors are already registered on this connection");
+	if (!specs || n == 0)
+		return gs_fail(c, GS_EINVAL, "gs_register: no tensors");
+	if (n > UINT32_MAX)
+		return gs_fail(c, GS_ELIMIT, "gs_register: %zu tensors", n);
+	for (size_t i = 0; i < n; i++) {
+		r = check_spec(c, &specs[i], i);
+		if (r < 0)
+			return r;
+	}
+	return GS_OK;
+}
+
+GS_EXPORT int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
+			  size_t n)
+{
+	if (!c)
+		return gs_fail(NULL, GS_EINVAL, "gs_register: NULL handle");
+	gs_doing(c, "registration");
+	int r = check_register(c, specs, n);
+	if (r < 0)
+		return r;
+
+	uint64_t own_size = 0;
+	struct placement *pl = calloc(n, sizeof(*pl));
+	c->buffers = calloc(n, sizeof(*c->buffers));
+	c->tensors = calloc(n, sizeof(*c->tensors));
+	if (!pl || !c->buffers || !c->tensors) {
+		r = gs_fail(c, GS_ENOMEM, "out of memory");
+		goto err_release;
+	}
+	r = layout_own(c, specs, n, pl, &own_size);
+	if (r == GS_OK)
+		r = place_all(c, specs, n, pl, own_size);
+	if (r < 0)
+		goto err_release;
+
+	/* An Error may answer any frame, so expect the reply from the
+	 * first one on. */
+	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
+	r = send_registration(c, specs, n, pl);
+	if (r == GS_OK)
+		r = wait_registered(c, n);
+	if (r < 0)
+		goto err_session;
+	c->ntensors = n;
+	c->registered = true;
+	free(pl);
+	return GS_OK;
+
+err_session:
+	/* The daemon holds part of a registration that cannot go on. */
+	gs_end_session(c, r);
+err_release:
+	c->expect = GRADSYNC__MESSAGE__BODY__NOT_SET;
+	gs_tensors_release(c);
+	free(pl);
+	return r;
+}
+
+GS_EXPORT size_t gs_tensor_count(const gs_client *c)
+{
+	return c && c->registered ? c->ntensors : 0;
+}
+
+GS_EXPORT size_t gs_bucket_count(const gs_client *c)
+{
+	return c && c->registered ? c->nbuckets : 0;
+}
+
+GS_EXPORT float *gs_tensor_data(gs_client *c, size_t index)
+{
+	if (!c || !c->registered || index >= c->ntensors)
+		return NULL;
+	return c->tensors[index].data;
+}

@@ -1,0 +1,246 @@
+#include "conn.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "gradsync.h"
+#include "log.h"
+#include "session.h"
+#include "trainer.h"
+
+static void on_poll(uv_poll_t *p, int status, int events);
+
+static void update_poll(struct gs_conn *c)
+{
+	if (c->closing)
+		return;
+	int events = UV_READABLE | UV_DISCONNECT;
+	if (c->out_head)
+		events |= UV_WRITABLE;
+	uv_poll_start(&c->poll, events, on_poll);
+}
+
+int gs_conn_create(struct gs_daemon *d, int fd)
+{
+	struct gs_conn *c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->d = d;
+	c->fd = fd;
+	c->id = ++d->next_conn_id;
+	gs_frame_reader_init(&c->reader, d->settings.max_frame);
+	socklen_t len = sizeof(c->cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
+		c->cred = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
+	int r = uv_poll_init(d->loop, &c->poll, fd);
+	if (r < 0) {
+		gs_frame_reader_destroy(&c->reader);
+		free(c);
+		return r;
+	}
+	c->poll.data = c;
+	c->next = d->conns;
+	if (d->conns)
+		d->conns->prev = c;
+	d->conns = c;
+	gs_debug("client %s connected", gs_conn_name(c));
+	update_poll(c);
+	return 0;
+}
+
+const char *gs_conn_name(const struct gs_conn *c)
+{
+	static char name[96];
+	if (c->trainer)
+		snprintf(name, sizeof(name), "pid %d uid %u (local rank %u)",
+			 (int)c->cred.pid, (unsigned)c->cred.uid,
+			 gs_trainer_rank(c->trainer));
+	else
+		snprintf(name, sizeof(name), "pid %d uid %u", (int)c->cred.pid,
+			 (unsigned)c->cred.uid);
+	return name;
+}
+
+static int flush(struct gs_conn *c)
+{
+	while (c->out_head) {
+		struct gs_out_frame *f = c->out_head;
+		ssize_t n = gs_frame_write_some(c->fd, f->data + f->off,
+						f->len - f->off, NULL, 0);
+		if (n == -EAGAIN)
+			return 0;
+		if (n < 0)
+			return (int)n;
+		f->off += (size_t)n;
+		if (f->off < f->len)
+			continue;
+		c->out_head = f->next;
+		if (!c->out_head)
+			c->out_tail = NULL;
+		free(f);
+	}
+	return 0;
+}
+
+void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
+{
+	if (c->closing)
+		return;
+	size_t payload = gradsync__message__get_packed_size(m);
+	struct gs_out_frame *f = malloc(sizeof(*f) + GS_FRAME_HEADER_SIZE + payload);
+	if (!f) {
+		gs_error("out of memory queueing a frame for %s", gs_conn_name(c));
+		gs_conn_close(c);
+		return;
+	}
+	f->next = NULL;
+	f->off = 0;
+	f->len = GS_FRAME_HEADER_SIZE + payload;
+	gs_frame_put_len(f->data, (uint32_t)payload);
+	gradsync__message__pack(m, f->data + GS_FRAME_HEADER_SIZE);
+	if (c->out_tail)
+		c->out_tail->next = f;
+	else
+		c->out_head = f;
+	c->out_tail = f;
+	if (flush(c) < 0) {
+		gs_debug("write to %s failed; closing", gs_conn_name(c));
+		gs_conn_close(c);
+		return;
+	}
+	update_poll(c);
+}
+
+void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	gs_warn("dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
+
+	Gradsync__Error err = GRADSYNC__ERROR__INIT;
+	err.code = code;
+	err.message = msg;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
+	m.error = &err;
+	gs_conn_send(c, &m);
+	/* Best effort: the error frame is small and the socket buffer empty
+	 * in all but hostile cases; we do not wait for a peer that won't read. */
+	gs_conn_close(c);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+	struct gs_conn *c = h->data;
+	while (c->out_head) {
+		struct gs_out_frame *f = c->out_head;
+		c->out_head = f->next;
+		free(f);
+	}
+	gs_frame_reader_destroy(&c->reader);
+	close(c->fd);
+	/* A trainer this connection had is freed now that no callback holds it. */
+	gs_job_reap(&c->d->job);
+	free(c);
+}
+
+void gs_conn_close(struct gs_conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	struct gs_daemon *d = c->d;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->trainer) {
+		struct gs_trainer *t = c->trainer;
+		c->trainer = NULL;
+		gs_trainer_disconnected(t);
+	}
+	gs_debug("client pid %d closed", (int)c->cred.pid);
+	uv_poll_stop(&c->poll);
+	uv_close((uv_handle_t *)&c->poll, on_closed);
+}
+
+/* Decodes and dispatches every whole frame that is buffered. */
+static void process_frames(struct gs_conn *c)
+{
+	const uint8_t *payload;
+	size_t len;
+	int r = 0;
+	while (!c->closing && (r = gs_frame_reader_next(&c->reader, &payload, &len)) > 0) {
+		Gradsync__Message *m = gradsync__message__unpack(NULL, len, payload);
+		gs_frame_reader_consume(&c->reader);
+		if (!m) {
+			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes is not a valid message", len);
+			return;
+		}
+		gs_session_dispatch(c, m);
+		gradsync__message__free_unpacked(m, NULL);
+	}
+	if (r < 0 && !c->closing)
+		gs_conn_fail(c, GS_ELIMIT, "frame longer than the %zu-byte maximum (--max-frame)",
+			     c->reader.max_frame);
+}
+
+static void on_readable(struct gs_conn *c)
+{
+	/* Bounded per wake-up so one client cannot starve the others. */
+	for (int i = 0; i < 16 && !c->closing; i++) {
+		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
+		if (n == -EAGAIN)
+			return;
+		if (n == -EMSGSIZE) {
+			gs_conn_fail(c, GS_ELIMIT, "frame longer than the %zu-byte maximum (--max-frame)",
+				     c->reader.max_frame);
+			return;
+		}
+		if (n == -EMFILE) {
+			gs_conn_fail(c, GS_ELIMIT, "too many descriptors sent without a message claiming them");
+			return;
+		}
+		if (n < 0) {
+			gs_debug("read from %s: %s", gs_conn_name(c), strerror((int)-n));
+			gs_conn_close(c);
+			return;
+		}
+		if (n == 0) {
+			if (c->reader.len > 0)
+				gs_warn("client %s closed mid-frame (%zu bytes unread)",
+					gs_conn_name(c), c->reader.len);
+			gs_conn_close(c);
+			return;
+		}
+		process_frames(c);
+	}
+}
+
+static void on_poll(uv_poll_t *p, int status, int events)
+{
+	struct gs_conn *c = p->data;
+	if (status < 0) {
+		gs_conn_close(c);
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		if (flush(c) < 0) {
+			gs_conn_close(c);
+			return;
+		}
+	}
+	if (events & (UV_READABLE | UV_DISCONNECT))
+		on_readable(c);
+	update_poll(c);
+}

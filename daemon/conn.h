@@ -1,0 +1,60 @@
+/*
+ * One client connection: a non-blocking Unix socket watched by a uv_poll_t,
+ * a frame reader, a queue of frames to write, the peer's credentials, and
+ * what the client turned out to be (trainer or control). A connection is
+ * freed only from the uv_close callback, never inside a callback using it.
+ */
+#ifndef GS_CONN_H
+#define GS_CONN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "frame.h"
+
+struct gs_daemon;
+struct gs_trainer;
+
+enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL };
+
+struct gs_out_frame {
+	struct gs_out_frame *next;
+	size_t len, off;
+	uint8_t data[];
+};
+
+struct gs_conn {
+	struct gs_daemon *d;
+	struct gs_conn *prev, *next;
+	uint64_t id;
+	int fd;
+	uv_poll_t poll;
+	struct gs_frame_reader reader;
+	struct gs_out_frame *out_head, *out_tail;
+	struct ucred cred;
+	enum gs_conn_role role;
+	struct gs_trainer *trainer;
+	bool closing;
+};
+
+/* Takes over an accepted socket. Returns 0 or a negative errno. */
+int gs_conn_create(struct gs_daemon *d, int fd);
+
+/* Queues one message and writes what the socket takes now. */
+void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m);
+
+/* Sends an Error with code and message, logs it with the peer's identity,
+ * and closes the connection (only this client is dropped). */
+void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Stops reading, detaches the trainer, and frees the connection from the
+ * loop. Safe to call twice. */
+void gs_conn_close(struct gs_conn *c);
+
+/* "pid 123 uid 1000" plus the local rank once known, for log lines. */
+const char *gs_conn_name(const struct gs_conn *c);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * The daemon's top-level state, shared by its parts: the loop, settings,
+ * backend, worker, the job of the node, connections and running figures.
+ */
+#ifndef GS_DAEMON_H
+#define GS_DAEMON_H
+
+#include <stdint.h>
+#include <uv.h>
+
+#include "backend.h"
+#include "job.h"
+#include "settings.h"
+#include "worker.h"
+
+#define GS_STEP_HISTORY 1024
+
+struct gs_conn;
+
+struct gs_stats {
+	uint64_t steps_completed;
+	uint64_t steps_aborted;
+	uint64_t last_step_ns;
+	uint64_t history[GS_STEP_HISTORY]; /* recent step times, for the median */
+	uint64_t bytes_reduced;
+	uint64_t elements_clipped;
+	uint64_t nonfinite;
+};
+
+struct gs_daemon {
+	uv_loop_t *loop;
+	struct gs_settings settings;
+	struct gs_backend *backend;
+	struct gs_worker worker;
+	struct gs_job job;
+	struct gs_stats stats;
+	int listen_fd;
+	uv_poll_t listen_poll;
+	uv_signal_t sigint, sigterm;
+	struct gs_conn *conns; /* doubly linked through gs_conn.next/prev */
+	uint64_t start_ns;
+	uint64_t next_conn_id;
+	int stopping;
+};
+
+/* Nanoseconds of a monotonic clock. */
+uint64_t gs_now_ns(void);
+
+/* The median of the recent step times (0 before the first step). */
+uint64_t gs_stats_median(const struct gs_stats *s);
+void gs_stats_record_step(struct gs_stats *s, uint64_t duration_ns);
+
+#endif

@@ -1,0 +1,364 @@
+#include "job.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "gradsync.h"
+#include "log.h"
+#include "reduce.h"
+#include "trainer.h"
+
+void gs_job_init(struct gs_job *j, struct gs_daemon *d)
+{
+	memset(j, 0, sizeof(*j));
+	j->d = d;
+	double pre, post;
+	gs_settings_scales(&d->settings, gs_job_world_size(j), &pre, &post);
+	j->prescale = (float)pre;
+	j->postscale = (float)post;
+}
+
+static void clear_layout(struct gs_job *j)
+{
+	gs_layout_free(&j->layout);
+	gs_plan_free(&j->plan);
+	free(j->bucket_marks);
+	j->bucket_marks = NULL;
+	j->has_layout = false;
+	j->layout_hash = 0;
+	j->id[0] = '\0';
+}
+
+void gs_job_destroy(struct gs_job *j)
+{
+	gs_job_reap(j);
+	clear_layout(j);
+}
+
+uint32_t gs_job_world_size(const struct gs_job *j)
+{
+	return j->d->settings.local_size;
+}
+
+const char *gs_job_state(const struct gs_job *j)
+{
+	if (j->aborting)
+		return "aborting step";
+	if (j->in_step)
+		return "in step";
+	if (j->attached == 0)
+		return "idle";
+	if (j->attached < j->d->settings.local_size)
+		return "waiting for trainers";
+	return j->has_layout ? "ready" : "registering";
+}
+
+int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
+{
+	uint32_t size = j->d->settings.local_size;
+	const char *id = h->job_id ? h->job_id : "";
+	if (h->local_rank >= size) {
+		gs_conn_fail(c, GS_EREFUSED, "local rank %u is out of range: this node runs %u trainers (--local-size)",
+			     h->local_rank, size);
+		return -1;
+	}
+	struct gs_trainer *holder = j->slots[h->local_rank];
+	if (holder) {
+		gs_conn_fail(c, GS_EREFUSED, "local rank %u is already taken by pid %d",
+			     h->local_rank, (int)holder->pid);
+		return -1;
+	}
+	if (j->attached > 0 && strcmp(j->id, id) != 0) {
+		gs_conn_fail(c, GS_EREFUSED, "this node is held by job '%s'; job '%s' must wait until it ends",
+			     j->id, id);
+		return -1;
+	}
+	struct gs_trainer *t = gs_trainer_create(j, c, h->local_rank);
+	if (!t) {
+		gs_conn_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
+		return -1;
+	}
+	if (j->attached == 0)
+		snprintf(j->id, sizeof(j->id), "%s", id);
+	j->slots[h->local_rank] = t;
+	j->attached++;
+	c->trainer = t;
+	gs_info("trainer pid %d uid %u joined job '%s' as local rank %u (%u of %u)",
+		(int)t->pid, (unsigned)t->uid, j->id, t->rank, j->attached, size);
+	return 0;
+}
+
+/* ---- Ending a step ---------------------------------------------------- */
+
+static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
+			   uint64_t duration)
+{
+	Gradsync__StepStats stats = GRADSYNC__STEP_STATS__INIT;
+	stats.buckets = j->buckets_done;
+	stats.wire_bytes = j->step_wire_bytes;
+	stats.clipped = t->clipped;
+	stats.nonfinite = j->step_nonfinite;
+	stats.duration_ns = duration;
+	Gradsync__StepDone done = GRADSYNC__STEP_DONE__INIT;
+	done.step = t->seq;
+	done.status = ok ? GRADSYNC__STEP_STATUS__STEP_OK : GRADSYNC__STEP_STATUS__STEP_ABORTED;
+	done.stats = &stats;
+	done.message = ok ? "" : j->abort_reason;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STEP_DONE;
+	m.step_done = &done;
+	gs_conn_send(t->conn, &m);
+}
+
+static void finish_step(struct gs_job *j)
+{
+	struct gs_stats *st = &j->d->stats;
+	bool ok = !j->aborting;
+	uint64_t duration = j->step_start_ns ? gs_now_ns() - j->step_start_ns : 0;
+	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
+		struct gs_trainer *t = j->slots[r];
+		if (!t || !t->in_step)
+			continue;
+		send_step_done(j, t, ok, duration);
+		st->elements_clipped += t->clipped;
+		t->in_step = false;
+		t->clipped = 0;
+		if (ok)
+			t->steps++;
+	}
+	if (ok) {
+		gs_stats_record_step(st, duration);
+		st->bytes_reduced += j->step_wire_bytes;
+		st->nonfinite += j->step_nonfinite;
+	} else {
+		st->steps_aborted++;
+	}
+	j->in_step = false;
+	j->aborting = false;
+	j->next_launch = 0;
+	j->buckets_done = 0;
+	memset(j->bucket_marks, 0, j->plan.nbuckets * sizeof(*j->bucket_marks));
+}
+
+static void try_finish(struct gs_job *j)
+{
+	if (!j->in_step || j->inflight > 0)
+		return;
+	if (j->aborting || j->buckets_done == j->plan.nbuckets)
+		finish_step(j);
+}
+
+static void abort_step(struct gs_job *j, const char *why)
+{
+	if (!j->in_step || j->aborting)
+		return;
+	j->aborting = true;
+	snprintf(j->abort_reason, sizeof(j->abort_reason), "%s", why);
+	gs_warn("step %llu aborted: %s", (unsigned long long)j->step, why);
+	try_finish(j);
+}
+
+/* ---- Trainers leaving ------------------------------------------------- */
+
+void gs_job_reap(struct gs_job *j)
+{
+	if (j->inflight > 0)
+		return;
+	while (j->retired) {
+		struct gs_trainer *t = j->retired;
+		j->retired = t->next_retired;
+		gs_trainer_destroy(t);
+	}
+	/* The last trainer is gone: the next one may start another job. */
+	if (j->attached == 0 && !j->in_step && j->has_layout) {
+		gs_info("job '%s' ended: every trainer has left", j->id);
+		clear_layout(j);
+	}
+}
+
+void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
+{
+	if (j->slots[t->rank] == t) {
+		j->slots[t->rank] = NULL;
+		j->attached--;
+	}
+	gs_info("trainer pid %d (local rank %u) left job '%s'", (int)t->pid,
+		t->rank, j->id);
+	if (j->in_step) {
+		char why[160];
+		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) disconnected during step %llu",
+			 t->rank, (int)t->pid, (unsigned long long)j->step);
+		abort_step(j, why);
+	}
+	t->next_retired = j->retired;
+	j->retired = t;
+	/* Freed from the loop once no bucket reads its memory; never inside
+	 * the callback that found it gone. */
+}
+
+/* ---- Layout ------------------------------------------------------------ */
+
+int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_t n)
+{
+	if (j->has_layout) {
+		char owner[32], diff[384];
+		snprintf(owner, sizeof(owner), "local rank %u", j->layout_rank);
+		if (gs_layout_compare(&t->layout, &j->layout, owner, diff, sizeof(diff))) {
+			snprintf(why, n, "layout differs from the job's: %s", diff);
+			return GS_ELAYOUT;
+		}
+		return GS_OK;
+	}
+	if (gs_layout_copy(&j->layout, &t->layout) < 0 ||
+	    gs_plan_build(j->layout.counts, j->layout.n, j->d->settings.threshold, &j->plan) < 0 ||
+	    !(j->bucket_marks = calloc(j->plan.nbuckets, sizeof(*j->bucket_marks)))) {
+		clear_layout(j);
+		snprintf(why, n, "out of memory building the bucket plan");
+		return GS_ENOMEM;
+	}
+	j->has_layout = true;
+	j->layout_rank = t->rank;
+	j->layout_hash = gs_layout_hash(&j->layout);
+	gs_info("job '%s': %u tensors in %u buckets (threshold %llu, largest bucket %llu elements), layout hash %016llx",
+		j->id, j->layout.n, j->plan.nbuckets,
+		(unsigned long long)j->d->settings.threshold,
+		(unsigned long long)j->plan.largest_bucket,
+		(unsigned long long)j->layout_hash);
+	return GS_OK;
+}
+
+/* ---- The step ---------------------------------------------------------- */
+
+void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
+{
+	struct gs_job *j = t->job;
+	if (!t->registered) {
+		gs_conn_fail(t->conn, GS_ESTATE, "BeginStep before the tensors are registered");
+		return;
+	}
+	if (t->in_step) {
+		gs_conn_fail(t->conn, GS_ESTATE, "BeginStep for step %llu while step %llu is in progress",
+			     (unsigned long long)b->step, (unsigned long long)t->seq);
+		return;
+	}
+	if (b->step != t->seq + 1) {
+		gs_conn_fail(t->conn, GS_EPROTO, "BeginStep numbers step %llu; expected %llu",
+			     (unsigned long long)b->step, (unsigned long long)t->seq + 1);
+		return;
+	}
+	if (b->clipping && !(b->clip_value > 0 && isfinite(b->clip_value))) {
+		gs_conn_fail(t->conn, GS_EINVAL, "clip value %g must be positive and finite",
+			     (double)b->clip_value);
+		return;
+	}
+	t->seq = b->step;
+	t->in_step = true;
+	t->clipped = 0;
+	t->bucket_events = b->bucket_events;
+	t->pack = (struct gs_pack_params){ j->prescale, b->clipping, b->clip_value };
+	if (!j->in_step) {
+		j->in_step = true;
+		j->step++;
+		j->step_start_ns = 0;
+		j->step_nonfinite = 0;
+		j->step_wire_bytes = 0;
+	}
+}
+
+static void launch_ready(struct gs_job *j)
+{
+	uint32_t size = j->d->settings.local_size;
+	while (!j->aborting && j->next_launch < j->plan.nbuckets) {
+		uint32_t b = j->next_launch;
+		if (j->bucket_marks[b] < size * j->plan.buckets[b].count)
+			return;
+		struct gs_bucket_run *run = gs_bucket_run_create(j, b);
+		if (!run) {
+			abort_step(j, "out of memory launching a bucket");
+			return;
+		}
+		j->next_launch++;
+		j->inflight++;
+		gs_worker_submit(&j->d->worker, &run->work);
+	}
+}
+
+void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
+{
+	struct gs_job *j = t->job;
+	if (!t->in_step) {
+		gs_conn_fail(t->conn, GS_ESTATE, "GradientsReady outside a step (BeginStep first)");
+		return;
+	}
+	if (r->step != t->seq) {
+		gs_conn_fail(t->conn, GS_EPROTO, "GradientsReady for step %llu during step %llu",
+			     (unsigned long long)r->step, (unsigned long long)t->seq);
+		return;
+	}
+	for (size_t i = 0; i < r->n_tensors; i++) {
+		uint32_t idx = r->tensors[i];
+		if (idx >= t->layout.n) {
+			gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names tensor %u; %u are registered",
+				     idx, t->layout.n);
+			return;
+		}
+		if (t->marked[idx] == j->step) {
+			gs_conn_fail(t->conn, GS_EPROTO, "tensor '%s' marked ready twice in one step",
+				     t->layout.names[idx]);
+			return;
+		}
+		t->marked[idx] = j->step;
+		j->bucket_marks[j->plan.bucket_of[idx]]++;
+	}
+	if (j->step_start_ns == 0)
+		j->step_start_ns = gs_now_ns();
+	launch_ready(j);
+}
+
+static void send_bucket_done(struct gs_job *j, const struct gs_bucket_run *run)
+{
+	const struct gs_bucket *bk = &j->plan.buckets[run->bucket];
+	Gradsync__BucketDone done = GRADSYNC__BUCKET_DONE__INIT;
+	done.bucket = run->bucket;
+	done.n_tensors = bk->count;
+	done.tensors = &j->plan.members[bk->first];
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_BUCKET_DONE;
+	m.bucket_done = &done;
+	for (unsigned r = 0; r < run->nranks; r++) {
+		struct gs_trainer *t = j->slots[r];
+		if (t && t->in_step && t->bucket_events) {
+			done.step = t->seq;
+			gs_conn_send(t->conn, &m);
+		}
+	}
+}
+
+void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
+{
+	j->inflight--;
+	if (run->status != GS_OK) {
+		char why[160];
+		snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
+			 run->bucket, gs_strerror(run->status));
+		abort_step(j, why);
+	} else if (!j->aborting) {
+		j->buckets_done++;
+		j->step_nonfinite += run->nonfinite;
+		j->step_wire_bytes += j->plan.buckets[run->bucket].elements *
+				      gs_wire_size(j->d->backend->wire);
+		for (unsigned r = 0; r < run->nranks; r++) {
+			struct gs_trainer *t = j->slots[r];
+			if (t && t->tensors == run->tensors[r])
+				t->clipped += run->clipped[r];
+		}
+		send_bucket_done(j, run);
+	}
+	gs_bucket_run_free(run);
+	try_finish(j);
+	gs_job_reap(j);
+}

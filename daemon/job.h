@@ -1,0 +1,85 @@
+/*
+ * The step engine of the node's job: which trainer holds which local rank,
+ * the layout they all registered and its bucket plan, and the step in
+ * progress: readiness per bucket, launching buckets in plan order once
+ * every local trainer has marked all of a bucket's tensors, and step done.
+ * It knows nothing of memfds, CUDA or Gloo: buckets run through the
+ * backend on the worker thread (reduce.c).
+ */
+#ifndef GS_JOB_H
+#define GS_JOB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "gradsync.pb-c.h"
+#include "layout.h"
+#include "plan.h"
+
+#define GS_MAX_LOCAL 64
+
+struct gs_conn;
+struct gs_daemon;
+struct gs_trainer;
+
+struct gs_job {
+	struct gs_daemon *d;
+	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
+	unsigned attached;
+	char id[64];
+
+	/* The layout, fixed by the first trainer to register. */
+	bool has_layout;
+	struct gs_layout layout;
+	uint64_t layout_hash;
+	uint32_t layout_rank;
+	struct gs_plan plan;
+	float prescale, postscale;
+
+	/* The step in progress. */
+	uint64_t step; /* the job's step counter */
+	bool in_step;
+	bool aborting;
+	char abort_reason[256];
+	uint32_t *bucket_marks; /* (trainer, tensor) marks per bucket */
+	uint32_t next_launch;
+	uint32_t buckets_done;
+	uint64_t step_start_ns;
+	uint64_t step_nonfinite;
+	uint64_t step_wire_bytes;
+	unsigned inflight; /* buckets on the worker */
+
+	/* Trainers gone while buckets that read their memory are in flight. */
+	struct gs_trainer *retired;
+};
+
+void gs_job_init(struct gs_job *j, struct gs_daemon *d);
+void gs_job_destroy(struct gs_job *j);
+
+uint32_t gs_job_world_size(const struct gs_job *j);
+const char *gs_job_state(const struct gs_job *j);
+
+/* A trainer said hello: gives it a local rank slot, or drops it with an
+ * Error (rank out of range or taken, another job holds the node). */
+int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h);
+/* The trainer's client is gone: frees its slot, aborts a step it was part
+ * of, and frees it once no bucket uses its memory. */
+void gs_job_detach(struct gs_job *j, struct gs_trainer *t);
+/* Frees retired trainers when no bucket is in flight. */
+void gs_job_reap(struct gs_job *j);
+
+/* A trainer's registration is complete: adopt its layout as the job's, or
+ * compare it with the job's. Returns GS_OK or a GS_E* code with why. */
+int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why,
+			size_t n);
+
+void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b);
+void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r);
+
+/* Worker side (reduce.c): one bucket of one step, run chunk by chunk. */
+struct gs_bucket_run;
+struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket);
+/* Called on the loop thread when the worker has finished it. */
+void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run);
+
+#endif

@@ -1,0 +1,25 @@
+/*
+ * Logging to stderr with levels. Under systemd (JOURNAL_STREAM set) each
+ * line starts with a "<N>" priority prefix that journald understands;
+ * otherwise with a timestamp.
+ */
+#ifndef GS_LOG_H
+#define GS_LOG_H
+
+enum gs_log_level {
+	GS_LOG_ERROR = 3,
+	GS_LOG_WARN = 4,
+	GS_LOG_INFO = 6,
+	GS_LOG_DEBUG = 7,
+};
+
+void gs_log_init(enum gs_log_level level);
+void gs_log(enum gs_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define gs_error(...) gs_log(GS_LOG_ERROR, __VA_ARGS__)
+#define gs_warn(...) gs_log(GS_LOG_WARN, __VA_ARGS__)
+#define gs_info(...) gs_log(GS_LOG_INFO, __VA_ARGS__)
+#define gs_debug(...) gs_log(GS_LOG_DEBUG, __VA_ARGS__)
+
+#endif

@@ -1,0 +1,101 @@
+/*
+ * gradsyncd: the per-node gradient synchronisation daemon. Parses the
+ * settings, picks the backend, and runs the event loop until SIGINT or
+ * SIGTERM, after which it finishes the work in flight and exits.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "server.h"
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+	struct gs_daemon *d = s->data;
+	if (d->stopping)
+		return;
+	d->stopping = 1;
+	gs_info("%s received: shutting down", strsignal(signum));
+	gs_server_close(d);
+	uv_close((uv_handle_t *)&d->sigint, NULL);
+	uv_close((uv_handle_t *)&d->sigterm, NULL);
+	gs_worker_stop(&d->worker);
+}
+
+static struct gs_backend *choose_backend(const struct gs_settings *s)
+{
+	if (s->backend == GS_BACKEND_CUDA) {
+		gs_error("--backend cuda: this gradsyncd was built without the CUDA backend; "
+			 "use --backend host or --backend auto");
+		return NULL;
+	}
+	if (s->backend == GS_BACKEND_AUTO)
+		gs_info("backend auto: using host (this build has no CUDA backend)");
+	struct gs_backend *b = gs_backend_host_create(s->local_size, (enum gs_wire)s->wire,
+						      s->fusion_elements);
+	if (!b)
+		gs_error("cannot allocate %u fusion buffers of %llu elements", s->local_size,
+			 (unsigned long long)s->fusion_elements);
+	return b;
+}
+
+static int run(struct gs_daemon *d)
+{
+	d->loop = uv_default_loop();
+	d->listen_fd = -1;
+	d->start_ns = gs_now_ns();
+	d->backend = choose_backend(&d->settings);
+	if (!d->backend)
+		return 1;
+	gs_job_init(&d->job, d);
+	int r = gs_worker_start(&d->worker, d->loop);
+	if (r < 0) {
+		gs_error("cannot start the worker thread: %s", strerror(-r));
+		goto err_worker;
+	}
+	if (gs_server_listen(d) < 0) {
+		gs_worker_stop(&d->worker);
+		goto err_worker;
+	}
+	uv_signal_init(d->loop, &d->sigint);
+	uv_signal_init(d->loop, &d->sigterm);
+	d->sigint.data = d->sigterm.data = d;
+	uv_signal_start(&d->sigint, on_signal, SIGINT);
+	uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+
+	const struct gs_settings *s = &d->settings;
+	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, %u trainers per node, wire %s, threshold %llu elements",
+		GS_VERSION, s->socket_path, d->backend->name, gs_isa_name(gs_isa_active()),
+		s->local_size, gs_wire_name((enum gs_wire)s->wire),
+		(unsigned long long)s->threshold);
+	uv_run(d->loop, UV_RUN_DEFAULT);
+
+	gs_job_destroy(&d->job);
+	d->backend->ops->destroy(d->backend);
+	uv_loop_close(d->loop);
+	gs_info("stopped");
+	return 0;
+
+err_worker:
+	d->backend->ops->destroy(d->backend);
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	static struct gs_daemon d;
+	switch (gs_settings_load(&d.settings, argc, argv)) {
+	case GS_SETTINGS_EXIT_OK:
+		return 0;
+	case GS_SETTINGS_EXIT_USAGE:
+		return 2;
+	case GS_SETTINGS_RUN:
+		break;
+	}
+	gs_log_init((enum gs_log_level)d.settings.log_level);
+	signal(SIGPIPE, SIG_IGN);
+	return run(&d);
+}

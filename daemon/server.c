@@ -1,0 +1,104 @@
+#include "server.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "log.h"
+
+static void on_accept(uv_poll_t *p, int status, int events)
+{
+	struct gs_daemon *d = p->data;
+	if (status < 0)
+		return;
+	/* Bounded per wake-up, like reads. */
+	for (int i = 0; i < 64; i++) {
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				gs_warn("accept: %s", strerror(errno));
+			return;
+		}
+		int r = gs_conn_create(d, fd);
+		if (r < 0) {
+			gs_warn("cannot take a new client: %s", uv_strerror(r));
+			close(fd);
+		}
+	}
+}
+
+/* A socket file nobody answers on is left over from a crash. */
+static int path_in_use(const struct sockaddr_un *addr)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return 0;
+	int live = connect(fd, (const struct sockaddr *)addr, sizeof(*addr)) == 0;
+	close(fd);
+	return live;
+}
+
+static void make_parent_dir(const char *path)
+{
+	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *slash = strrchr(dir, '/');
+	if (!slash || slash == dir)
+		return;
+	*slash = '\0';
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		gs_warn("cannot create %s: %s", dir, strerror(errno));
+}
+
+int gs_server_listen(struct gs_daemon *d)
+{
+	const char *path = d->settings.socket_path;
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	if (path_in_use(&addr)) {
+		gs_error("another gradsyncd is already listening on %s", path);
+		return -EADDRINUSE;
+	}
+	unlink(path);
+	make_parent_dir(path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		goto err_socket;
+	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(fd, 128) < 0)
+		goto err_bind;
+	int r = uv_poll_init(d->loop, &d->listen_poll, fd);
+	if (r < 0) {
+		errno = -r;
+		goto err_bind;
+	}
+	d->listen_fd = fd;
+	d->listen_poll.data = d;
+	uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	return 0;
+
+err_bind:
+	close(fd);
+err_socket:
+	r = -errno;
+	gs_error("cannot listen on %s: %s", path, strerror(errno));
+	return r;
+}
+
+void gs_server_close(struct gs_daemon *d)
+{
+	if (d->listen_fd >= 0) {
+		uv_poll_stop(&d->listen_poll);
+		uv_close((uv_handle_t *)&d->listen_poll, NULL);
+		close(d->listen_fd);
+		d->listen_fd = -1;
+		unlink(d->settings.socket_path);
+	}
+	while (d->conns)
+		gs_conn_close(d->conns);
+}

@@ -1,0 +1,307 @@
+#include "settings.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gradsync.h"
+#include "log.h"
+
+enum kind { K_PATH, K_UINT, K_CHOICE, K_PREDIVIDE };
+
+struct choice {
+	const char *name;
+	int value;
+};
+
+struct setting {
+	const char *name; /* --name, GRADSYNC_NAME (upper case, '-' as '_') */
+	enum kind kind;
+	size_t offset;
+	const char *def;
+	uint64_t min, max;      /* K_UINT */
+	const struct choice *choices; /* K_CHOICE, ended by a NULL name */
+	const char *help;
+};
+
+static const struct choice wire_choices[] = {
+	{ "fp16", GS_WIRE_F16 }, { "bf16", GS_WIRE_BF16 }, { "fp32", GS_WIRE_F32 }, { NULL, 0 },
+};
+static const struct choice op_choices[] = {
+	{ "average", GS_REDUCE_AVERAGE }, { "sum", GS_REDUCE_SUM }, { NULL, 0 },
+};
+static const struct choice backend_choices[] = {
+	{ "auto", GS_BACKEND_AUTO }, { "host", GS_BACKEND_HOST }, { "cuda", GS_BACKEND_CUDA }, { NULL, 0 },
+};
+static const struct choice log_choices[] = {
+	{ "error", GS_LOG_ERROR }, { "warning", GS_LOG_WARN }, { "info", GS_LOG_INFO },
+	{ "debug", GS_LOG_DEBUG }, { NULL, 0 },
+};
+
+#define OFF(field) offsetof(struct gs_settings, field)
+
+static const struct setting table[] = {
+	{ "socket", K_PATH, OFF(socket_path), GS_DEFAULT_SOCKET, 0, 0, NULL,
+	  "Unix socket to listen on" },
+	{ "local-size", K_UINT, OFF(local_size), "1", 1, 64, NULL,
+	  "trainers (GPUs) per node that take part in every step" },
+	{ "threshold", K_UINT, OFF(threshold), "2097152", 0, UINT64_C(1) << 32, NULL,
+	  "fusion threshold in elements: larger tensors go alone, smaller ones are grouped until the group exceeds it" },
+	{ "wire", K_CHOICE, OFF(wire), "fp16", 0, 0, wire_choices,
+	  "dtype gradients travel and are summed in" },
+	{ "op", K_CHOICE, OFF(op), "average", 0, 0, op_choices,
+	  "reduce operation across all ranks" },
+	{ "predivide", K_PREDIVIDE, OFF(predivide), "world", 0, 0, NULL,
+	  "divide gradients by this factor before the cast and by world/factor after it (average); 'world' divides wholly before" },
+	{ "fusion-buffer", K_UINT, OFF(fusion_elements), "4194304", 1024, UINT64_C(1) << 30, NULL,
+	  "elements per fusion buffer; larger buckets go through it in chunks" },
+	{ "backend", K_CHOICE, OFF(backend), "auto", 0, 0, backend_choices,
+	  "where gradients live and are reduced: host (shared memory), cuda (GPU; needs a usable GPU), auto (cuda when usable)" },
+	{ "log-level", K_CHOICE, OFF(log_level), "info", 0, 0, log_choices,
+	  "least severe messages logged" },
+	{ "max-frame", K_UINT, OFF(max_frame), "4194304", 4096, UINT64_C(1) << 30, NULL,
+	  "largest protocol frame accepted, in bytes" },
+	{ "max-tensors", K_UINT, OFF(max_tensors), "65536", 1, UINT64_C(1) << 24, NULL,
+	  "most tensors one trainer may register" },
+	{ "max-bytes", K_UINT, OFF(max_bytes), "68719476736", 4, UINT64_C(1) << 46, NULL,
+	  "most gradient bytes one trainer may register" },
+};
+
+#define NSETTINGS (sizeof(table) / sizeof(table[0]))
+
+static const char *sources[NSETTINGS];
+
+static void env_name(const struct setting *st, char *out, size_t n)
+{
+	size_t k = (size_t)snprintf(out, n, "GRADSYNC_");
+	for (const char *p = st->name; *p && k + 1 < n; p++)
+		out[k++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+	out[k] = '\0';
+}
+
+static int parse_uint(const char *text, uint64_t *out)
+{
+	if (!isdigit((unsigned char)text[0]))
+		return -EINVAL;
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(text, &end, 10);
+	if (errno || *end)
+		return -EINVAL;
+	*out = v;
+	return 0;
+}
+
+static void describe_range(const struct setting *st, char *out, size_t n)
+{
+	switch (st->kind) {
+	case K_UINT:
+		snprintf(out, n, "an integer in [%llu, %llu]",
+			 (unsigned long long)st->min, (unsigned long long)st->max);
+		break;
+	case K_CHOICE: {
+		size_t k = (size_t)snprintf(out, n, "one of");
+		for (const struct choice *c = st->choices; c->name && k < n; c++)
+			k += (size_t)snprintf(out + k, n - k, " %s", c->name);
+		break;
+	}
+	case K_PREDIVIDE:
+		snprintf(out, n, "'world' or a number in [1, 1e6]");
+		break;
+	case K_PATH:
+		snprintf(out, n, "a path of 1 to 107 bytes");
+		break;
+	}
+}
+
+static int apply(const struct setting *st, const char *text, struct gs_settings *s)
+{
+	char *field = (char *)s + st->offset;
+	uint64_t v;
+	switch (st->kind) {
+	case K_PATH:
+		if (!text[0] || strlen(text) >= sizeof(s->socket_path))
+			return -EINVAL;
+		strcpy(field, text);
+		return 0;
+	case K_UINT:
+		if (parse_uint(text, &v) < 0 || v < st->min || v > st->max)
+			return -EINVAL;
+		if (st->offset == OFF(local_size))
+			*(uint32_t *)field = (uint32_t)v;
+		else
+			*(uint64_t *)field = v;
+		return 0;
+	case K_CHOICE:
+		for (const struct choice *c = st->choices; c->name; c++) {
+			if (strcmp(c->name, text) == 0) {
+				*(int *)field = c->value;
+				return 0;
+			}
+		}
+		return -EINVAL;
+	case K_PREDIVIDE: {
+		if (strcmp(text, "world") == 0) {
+			*(double *)field = 0;
+			return 0;
+		}
+		char *end;
+		double d = strtod(text, &end);
+		if (*end || !(d >= 1 && d <= 1e6))
+			return -EINVAL;
+		*(double *)field = d;
+		return 0;
+	}
+	}
+	return -EINVAL;
+}
+
+static int apply_from(const struct setting *st, const char *text,
+		      const char *source, struct gs_settings *s)
+{
+	if (apply(st, text, s) == 0) {
+		sources[st - table] = source;
+		return 0;
+	}
+	char env[64], range[160];
+	env_name(st, env, sizeof(env));
+	describe_range(st, range, sizeof(range));
+	fprintf(stderr, "gradsyncd: invalid value '%s' for --%s (%s), from %s: expected %s\n",
+		text, st->name, env, source, range);
+	return -EINVAL;
+}
+
+static void format_value(const struct setting *st, const struct gs_settings *s,
+			 char *out, size_t n)
+{
+	const char *field = (const char *)s + st->offset;
+	switch (st->kind) {
+	case K_PATH:
+		snprintf(out, n, "%s", field);
+		break;
+	case K_UINT:
+		if (st->offset == OFF(local_size))
+			snprintf(out, n, "%u", *(const uint32_t *)field);
+		else
+			snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field);
+		break;
+	case K_CHOICE:
+		snprintf(out, n, "?");
+		for (const struct choice *c = st->choices; c->name; c++)
+			if (c->value == *(const int *)field)
+				snprintf(out, n, "%s", c->name);
+		break;
+	case K_PREDIVIDE:
+		if (*(const double *)field == 0)
+			snprintf(out, n, "world");
+		else
+			snprintf(out, n, "%g", *(const double *)field);
+		break;
+	}
+}
+
+static void print_help(FILE *f)
+{
+	fprintf(f, "Usage: gradsyncd [OPTION]...\n"
+		   "Synchronise the gradients of data-parallel trainers on this node.\n\n");
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char env[64], range[160];
+		env_name(&table[i], env, sizeof(env));
+		describe_range(&table[i], range, sizeof(range));
+		fprintf(f, "  --%s=VALUE\n      %s.\n      %s; default %s; environment %s.\n",
+			table[i].name, table[i].help, range, table[i].def, env);
+	}
+	fprintf(f, "  --print-config\n      print the effective settings and where each came from, then exit.\n"
+		   "  --help, --version\n");
+}
+
+static void print_config(const struct gs_settings *s)
+{
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char value[160];
+		format_value(&table[i], s, value, sizeof(value));
+		printf("%-14s %-30s # %s\n", table[i].name, value, sources[i]);
+	}
+}
+
+enum { OPT_HELP = 256, OPT_VERSION, OPT_PRINT_CONFIG, OPT_SETTING };
+
+static int load_defaults_and_env(struct gs_settings *s)
+{
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (apply_from(&table[i], table[i].def, "default", s) < 0)
+			return -EINVAL;
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		char env[64];
+		env_name(&table[i], env, sizeof(env));
+		const char *v = getenv(env);
+		if (v && apply_from(&table[i], v, "environment", s) < 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
+					 char **argv)
+{
+	memset(s, 0, sizeof(*s));
+	if (load_defaults_and_env(s) < 0)
+		return GS_SETTINGS_EXIT_USAGE;
+
+	struct option opts[NSETTINGS + 4];
+	for (size_t i = 0; i < NSETTINGS; i++)
+		opts[i] = (struct option){ table[i].name, required_argument, NULL,
+					   OPT_SETTING + (int)i };
+	opts[NSETTINGS] = (struct option){ "help", no_argument, NULL, OPT_HELP };
+	opts[NSETTINGS + 1] = (struct option){ "version", no_argument, NULL, OPT_VERSION };
+	opts[NSETTINGS + 2] = (struct option){ "print-config", no_argument, NULL, OPT_PRINT_CONFIG };
+	opts[NSETTINGS + 3] = (struct option){ NULL, 0, NULL, 0 };
+
+	bool want_config = false;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c == OPT_HELP) {
+			print_help(stdout);
+			return GS_SETTINGS_EXIT_OK;
+		} else if (c == OPT_VERSION) {
+			printf("gradsyncd %s\n", GS_VERSION);
+			return GS_SETTINGS_EXIT_OK;
+		} else if (c == OPT_PRINT_CONFIG) {
+			want_config = true;
+		} else if (c >= OPT_SETTING && c < OPT_SETTING + (int)NSETTINGS) {
+			if (apply_from(&table[c - OPT_SETTING], optarg, "command line", s) < 0)
+				return GS_SETTINGS_EXIT_USAGE;
+		} else {
+			fprintf(stderr, "Try 'gradsyncd --help'.\n");
+			return GS_SETTINGS_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "gradsyncd: unexpected argument '%s'\nTry 'gradsyncd --help'.\n",
+			argv[optind]);
+		return GS_SETTINGS_EXIT_USAGE;
+	}
+	if (want_config) {
+		print_config(s);
+		return GS_SETTINGS_EXIT_OK;
+	}
+	return GS_SETTINGS_RUN;
+}
+
+double gs_settings_predivide(const struct gs_settings *s, uint32_t world)
+{
+	return s->predivide == 0 ? (double)world : s->predivide;
+}
+
+void gs_settings_scales(const struct gs_settings *s, uint32_t world,
+			double *pre, double *post)
+{
+	double f = gs_settings_predivide(s, world);
+	*pre = 1.0 / f;
+	*post = s->op == GS_REDUCE_AVERAGE ? f / (double)world : f;
+}

@@ -1,0 +1,54 @@
+/*
+ * gradsyncd's settings. One table (settings.c) drives the command-line
+ * flags, the GRADSYNC_* environment variables, --help and --print-config,
+ * so they cannot drift apart. A flag beats the environment, which beats
+ * the default.
+ */
+#ifndef GS_SETTINGS_H
+#define GS_SETTINGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "convert.h"
+
+enum gs_reduce { GS_REDUCE_AVERAGE = 1, GS_REDUCE_SUM = 2 };
+enum gs_backend_choice { GS_BACKEND_AUTO = 0, GS_BACKEND_HOST = 1, GS_BACKEND_CUDA = 2 };
+
+struct gs_settings {
+	char socket_path[108]; /* sizeof(sun_path) */
+	uint32_t local_size;
+	uint64_t threshold;       /* elements */
+	int wire;                 /* enum gs_wire */
+	int op;                   /* enum gs_reduce */
+	double predivide;         /* 0: the world size */
+	uint64_t fusion_elements; /* per fusion buffer */
+	int backend;              /* enum gs_backend_choice */
+	int log_level;            /* enum gs_log_level */
+	uint64_t max_frame;       /* bytes */
+	uint64_t max_tensors;     /* per trainer */
+	uint64_t max_bytes;       /* registered per trainer */
+};
+
+enum gs_settings_result {
+	GS_SETTINGS_RUN = 0,
+	GS_SETTINGS_EXIT_OK = 1,    /* --help, --version, --print-config */
+	GS_SETTINGS_EXIT_USAGE = 2, /* message already printed */
+};
+
+/* Fills *s from defaults, environment and argv; prints --help, --version,
+ * --print-config output or the reason a value is refused (naming the
+ * setting and its allowed range). */
+enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
+					 char **argv);
+
+/* The derived scale factors for a world of `world` ranks: gradients are
+ * multiplied by *pre before the cast and by *post after the reduce. */
+void gs_settings_scales(const struct gs_settings *s, uint32_t world,
+			double *pre, double *post);
+
+/* The effective predivide factor for a world of `world` ranks. */
+double gs_settings_predivide(const struct gs_settings *s, uint32_t world);
+
+#endif

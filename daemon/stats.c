@@ -1,0 +1,36 @@
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+
+uint64_t gs_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void gs_stats_record_step(struct gs_stats *s, uint64_t duration_ns)
+{
+	s->history[s->steps_completed % GS_STEP_HISTORY] = duration_ns;
+	s->steps_completed++;
+	s->last_step_ns = duration_ns;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+uint64_t gs_stats_median(const struct gs_stats *s)
+{
+	size_t n = s->steps_completed < GS_STEP_HISTORY ? s->steps_completed : GS_STEP_HISTORY;
+	if (n == 0)
+		return 0;
+	uint64_t sorted[GS_STEP_HISTORY];
+	memcpy(sorted, s->history, n * sizeof(*sorted));
+	qsort(sorted, n, sizeof(*sorted), cmp_u64);
+	return n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}

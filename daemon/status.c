@@ -1,0 +1,81 @@
+#include "status.h"
+
+#include <stdlib.h>
+
+#include "daemon.h"
+#include "gradsync.h"
+#include "trainer.h"
+
+void gs_status_fill_settings(const struct gs_daemon *d, Gradsync__Settings *s)
+{
+	const struct gs_settings *st = &d->settings;
+	uint32_t world = gs_job_world_size(&d->job);
+	s->threshold = st->threshold;
+	s->wire_dtype = (Gradsync__WireDtype)st->wire;
+	s->op = (Gradsync__ReduceOp)st->op;
+	s->predivide_factor = gs_settings_predivide(st, world);
+	s->fusion_buffer_elements = st->fusion_elements;
+	gs_settings_scales(st, world, &s->prescale, &s->postscale);
+}
+
+static void fill_trainer(const struct gs_trainer *t, Gradsync__TrainerStatus *ts)
+{
+	gradsync__trainer_status__init(ts);
+	ts->pid = (uint32_t)t->pid;
+	ts->uid = (uint32_t)t->uid;
+	ts->local_rank = t->rank;
+	ts->tensors = t->layout.n;
+	ts->bytes = t->bytes;
+	ts->state = (char *)gs_trainer_state(t);
+	ts->steps = t->steps;
+}
+
+void gs_status_reply(struct gs_conn *c)
+{
+	const struct gs_daemon *d = c->d;
+	const struct gs_job *j = &d->job;
+	const struct gs_stats *st = &d->stats;
+	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
+	gs_status_fill_settings(d, &settings);
+
+	Gradsync__TrainerStatus trainers[GS_MAX_LOCAL];
+	Gradsync__TrainerStatus *tptrs[GS_MAX_LOCAL];
+	size_t nt = 0;
+	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
+		if (!j->slots[r])
+			continue;
+		fill_trainer(j->slots[r], &trainers[nt]);
+		tptrs[nt] = &trainers[nt];
+		nt++;
+	}
+
+	Gradsync__StatusReply s = GRADSYNC__STATUS_REPLY__INIT;
+	s.daemon_version = GS_VERSION;
+	s.uptime_ns = gs_now_ns() - d->start_ns;
+	s.backend = (char *)d->backend->name;
+	s.settings = &settings;
+	s.local_size = d->settings.local_size;
+	s.world_size = gs_job_world_size(j);
+	s.node_rank = 0;
+	s.nodes = 1;
+	s.job_state = (char *)gs_job_state(j);
+	s.job_id = (char *)j->id;
+	s.n_trainers = nt;
+	s.trainers = tptrs;
+	s.buckets = j->plan.nbuckets;
+	s.steps_completed = st->steps_completed;
+	s.steps_aborted = st->steps_aborted;
+	s.last_step_ns = st->last_step_ns;
+	s.median_step_ns = gs_stats_median(st);
+	s.bytes_reduced = st->bytes_reduced;
+	s.elements_clipped = st->elements_clipped;
+	s.nonfinite = st->nonfinite;
+	s.current_step = j->step;
+	s.buckets_in_flight = j->inflight;
+	s.isa = (char *)gs_isa_name(gs_isa_active());
+
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STATUS_REPLY;
+	m.status_reply = &s;
+	gs_conn_send(c, &m);
+}

@@ -1,0 +1,38 @@
+/*
+ * The compute worker: one thread that runs work items in submission order
+ * (so buckets reduce in plan order) and hands each back to the event loop
+ * when it is done. The loop thread never packs, reduces or unpacks, so it
+ * answers status queries while a bucket is being reduced.
+ */
+#ifndef GS_WORKER_H
+#define GS_WORKER_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <uv.h>
+
+struct gs_work {
+	struct gs_work *next;
+	void (*run)(struct gs_work *w);  /* on the worker thread */
+	void (*done)(struct gs_work *w); /* on the loop thread, after run */
+};
+
+struct gs_worker {
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;
+	struct gs_work *todo_head, *todo_tail;
+	struct gs_work *done_head, *done_tail;
+	uv_async_t async;
+	bool stopping;
+	unsigned inflight; /* submitted, done not yet called; loop thread only */
+};
+
+int gs_worker_start(struct gs_worker *w, uv_loop_t *loop);
+/* Queues w; its done callback runs on the loop thread later. */
+void gs_worker_submit(struct gs_worker *w, struct gs_work *work);
+/* Finishes queued work, joins the thread, calls the remaining done
+ * callbacks and closes the async handle. */
+void gs_worker_stop(struct gs_worker *w);
+
+#endif

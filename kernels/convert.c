@@ -1,0 +1,202 @@
+/*
+ * Wire dtypes, ISA selection and the public entry points, which dispatch
+ * to the kernels of the active ISA. The ISA is chosen once, at first use:
+ * the best the CPU has, unless GRADSYNC_ISA names another one it has, or a
+ * test or benchmark forces one.
+ */
+#include <cpuid.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "convert.h"
+#include "convert_impl.h"
+
+size_t gs_wire_size(enum gs_wire w)
+{
+	switch (w) {
+	case GS_WIRE_F16:
+	case GS_WIRE_BF16:
+		return 2;
+	case GS_WIRE_F32:
+		return 4;
+	}
+	return 0;
+}
+
+const char *gs_wire_name(enum gs_wire w)
+{
+	switch (w) {
+	case GS_WIRE_F16:
+		return "fp16";
+	case GS_WIRE_BF16:
+		return "bf16";
+	case GS_WIRE_F32:
+		return "fp32";
+	}
+	return "unknown";
+}
+
+/* ----------------------------------------------------------------- ISA */
+
+static const char *const isa_names[] = {
+	[GS_ISA_SCALAR] = "scalar",
+	[GS_ISA_F16C] = "f16c",
+	[GS_ISA_AVX512] = "avx512",
+};
+
+static const struct gs_convert_ops *const isa_ops[] = {
+	[GS_ISA_SCALAR] = &gs_convert_scalar,
+	[GS_ISA_F16C] = &gs_convert_f16c,
+	[GS_ISA_AVX512] = &gs_convert_avx512,
+};
+
+#define NISA (sizeof(isa_names) / sizeof(isa_names[0]))
+
+/* -1 until first use. */
+static _Atomic int active_isa = -1;
+
+/* Clang before 16 has no "f16c" for __builtin_cpu_supports; CPUID leaf 1
+ * says it directly (the OS support it needs is AVX's, checked with AVX2). */
+static bool cpu_has_f16c(void)
+{
+	unsigned a, b, c, d;
+
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
+/* __builtin_cpu_supports also checks that the OS saves the AVX and
+ * AVX-512 register state, not just the CPUID bits. */
+static bool isa_supported(enum gs_isa isa)
+{
+	__builtin_cpu_init();
+	switch (isa) {
+	case GS_ISA_SCALAR:
+		return true;
+	case GS_ISA_F16C:
+		/* The kernels are built with -mavx2 -mf16c, which lets the
+		 * compiler use POPCNT too. */
+		return __builtin_cpu_supports("avx2") && cpu_has_f16c() &&
+		       __builtin_cpu_supports("popcnt");
+	case GS_ISA_AVX512:
+		return isa_supported(GS_ISA_F16C) &&
+		       __builtin_cpu_supports("avx512f") &&
+		       __builtin_cpu_supports("avx512bw") &&
+		       __builtin_cpu_supports("avx512vl");
+	}
+	return false;
+}
+
+enum gs_isa gs_isa_detect(void)
+{
+	if (isa_supported(GS_ISA_AVX512))
+		return GS_ISA_AVX512;
+	if (isa_supported(GS_ISA_F16C))
+		return GS_ISA_F16C;
+	return GS_ISA_SCALAR;
+}
+
+/* GRADSYNC_ISA lets an operator or a benchmark pin a path without code;
+ * a value that is unknown or that this CPU lacks is ignored. */
+static enum gs_isa initial_isa(void)
+{
+	const char *want = getenv("GRADSYNC_ISA");
+
+	if (want) {
+		for (size_t i = 0; i < NISA; i++)
+			if (!strcmp(want, isa_names[i]) &&
+			    isa_supported((enum gs_isa)i))
+				return (enum gs_isa)i;
+	}
+	return gs_isa_detect();
+}
+
+enum gs_isa gs_isa_active(void)
+{
+	int isa = atomic_load_explicit(&active_isa, memory_order_relaxed);
+	int unset = -1;
+
+	if (isa >= 0)
+		return (enum gs_isa)isa;
+	/* Racing first callers compute the same answer; a concurrent
+	 * gs_isa_force wins over it. */
+	isa = (int)initial_isa();
+	if (!atomic_compare_exchange_strong(&active_isa, &unset, isa))
+		isa = unset;
+	return (enum gs_isa)isa;
+}
+
+const char *gs_isa_name(enum gs_isa isa)
+{
+	if ((unsigned)isa >= NISA)
+		return "unknown";
+	return isa_names[isa];
+}
+
+bool gs_isa_force(enum gs_isa isa)
+{
+	if ((unsigned)isa >= NISA || !isa_supported(isa))
+		return false;
+	atomic_store(&active_isa, (int)isa);
+	return true;
+}
+
+static const struct gs_convert_ops *ops(void)
+{
+	return isa_ops[gs_isa_active()];
+}
+
+/* ------------------------------------------------------------- kernels */
+
+uint64_t gs_pack(enum gs_wire w, void *dst, const float *src, size_t n,
+		 const struct gs_pack_params *p)
+{
+	static const struct gs_pack_params plain = { .prescale = 1.0f };
+
+	if (!gs_wire_size(w))
+		return 0;
+	return ops()->pack(w, dst, src, n, p ? p : &plain);
+}
+
+void gs_reduce_sum(enum gs_wire w, void *dst, const void *const *srcs,
+		   size_t nsrc, size_t n)
+{
+	size_t size = gs_wire_size(w);
+
+	if (!size)
+		return;
+	/* The empty sum is zero, which is all-zero bits in every dtype. */
+	if (nsrc == 0) {
+		memset(dst, 0, n * size);
+		return;
+	}
+	ops()->reduce_sum(w, dst, srcs, nsrc, n);
+}
+
+uint64_t gs_unpack(enum gs_wire w, float *const *dsts, size_t ndst,
+		   const void *src, size_t n, float postscale)
+{
+	if (!gs_wire_size(w))
+		return 0;
+	return ops()->unpack(w, dsts, ndst, src, n, postscale);
+}
+
+void gs_f32_to_f16(uint16_t *dst, const float *src, size_t n)
+{
+	ops()->f32_to_f16(dst, src, n);
+}
+
+void gs_f16_to_f32(float *dst, const uint16_t *src, size_t n)
+{
+	ops()->f16_to_f32(dst, src, n);
+}
+
+void gs_f32_to_bf16(uint16_t *dst, const float *src, size_t n)
+{
+	ops()->f32_to_bf16(dst, src, n);
+}
+
+void gs_bf16_to_f32(float *dst, const uint16_t *src, size_t n)
+{
+	ops()->bf16_to_f32(dst, src, n);
+}

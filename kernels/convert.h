@@ -1,0 +1,81 @@
+/*
+ * Host conversion kernels: pack (clip, scale, round to the wire dtype),
+ * reduce (sum wire buffers, accumulating in fp32, rounding once), unpack
+ * (widen, scale, count non-finite values). Each has a scalar path and
+ * vectorised paths (F16C + AVX2, AVX-512) chosen once at run time from the
+ * CPU's features; all paths give bit-identical results, and the per-element
+ * arithmetic they implement is the one in elementwise.h.
+ */
+#ifndef GS_CONVERT_H
+#define GS_CONVERT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum gs_wire {
+	GS_WIRE_F16 = 1,
+	GS_WIRE_BF16 = 2,
+	GS_WIRE_F32 = 3,
+};
+
+/* Bytes per element on the wire. */
+size_t gs_wire_size(enum gs_wire w);
+const char *gs_wire_name(enum gs_wire w);
+
+enum gs_isa {
+	GS_ISA_SCALAR = 0,
+	GS_ISA_F16C = 1,   /* AVX2 + F16C */
+	GS_ISA_AVX512 = 2, /* AVX-512 F/BW/VL (+ F16C) */
+};
+
+/* The best ISA this CPU supports. */
+enum gs_isa gs_isa_detect(void);
+/* The ISA the kernels use now (detected at first use unless forced). */
+enum gs_isa gs_isa_active(void);
+const char *gs_isa_name(enum gs_isa isa);
+/* Forces an ISA (tests, benchmarks). Returns false, changing nothing, when
+ * the CPU lacks it. */
+bool gs_isa_force(enum gs_isa isa);
+
+struct gs_pack_params {
+	float prescale;   /* multiply after clipping, before the cast */
+	bool clip;
+	float clip_value; /* clip to [-clip_value, clip_value]; NaN stays NaN */
+};
+
+/* dst[i] = round_wire(clip(src[i]) * prescale) for i < n; dst holds n wire
+ * elements. Returns the number of elements whose magnitude exceeded
+ * clip_value (0 when not clipping). p NULL: no clipping, prescale 1. An
+ * unknown wire dtype does nothing and returns 0. */
+uint64_t gs_pack(enum gs_wire w, void *dst, const float *src, size_t n,
+		 const struct gs_pack_params *p);
+
+/* dst[i] = round_wire(sum over k < nsrc of widen(srcs[k][i])), summing in
+ * fp32 in order k = 0, 1, ...; dst may alias srcs[0]. nsrc == 0 writes
+ * zeros. */
+void gs_reduce_sum(enum gs_wire w, void *dst, const void *const *srcs,
+		   size_t nsrc, size_t n);
+
+/* For every d < ndst: dsts[d][i] = widen(src[i]) * postscale, i < n.
+ * Returns how many of the n results are not finite (counted once, not per
+ * destination). */
+uint64_t gs_unpack(enum gs_wire w, float *const *dsts, size_t ndst,
+		   const void *src, size_t n, float postscale);
+
+/* Plain conversions, round to nearest even, subnormals kept, NaN kept NaN
+ * (quieted), infinities kept. */
+void gs_f32_to_f16(uint16_t *dst, const float *src, size_t n);
+void gs_f16_to_f32(float *dst, const uint16_t *src, size_t n);
+void gs_f32_to_bf16(uint16_t *dst, const float *src, size_t n);
+void gs_bf16_to_f32(float *dst, const uint16_t *src, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

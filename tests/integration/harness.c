@@ -1,0 +1,279 @@
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <cmocka.h>
+
+#include "frame.h"
+
+static const char *env_or_fail(const char *name)
+{
+	const char *v = getenv(name);
+	if (!v)
+		fail_msg("%s is not set; run the test through meson test", name);
+	return v;
+}
+
+static long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+}
+
+pid_t harness_spawn(const char *const *argv, const char *log)
+{
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+			close(fd);
+		}
+		execv(argv[0], (char *const *)argv);
+		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+		_exit(127);
+	}
+	return pid;
+}
+
+int harness_wait(pid_t pid, int timeout_ms)
+{
+	long deadline = now_ms() + timeout_ms;
+	int status;
+	for (;;) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		if (r == pid)
+			break;
+		if (now_ms() > deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			fail_msg("process %d still running after %d ms", (int)pid, timeout_ms);
+		}
+		usleep(5000);
+	}
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static bool can_connect(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	bool ok = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
+	close(fd);
+	return ok;
+}
+
+void harness_daemon_start(struct gs_test_daemon *d, const char *const *args)
+{
+	snprintf(d->dir, sizeof(d->dir), "/tmp/gradsync-test-XXXXXX");
+	assert_non_null(mkdtemp(d->dir));
+	snprintf(d->socket, sizeof(d->socket), "%s/gradsyncd.sock", d->dir);
+	snprintf(d->log, sizeof(d->log), "%s/gradsyncd.log", d->dir);
+
+	const char *argv[32];
+	size_t n = 0;
+	static char socket_arg[200];
+	snprintf(socket_arg, sizeof(socket_arg), "--socket=%s", d->socket);
+	argv[n++] = env_or_fail("GS_DAEMON");
+	argv[n++] = socket_arg;
+	argv[n++] = "--log-level=debug";
+	for (size_t i = 0; args && args[i] && n < 31; i++)
+		argv[n++] = args[i];
+	argv[n] = NULL;
+	d->pid = harness_spawn(argv, d->log);
+
+	long deadline = now_ms() + 10000;
+	while (!can_connect(d->socket)) {
+		if (!harness_daemon_alive(d) || now_ms() > deadline) {
+			harness_dump(d->log);
+			fail_msg("gradsyncd did not start listening on %s", d->socket);
+		}
+		usleep(10000);
+	}
+}
+
+bool harness_daemon_alive(const struct gs_test_daemon *d)
+{
+	return waitpid(d->pid, NULL, WNOHANG) == 0;
+}
+
+int harness_daemon_stop(struct gs_test_daemon *d)
+{
+	kill(d->pid, SIGTERM);
+	int status = harness_wait(d->pid, 10000);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
+	if (status == 0 && system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", d->dir);
+	return status;
+}
+
+bool harness_log_contains(const struct gs_test_daemon *d, const char *text)
+{
+	FILE *f = fopen(d->log, "r");
+	if (!f)
+		return false;
+	char line[4096];
+	bool found = false;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, text) != NULL;
+	fclose(f);
+	return found;
+}
+
+const char *harness_layout(const char *name)
+{
+	static char path[512];
+	snprintf(path, sizeof(path), "%s/%s", env_or_fail("GS_LAYOUTS"), name);
+	return path;
+}
+
+void harness_dump(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return;
+	char line[4096];
+	fprintf(stderr, "---- %s\n", path);
+	while (fgets(line, sizeof(line), f))
+		fputs(line, stderr);
+	fprintf(stderr, "----\n");
+	fclose(f);
+}
+
+/* ---- Raw protocol ------------------------------------------------------ */
+
+int raw_connect(const char *path)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_true(fd >= 0);
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof(addr)), 0);
+	struct timeval tv = { 10, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+void raw_send_bytes(int fd, const void *data, size_t len)
+{
+	const char *p = data;
+	while (len > 0) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return; /* the daemon may already have dropped us */
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+void raw_send(int fd, const Gradsync__Message *m, const int *fds, size_t nfds)
+{
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(gs_frame_encode(m, &buf, &len), 0);
+	size_t off = 0;
+	if (nfds > 0) {
+		ssize_t n = gs_frame_write_some(fd, buf, len, fds, nfds);
+		assert_true(n > 0);
+		off = (size_t)n;
+	}
+	raw_send_bytes(fd, buf + off, len - off);
+	free(buf);
+}
+
+Gradsync__Message *raw_recv(int fd)
+{
+	uint8_t hdr[4];
+	size_t got = 0;
+	while (got < 4) {
+		ssize_t n = recv(fd, hdr + got, 4 - got, 0);
+		if (n <= 0)
+			return NULL;
+		got += (size_t)n;
+	}
+	uint32_t len = gs_frame_get_len(hdr);
+	assert_true(len < (16u << 20));
+	uint8_t *buf = malloc(len ? len : 1);
+	got = 0;
+	while (got < len) {
+		ssize_t n = recv(fd, buf + got, len - got, 0);
+		if (n <= 0) {
+			free(buf);
+			return NULL;
+		}
+		got += (size_t)n;
+	}
+	Gradsync__Message *m = gradsync__message__unpack(NULL, len, buf);
+	free(buf);
+	return m;
+}
+
+void raw_hello(int fd, uint32_t rank)
+{
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.protocol_version = 1;
+	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
+	h.local_rank = rank;
+	h.pid = (uint32_t)getpid();
+	h.job_id = "";
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	raw_send(fd, &m, NULL, 0);
+	Gradsync__Message *r = raw_recv(fd);
+	assert_non_null(r);
+	if (r->body_case == GRADSYNC__MESSAGE__BODY_ERROR)
+		fail_msg("hello refused: %s", r->error->message);
+	assert_int_equal(r->body_case, GRADSYNC__MESSAGE__BODY_WELCOME);
+	gradsync__message__free_unpacked(r, NULL);
+}
+
+void raw_expect_error(int fd, int code, const char *text)
+{
+	Gradsync__Message *r = raw_recv(fd);
+	if (!r)
+		fail_msg("expected an Error containing '%s', got the end of the stream", text);
+	if (r->body_case != GRADSYNC__MESSAGE__BODY_ERROR)
+		fail_msg("expected an Error containing '%s', got message %d", text,
+			 (int)r->body_case);
+	print_message("  daemon said: %s\n", r->error->message);
+	if (!strstr(r->error->message, text))
+		fail_msg("error '%s' does not contain '%s'", r->error->message, text);
+	assert_int_equal(r->error->code, code);
+	gradsync__message__free_unpacked(r, NULL);
+	/* The daemon closes after an Error. */
+	assert_null(raw_recv(fd));
+}
+
+int make_memfd(size_t size, bool sealed)
+{
+	int fd = memfd_create("gradsync-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, (off_t)size), 0);
+	if (sealed)
+		assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
+	return fd;
+}

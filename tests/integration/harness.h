@@ -1,0 +1,62 @@
+/*
+ * Helpers for integration tests: start the real gradsyncd and real trainer
+ * processes, wait for them with deadlines, and talk raw protocol to the
+ * daemon for the bad-input cases. Paths come from the environment that
+ * meson sets: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS.
+ */
+#ifndef GS_HARNESS_H
+#define GS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gradsync.pb-c.h"
+
+struct gs_test_daemon {
+	pid_t pid;
+	char dir[64];     /* temporary directory of this daemon */
+	char socket[108]; /* sizeof(sun_path) */
+	char log[160];    /* its stderr */
+};
+
+/* Starts gradsyncd on a fresh socket with the extra arguments (NULL
+ * ended) and waits until it accepts connections. Fails the test on error. */
+void harness_daemon_start(struct gs_test_daemon *d, const char *const *args);
+/* SIGTERM, then waits (SIGKILL after 10 s); returns its exit status. */
+int harness_daemon_stop(struct gs_test_daemon *d);
+/* True while the daemon process runs. */
+bool harness_daemon_alive(const struct gs_test_daemon *d);
+/* Whether the daemon's log contains text. */
+bool harness_log_contains(const struct gs_test_daemon *d, const char *text);
+
+/* Starts a program with argv (argv[0] is the path), output to log. */
+pid_t harness_spawn(const char *const *argv, const char *log);
+/* Waits for pid up to timeout_ms; kills it and fails the test past that.
+ * Returns the exit status (or 128 + signal). */
+int harness_wait(pid_t pid, int timeout_ms);
+
+/* The path of a layout file shipped in layouts/. */
+const char *harness_layout(const char *name);
+/* Prints a file to stderr, for failures. */
+void harness_dump(const char *path);
+
+/* ---- Raw protocol ------------------------------------------------------ */
+
+/* A connected socket to the daemon (blocking, 10 s receive timeout). */
+int raw_connect(const char *socket);
+/* Sends a message with optional descriptors. */
+void raw_send(int fd, const Gradsync__Message *m, const int *fds, size_t nfds);
+void raw_send_bytes(int fd, const void *data, size_t len);
+/* Receives one message; NULL on end of stream or timeout. */
+Gradsync__Message *raw_recv(int fd);
+/* Hello as a trainer of local rank `rank`; asserts a Welcome comes back. */
+void raw_hello(int fd, uint32_t rank);
+/* Expects an Error whose message contains `text` with the given code,
+ * then the end of the stream. */
+void raw_expect_error(int fd, int code, const char *text);
+/* A sealed memfd of `size` bytes (seals: shrink, grow, seal). */
+int make_memfd(size_t size, bool sealed);
+
+#endif

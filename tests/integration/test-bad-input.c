@@ -1,0 +1,360 @@
+/*
+ * Bad input to a running gradsyncd: each case sends one broken or hostile
+ * thing as local rank 1 and expects a clear Error naming it, then the end
+ * of that connection. Throughout, a good trainer holds local rank 0; at the
+ * end a good rank 1 joins and both run a step whose result is checked, so
+ * the daemon and the other client must have gone on unharmed.
+ */
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gradsync.h"
+#include "frame.h"
+#include "harness.h"
+
+static struct gs_test_daemon daemon_;
+static gs_client *rank0;
+
+static const struct gs_tensor_spec good_layout[] = {
+	{ "fc.bias", 1000, GS_FLOAT32, -1, 0 },
+	{ "fc.weight", 5000, GS_FLOAT32, -1, 0 },
+	{ "conv.weight", 300, GS_FLOAT32, -1, 0 },
+};
+#define NGOOD 3
+
+static gs_client *good_trainer(uint32_t rank)
+{
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	o.socket_path = daemon_.socket;
+	o.local_rank = rank;
+	gs_client *c;
+	int r = gs_connect(&o, &c);
+	if (r != GS_OK)
+		fail_msg("connect: %s", gs_last_error(NULL));
+	r = gs_register(c, good_layout, NGOOD);
+	if (r != GS_OK)
+		fail_msg("register: %s", gs_last_error(c));
+	return c;
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	static const char *const args[] = { "--local-size=2", "--max-frame=65536", NULL };
+	harness_daemon_start(&daemon_, args);
+	rank0 = good_trainer(0);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	gs_close(rank0);
+	return harness_daemon_stop(&daemon_);
+}
+
+/* ---- Building raw registrations ---------------------------------------- */
+
+static Gradsync__Message *register_msg(Gradsync__RegisterTensors *r,
+				       Gradsync__Buffer *buf, Gradsync__Buffer **bufp,
+				       Gradsync__TensorSpec *t, Gradsync__TensorSpec **tp,
+				       size_t nt, uint64_t buffer_size)
+{
+	static Gradsync__Message m;
+	gradsync__register_tensors__init(r);
+	gradsync__buffer__init(buf);
+	buf->size = buffer_size;
+	*bufp = buf;
+	r->n_buffers = 1;
+	r->buffers = bufp;
+	for (size_t i = 0; i < nt; i++)
+		tp[i] = &t[i];
+	r->n_tensors = nt;
+	r->tensors = tp;
+	r->last = true;
+	gradsync__message__init(&m);
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
+	m.register_tensors = r;
+	return &m;
+}
+
+static Gradsync__TensorSpec spec(const char *name, uint64_t count,
+				 Gradsync__Dtype dtype, uint64_t offset)
+{
+	Gradsync__TensorSpec t = GRADSYNC__TENSOR_SPEC__INIT;
+	t.name = (char *)name;
+	t.count = count;
+	t.dtype = dtype;
+	t.offset = offset;
+	return t;
+}
+
+/* Registers one buffer of buffer_size bytes backed by fd. */
+static void register_raw(int sock, int fd, uint64_t buffer_size,
+			 Gradsync__TensorSpec *t, size_t nt)
+{
+	Gradsync__RegisterTensors r;
+	Gradsync__Buffer buf, *bufp;
+	Gradsync__TensorSpec *tp[8];
+	Gradsync__Message *m = register_msg(&r, &buf, &bufp, t, tp, nt, buffer_size);
+	raw_send(sock, m, &fd, 1);
+}
+
+static void bad_registration(Gradsync__TensorSpec *t, size_t nt, size_t fd_size,
+			     uint64_t claimed, bool sealed, int code, const char *text)
+{
+	int sock = raw_connect(daemon_.socket);
+	raw_hello(sock, 1);
+	int fd = make_memfd(fd_size, sealed);
+	register_raw(sock, fd, claimed, t, nt);
+	close(fd);
+	raw_expect_error(sock, code, text);
+	close(sock);
+}
+
+/* ---- Cases ------------------------------------------------------------- */
+
+static void non_float32_tensor(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT16, 0) };
+	bad_registration(t, 1, 4096, 4096, true, GS_EDTYPE,
+			 "tensor 'fc.bias' has dtype float16; only float32 is supported");
+}
+
+static void zero_length_tensor(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = { spec("fc.bias", 0, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0) };
+	bad_registration(t, 1, 4096, 4096, true, GS_EINVAL, "tensor 'fc.bias' has zero elements");
+}
+
+static void layout_differs(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = {
+		spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0),
+		spec("fc.weight", 4000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 4096),
+		spec("conv.weight", 300, GRADSYNC__DTYPE__DTYPE_FLOAT32, 24576),
+	};
+	bad_registration(t, 3, 32768, 32768, true, GS_ELAYOUT,
+			 "tensor 1 is 'fc.weight' (4000 elements) here but 'fc.weight' (5000 elements) in local rank 0's layout");
+}
+
+static void memfd_smaller_than_claimed(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0) };
+	bad_registration(t, 1, 1000, 4096, true, GS_EBUFFER, "memfd holds 1000 bytes, 4096 claimed");
+}
+
+static void unsealed_memfd(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0) };
+	bad_registration(t, 1, 4096, 4096, false, GS_EBUFFER, "not sealed against shrinking");
+}
+
+static void tensor_beyond_buffer(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 2048) };
+	bad_registration(t, 1, 4096, 4096, true, GS_EBUFFER, "does not fit in buffer 0 of 4096 bytes");
+}
+
+static void absurd_count(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = {
+		spec("fc.bias", UINT64_C(1) << 62, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0),
+	};
+	bad_registration(t, 1, 4096, 4096, true, GS_ELIMIT, "passes the limit of");
+}
+
+static void duplicate_name(void **state)
+{
+	(void)state;
+	Gradsync__TensorSpec t[] = {
+		spec("fc.bias", 10, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0),
+		spec("fc.bias", 10, GRADSYNC__DTYPE__DTYPE_FLOAT32, 64),
+	};
+	bad_registration(t, 2, 4096, 4096, true, GS_EINVAL, "tensor name 'fc.bias' appears twice");
+}
+
+static void descriptor_not_a_memfd(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	raw_hello(sock, 1);
+	int pipefd[2];
+	assert_int_equal(pipe(pipefd), 0);
+	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0) };
+	register_raw(sock, pipefd[0], 4096, t, 1);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	raw_expect_error(sock, GS_EBUFFER, "descriptor is not a memfd");
+	close(sock);
+}
+
+static void buffers_without_descriptors(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	raw_hello(sock, 1);
+	Gradsync__RegisterTensors r;
+	Gradsync__Buffer buf, *bufp;
+	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0) };
+	Gradsync__TensorSpec *tp[1];
+	raw_send(sock, register_msg(&r, &buf, &bufp, t, tp, 1, 4096), NULL, 0);
+	raw_expect_error(sock, GS_EPROTO, "lists 1 buffers but only 0 descriptors arrived");
+	close(sock);
+}
+
+static void frame_longer_than_maximum(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	uint8_t hdr[4];
+	gs_frame_put_len(hdr, 65537);
+	raw_send_bytes(sock, hdr, sizeof(hdr));
+	raw_expect_error(sock, GS_ELIMIT, "frame longer than the 65536-byte maximum");
+	close(sock);
+}
+
+static void garbage_bytes(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	uint8_t junk[4 + 64];
+	gs_frame_put_len(junk, 64);
+	uint32_t x = 2463534242u;
+	for (size_t i = 4; i < sizeof(junk); i++) {
+		x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+		junk[i] = (uint8_t)(x | 0x80); /* unterminated varints: never valid */
+	}
+	raw_send_bytes(sock, junk, sizeof(junk));
+	raw_expect_error(sock, GS_EPROTO, "frame of 64 bytes is not a valid message");
+	close(sock);
+}
+
+static void wrong_protocol_version(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.protocol_version = 99;
+	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
+	h.local_rank = 1;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	raw_send(sock, &m, NULL, 0);
+	raw_expect_error(sock, GS_EVERSION, "protocol version 99 is not supported");
+	close(sock);
+}
+
+static void step_before_registration(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	raw_hello(sock, 1);
+	Gradsync__BeginStep b = GRADSYNC__BEGIN_STEP__INIT;
+	b.step = 1;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_BEGIN_STEP;
+	m.begin_step = &b;
+	raw_send(sock, &m, NULL, 0);
+	raw_expect_error(sock, GS_ESTATE, "BeginStep before the tensors are registered");
+	close(sock);
+}
+
+static void rank_taken(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.protocol_version = GS_PROTOCOL_VERSION;
+	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
+	h.local_rank = 0;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	raw_send(sock, &m, NULL, 0);
+	raw_expect_error(sock, GS_EREFUSED, "local rank 0 is already taken by pid");
+	close(sock);
+}
+
+/* The good trainers: inputs a_r[i] = (r + 1) * (i % 7 - 3) / 8, so the
+ * average over two ranks is exactly 1.5 * (i % 7 - 3) / 8 in fp16. */
+static void fill(gs_client *c, int rank)
+{
+	for (size_t t = 0; t < NGOOD; t++) {
+		float *p = gs_tensor_data(c, t);
+		for (uint64_t i = 0; i < good_layout[t].count; i++)
+			p[i] = (float)(rank + 1) * (float)((int)(i % 7) - 3) / 8.0f;
+	}
+}
+
+static void others_go_on(void **state)
+{
+	(void)state;
+	assert_true(harness_daemon_alive(&daemon_));
+	gs_client *rank1 = good_trainer(1);
+	gs_client *c[2] = { rank0, rank1 };
+	struct gs_step_options o = GS_STEP_OPTIONS_INIT;
+	const uint32_t order[NGOOD] = { 0, 1, 2 };
+	for (int r = 0; r < 2; r++) {
+		fill(c[r], r);
+		assert_int_equal(gs_step_begin(c[r], &o), GS_OK);
+		assert_int_equal(gs_mark_ready(c[r], order, NGOOD), GS_OK);
+	}
+	for (int r = 0; r < 2; r++) {
+		struct gs_step_result res;
+		int rc = gs_step_wait(c[r], 30000, &res);
+		if (rc != GS_OK)
+			fail_msg("rank %d: %s", r, gs_last_error(c[r]));
+		assert_int_equal(res.nonfinite, 0);
+		for (size_t t = 0; t < NGOOD; t++) {
+			const float *p = gs_tensor_data(c[r], t);
+			for (uint64_t i = 0; i < good_layout[t].count; i++) {
+				double want = 1.5 * ((int)(i % 7) - 3) / 8.0;
+				if (p[i] != (float)want)
+					fail_msg("rank %d tensor %zu [%llu] = %g, want %g", r, t,
+						 (unsigned long long)i, (double)p[i], want);
+			}
+		}
+	}
+	gs_close(rank1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(non_float32_tensor),
+		cmocka_unit_test(zero_length_tensor),
+		cmocka_unit_test(layout_differs),
+		cmocka_unit_test(memfd_smaller_than_claimed),
+		cmocka_unit_test(unsealed_memfd),
+		cmocka_unit_test(tensor_beyond_buffer),
+		cmocka_unit_test(absurd_count),
+		cmocka_unit_test(duplicate_name),
+		cmocka_unit_test(descriptor_not_a_memfd),
+		cmocka_unit_test(buffers_without_descriptors),
+		cmocka_unit_test(frame_longer_than_maximum),
+		cmocka_unit_test(garbage_bytes),
+		cmocka_unit_test(wrong_protocol_version),
+		cmocka_unit_test(step_before_registration),
+		cmocka_unit_test(rank_taken),
+		cmocka_unit_test(others_go_on),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

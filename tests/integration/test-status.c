@@ -1,0 +1,223 @@
+/*
+ * gradsyncctl status against a running daemon: after a known number of
+ * steps with known inputs, the figures it reports must match what the test
+ * computes itself; a status query must be answered while a bucket is being
+ * reduced; and gradsyncctl must say clearly when no daemon runs.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gradsync.h"
+#include "harness.h"
+
+#define STEPS 3
+#define CLIP 1.0f
+
+static const struct gs_tensor_spec layout[] = {
+	{ "head.bias", 777, GS_FLOAT32, -1, 0 },
+	{ "head.weight", 70000, GS_FLOAT32, -1, 0 },
+	{ "embed.weight", 3000001, GS_FLOAT32, -1, 0 },
+	{ "norm.weight", 64, GS_FLOAT32, -1, 0 },
+};
+#define NT 4
+
+static gs_client *trainer(const char *socket, uint32_t rank,
+			  const struct gs_tensor_spec *specs, size_t n)
+{
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	o.socket_path = socket;
+	o.local_rank = rank;
+	gs_client *c;
+	if (gs_connect(&o, &c) != GS_OK)
+		fail_msg("connect: %s", gs_last_error(NULL));
+	if (gs_register(c, specs, n) != GS_OK)
+		fail_msg("register: %s", gs_last_error(c));
+	return c;
+}
+
+/* x = (i % 5) * 0.75 - 1.5: the elements with i % 5 in {0, 4} exceed 1. */
+static uint64_t fill(gs_client *c)
+{
+	uint64_t over = 0;
+	for (size_t t = 0; t < NT; t++) {
+		float *p = gs_tensor_data(c, t);
+		for (uint64_t i = 0; i < layout[t].count; i++) {
+			p[i] = (float)(i % 5) * 0.75f - 1.5f;
+			over += p[i] > CLIP || p[i] < -CLIP;
+		}
+	}
+	return over;
+}
+
+/* The number after "key": in a JSON text, or -1. */
+static double json_number(const char *json, const char *key)
+{
+	char quoted[96];
+	snprintf(quoted, sizeof(quoted), "\"%s\"", key);
+	const char *p = strstr(json, quoted);
+	if (!p)
+		return -1;
+	p += strlen(quoted);
+	while (*p == ' ' || *p == ':')
+		p++;
+	return strtod(p, NULL);
+}
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	static char buf[1 << 16];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+static int run_ctl(const char *socket, const char *out, const char *a1, const char *a2)
+{
+	const char *argv[] = { getenv("GS_CTL"), "--socket", socket, a1, a2, NULL };
+	remove(out);
+	return harness_wait(harness_spawn(argv, out), 10000);
+}
+
+static void figures_after_known_steps(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	static const char *const args[] = { "--local-size=2", "--threshold=100000", NULL };
+	harness_daemon_start(&d, args);
+	gs_client *c[2] = { trainer(d.socket, 0, layout, NT), trainer(d.socket, 1, layout, NT) };
+
+	uint64_t elements = 0, clipped = 0;
+	for (size_t t = 0; t < NT; t++)
+		elements += layout[t].count;
+	struct gs_step_options o = GS_STEP_OPTIONS_INIT;
+	o.clipping = true;
+	o.clip_value = CLIP;
+	const uint32_t order[NT] = { 0, 1, 2, 3 };
+	for (int s = 0; s < STEPS; s++) {
+		for (int r = 0; r < 2; r++) {
+			clipped += fill(c[r]);
+			assert_int_equal(gs_step_begin(c[r], &o), GS_OK);
+			assert_int_equal(gs_mark_ready(c[r], order, NT), GS_OK);
+		}
+		for (int r = 0; r < 2; r++) {
+			struct gs_step_result res;
+			assert_int_equal(gs_step_wait(c[r], 30000, &res), GS_OK);
+		}
+	}
+
+	gs_client *ctl;
+	assert_int_equal(gs_control_connect(d.socket, 5000, &ctl), GS_OK);
+	struct gs_status *st;
+	assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
+	assert_int_equal(st->steps_completed, STEPS);
+	assert_int_equal(st->steps_aborted, 0);
+	assert_int_equal(st->trainer_count, 2);
+	for (size_t i = 0; i < 2; i++) {
+		assert_int_equal(st->trainers[i].tensors, NT);
+		assert_int_equal(st->trainers[i].bytes, elements * 4);
+		assert_int_equal(st->trainers[i].steps, STEPS);
+	}
+	assert_int_equal(st->bytes_reduced, STEPS * elements * 2);
+	assert_int_equal(st->elements_clipped, clipped);
+	assert_int_equal(st->nonfinite, 0);
+	/* The plan: 3000001 goes alone; the rest stays one group (70841). */
+	assert_int_equal(st->buckets, 2);
+	assert_true(st->last_step_ns > 0);
+	assert_true(st->median_step_ns > 0);
+	assert_string_equal(st->backend, "host");
+	assert_int_equal(st->local_size, 2);
+	gs_status_free(st);
+	gs_close(ctl);
+
+	char out[256];
+	snprintf(out, sizeof(out), "%s/ctl.json", d.dir);
+	assert_int_equal(run_ctl(d.socket, out, "status", "--json"), 0);
+	const char *json = read_file(out);
+	print_message("%s\n", json);
+	assert_true(json_number(json, "steps_completed") == STEPS);
+	assert_true(json_number(json, "bytes_reduced") == (double)(STEPS * elements * 2));
+	assert_true(json_number(json, "elements_clipped") == (double)clipped);
+	assert_true(json_number(json, "nonfinite") == 0);
+
+	snprintf(out, sizeof(out), "%s/ctl.txt", d.dir);
+	assert_int_equal(run_ctl(d.socket, out, "status", NULL), 0);
+	const char *text = read_file(out);
+	print_message("%s\n", text);
+	char want[64];
+	snprintf(want, sizeof(want), "%llu", (unsigned long long)clipped);
+	assert_non_null(strstr(text, want));
+	assert_non_null(strstr(text, "host"));
+
+	gs_close(c[0]);
+	gs_close(c[1]);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+static void status_while_reducing(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, NULL);
+	/* 64M elements: the bucket takes far longer than a status round trip. */
+	static const struct gs_tensor_spec big[] = { { "big", 64u << 20, GS_FLOAT32, -1, 0 } };
+	gs_client *c = trainer(d.socket, 0, big, 1);
+	memset(gs_tensor_data(c, 0), 0, (64u << 20) * sizeof(float));
+	gs_client *ctl;
+	assert_int_equal(gs_control_connect(d.socket, 5000, &ctl), GS_OK);
+
+	struct gs_step_options o = GS_STEP_OPTIONS_INIT;
+	const uint32_t idx = 0;
+	assert_int_equal(gs_step_begin(c, &o), GS_OK);
+	assert_int_equal(gs_mark_ready(c, &idx, 1), GS_OK);
+	struct gs_status *st;
+	assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
+	print_message("during the step: state '%s', %u bucket(s) in flight\n",
+		      st->job_state, st->buckets_in_flight);
+	assert_int_equal(st->buckets_in_flight, 1);
+	assert_string_equal(st->job_state, "in step");
+	assert_int_equal(st->steps_completed, 0);
+	gs_status_free(st);
+
+	struct gs_step_result res;
+	assert_int_equal(gs_step_wait(c, 30000, &res), GS_OK);
+	assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
+	assert_int_equal(st->steps_completed, 1);
+	assert_int_equal(st->buckets_in_flight, 0);
+	gs_status_free(st);
+	gs_close(ctl);
+	gs_close(c);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+static void ctl_without_daemon(void **state)
+{
+	(void)state;
+	char out[] = "/tmp/gradsync-ctl-XXXXXX";
+	int fd = mkstemp(out);
+	assert_true(fd >= 0);
+	int status = run_ctl("/tmp/gradsync-no-such-dir/gradsyncd.sock", out, "status", NULL);
+	const char *text = read_file(out);
+	print_message("%s", text);
+	assert_int_equal(status, 3);
+	assert_non_null(strstr(text, "/tmp/gradsync-no-such-dir/gradsyncd.sock"));
+	assert_non_null(strstr(text, "is gradsyncd running?"));
+	remove(out);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(figures_after_known_steps),
+		cmocka_unit_test(status_while_reducing),
+		cmocka_unit_test(ctl_without_daemon),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
