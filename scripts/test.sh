@@ -18,7 +18,7 @@ import json, re, sys
 passed = failed = skipped = 0
 for line in open(sys.argv[1]):
     t = json.loads(line)
-    out = t.get("stdout") or ""
+    out = (t.get("stdout") or "") + (t.get("stderr") or "")
     ok = re.findall(r"\[  PASSED  \] (\d+) test", out)
     bad = re.findall(r"\[  FAILED  \] (\d+) test", out)
     if ok or bad:
