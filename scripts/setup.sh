@@ -7,6 +7,7 @@ packages=(
   gcc pkg-config meson ninja-build
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev
+  g++ libgloo-dev
 )
 
 missing=()

@@ -1,0 +1,385 @@
+/*
+ * gs_gloo_allreduce between 2 and 3 real processes on loopback, through the
+ * C-callback store backed by files, for every wire dtype at 1, 1000 and
+ * 1048577 elements, each rank with its own inputs.
+ *
+ * Each result is checked against an independent reference (wire_ref.h):
+ * Gloo's ring adds the ranks' values one hop at a time, rounding to the wire
+ * dtype after each hop, in an order of ranks that depends on where the
+ * element falls in the ring. So every element must equal that chain of
+ * roundings for some order of the ranks (exactly, bit for bit), and lie
+ * within `ranks` half-ulps of the exact sum. All ranks must end with the
+ * same bits. For fp16, Gloo's own float16 sum must give the same bits as the
+ * vectorised one, as both round once per hop; a NaN shows which of the two
+ * actually ran. Also: a group of one, and ranks that leave at once.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "file_store.h"
+#include "gloo_comm.h"
+#include "gradsync.h"
+#include "ranks.h"
+#include "wire_ref.h"
+
+/* Generous: two busy cores may run several such groups at once. */
+#define TIMEOUT_MS 20000
+#define MSG_LEN 512
+
+static const size_t sizes[] = {1, 1000, 1048577};
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+#define TOTAL (1 + 1000 + 1048577)
+#define BIG 1048577
+
+/* What the parent hands every rank, in memory shared with the children. */
+struct group {
+	const struct wire_fmt *f;
+	char *dir;
+	char *results;	      /* [rank][TOTAL] wire elements */
+	char *gloo_results;   /* [rank][BIG]: fp16 with Gloo's own sum */
+	char (*msg)[MSG_LEN]; /* [rank]: why a rank failed */
+	size_t bytes;	      /* of the shared mapping */
+};
+
+/* ------------------------------------------------------------ one rank */
+
+static void fill_inputs(const struct wire_fmt *f, int rank, size_t n, void *buf)
+{
+	for (size_t i = 0; i < n; i++)
+		wire_store(f, buf, i, wire_input(f, rank, i, n));
+}
+
+/* The largest buffer again, summed by Gloo's float16 operator+. */
+static int gloo_sum_f16(struct group *gr, struct gs_gloo *g, int rank)
+{
+	void *buf = gr->gloo_results + (size_t)rank * BIG * 2;
+	fill_inputs(gr->f, rank, BIG, buf);
+	return gs_gloo_allreduce_with(g, GS_WIRE_F16, buf, BIG, GS_GLOO_SUM_GLOO, TIMEOUT_MS,
+				      gr->msg[rank], MSG_LEN);
+}
+
+static int rank_main(int rank, int size, void *arg)
+{
+	struct group *gr = arg;
+	struct gs_gloo_store_ops store = file_store(gr->dir);
+	struct gs_gloo *g;
+	if (gs_gloo_create(&store, rank, size, "127.0.0.1", TIMEOUT_MS, &g, gr->msg[rank],
+			   MSG_LEN) < 0)
+		return 1;
+	char *out = gr->results + (size_t)rank * TOTAL * gr->f->size;
+	int rc = 0;
+	for (size_t s = 0; s < NSIZES && rc == 0; s++) {
+		fill_inputs(gr->f, rank, sizes[s], out);
+		if (gs_gloo_allreduce(g, gr->f->wire, out, sizes[s], TIMEOUT_MS, gr->msg[rank],
+				      MSG_LEN) < 0)
+			rc = 2;
+		out += sizes[s] * gr->f->size;
+	}
+	if (rc == 0 && gr->f->wire == GS_WIRE_F16 && gloo_sum_f16(gr, g, rank) < 0)
+		rc = 3;
+	gs_gloo_destroy(g);
+	return rc;
+}
+
+/* --------------------------------------------------------- the reference */
+
+/* All orders of p ranks (p <= 4), by Heap's algorithm. */
+static int permutations(int p, int perms[][4])
+{
+	int a[4], c[4] = {0}, n = 0;
+	for (int i = 0; i < p; i++)
+		a[i] = i;
+	memcpy(perms[n++], a, sizeof(a));
+	for (int i = 1; i < p;) {
+		if (c[i] < i) {
+			int j = i % 2 ? c[i] : 0, t = a[j];
+			a[j] = a[i];
+			a[i] = t;
+			memcpy(perms[n++], a, sizeof(a));
+			c[i]++;
+			i = 1;
+		} else {
+			c[i++] = 0;
+		}
+	}
+	return n;
+}
+
+/* Whether got is x[o0] + x[o1] + ..., rounded after each addition, for some
+ * order o of the p values. */
+static bool some_order_gives(const struct wire_fmt *f, const double *x, int p, double got)
+{
+	int perms[24][4];
+	int n = permutations(p, perms);
+	for (int k = 0; k < n; k++) {
+		double acc = x[perms[k][0]];
+		for (int j = 1; j < p; j++)
+			acc = wire_round(f, acc + x[perms[k][j]]);
+		if (acc == got)
+			return true;
+	}
+	return false;
+}
+
+/* Checks n results of rank 0 at out against the inputs of every rank;
+ * returns the number of wrong elements, printing the first few. */
+static size_t check_values(const struct wire_fmt *f, int p, size_t n, const void *out)
+{
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++) {
+		double x[RANKS_MAX], sum = 0, mag = 0;
+		for (int r = 0; r < p; r++) {
+			x[r] = wire_decode(f, wire_input(f, r, i, n));
+			sum += x[r];
+			mag += fabs(x[r]);
+		}
+		double got = wire_decode(f, wire_load(f, out, i));
+		bool close = fabs(got - sum) <= p * 0.5 * wire_ulp(f, mag);
+		if (close && some_order_gives(f, x, p, got))
+			continue;
+		if (bad++ < 5)
+			print_error("%s n=%zu element %zu: got %.9g, exact sum %.9g (%s)\n",
+				    gs_wire_name(f->wire), n, i, got, sum,
+				    close ? "no order of hops gives it" : "too far");
+	}
+	return bad;
+}
+
+/* ---------------------------------------------------------------- parent */
+
+static void run_group(enum gs_wire wire, int p)
+{
+	struct group gr = {.f = wire_fmt(wire)};
+	size_t res = (size_t)p * TOTAL * 4, gloo = (size_t)p * BIG * 2;
+	gr.bytes = res + gloo + (size_t)p * MSG_LEN;
+	char *shared = shared_alloc(gr.bytes);
+	assert_non_null(shared);
+	gr.results = shared;
+	gr.gloo_results = shared + res;
+	gr.msg = (char(*)[MSG_LEN])(shared + res + gloo);
+	gr.dir = file_store_dir_create();
+	assert_non_null(gr.dir);
+
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, p, rank_main, &gr), 0);
+	int overran = ranks_wait(&rk, 3 * TIMEOUT_MS, status);
+	file_store_dir_remove(gr.dir);
+	for (int r = 0; r < p; r++)
+		if (status[r] != 0)
+			print_error("rank %d: status %d: %s\n", r, status[r], gr.msg[r]);
+	assert_int_equal(overran, 0);
+	for (int r = 0; r < p; r++)
+		assert_int_equal(status[r], 0);
+
+	/* Every rank holds the same bits... */
+	size_t esize = gr.f->size;
+	for (int r = 1; r < p; r++)
+		assert_memory_equal(gr.results, gr.results + (size_t)r * TOTAL * esize,
+				    TOTAL * esize);
+	/* ...and they are right. */
+	const char *out = gr.results;
+	for (size_t s = 0; s < NSIZES; s++) {
+		assert_int_equal(check_values(gr.f, p, sizes[s], out), 0);
+		out += sizes[s] * esize;
+	}
+	if (wire == GS_WIRE_F16) {
+		const char *ours = gr.results + (TOTAL - BIG) * esize;
+		for (int r = 0; r < p; r++)
+			assert_memory_equal(ours, gr.gloo_results + (size_t)r * BIG * 2, BIG * 2);
+	}
+	shared_free(shared, gr.bytes);
+}
+
+static void two_ranks_fp16(void **state)
+{
+	run_group(GS_WIRE_F16, 2);
+}
+
+static void two_ranks_bf16(void **state)
+{
+	run_group(GS_WIRE_BF16, 2);
+}
+
+static void two_ranks_fp32(void **state)
+{
+	run_group(GS_WIRE_F32, 2);
+}
+
+static void three_ranks_fp16(void **state)
+{
+	run_group(GS_WIRE_F16, 3);
+}
+
+static void three_ranks_bf16(void **state)
+{
+	run_group(GS_WIRE_BF16, 3);
+}
+
+static void three_ranks_fp32(void **state)
+{
+	run_group(GS_WIRE_F32, 3);
+}
+
+/* ---------------------------------------- which sum ran, and group setup */
+
+/* Gloo's float16 turns every NaN into 0x7fff; the kernels keep a NaN's sign
+ * and payload. So a NaN in the input tells which function summed. */
+#define NAN_AT 7
+#define NAN_IN 0xfe55 /* negative quiet NaN with a payload */
+
+static int nan_rank(int rank, int size, void *arg)
+{
+	uint16_t *got = arg; /* [rank][2]: ours, Gloo's */
+	struct gs_gloo_store_ops store = file_store((char *)(got + 2 * RANKS_MAX));
+	struct gs_gloo *g;
+	char err[MSG_LEN];
+	if (gs_gloo_create(&store, rank, size, "127.0.0.1", TIMEOUT_MS, &g, err, sizeof(err)) < 0)
+		return 1;
+	uint16_t buf[1000];
+	int rc = 0;
+	for (int k = 0; k < 2 && rc == 0; k++) {
+		for (size_t i = 0; i < 1000; i++)
+			buf[i] = 0x3c00; /* 1.0 */
+		if (rank == 0)
+			buf[NAN_AT] = NAN_IN;
+		if (gs_gloo_allreduce_with(g, GS_WIRE_F16, buf, 1000,
+					   k ? GS_GLOO_SUM_GLOO : GS_GLOO_SUM_KERNELS, TIMEOUT_MS,
+					   err, sizeof(err)) < 0)
+			rc = 2;
+		got[2 * rank + k] = buf[NAN_AT];
+	}
+	gs_gloo_destroy(g);
+	return rc;
+}
+
+static void vectorised_sum_is_used(void **state)
+{
+	size_t bytes = 2 * RANKS_MAX * sizeof(uint16_t) + 4096;
+	uint16_t *got = shared_alloc(bytes);
+	assert_non_null(got);
+	char *dir = file_store_dir_create();
+	assert_non_null(dir);
+	strcpy((char *)(got + 2 * RANKS_MAX), dir);
+
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, 2, nan_rank, got), 0);
+	assert_int_equal(ranks_wait(&rk, 3 * TIMEOUT_MS, status), 0);
+	file_store_dir_remove(dir);
+	assert_int_equal(status[0], 0);
+	assert_int_equal(status[1], 0);
+	for (int r = 0; r < 2; r++) {
+		print_message("rank %d: NaN %#x + 1.0: kernels %#x, Gloo's float16 %#x\n", r,
+			      NAN_IN, got[2 * r], got[2 * r + 1]);
+		assert_true((got[2 * r] & 0x7c00) == 0x7c00 && (got[2 * r] & 0x3ff) != 0);
+		assert_int_not_equal(got[2 * r], 0x7fff);
+		assert_int_equal(got[2 * r + 1], 0x7fff);
+	}
+	shared_free(got, bytes);
+}
+
+/* A rank may leave as soon as it has joined: gs_gloo_create ends with a
+ * barrier, so no peer is still connecting to it. */
+static int join_and_leave(int rank, int size, void *arg)
+{
+	struct gs_gloo_store_ops store = file_store(arg);
+	struct gs_gloo *g;
+	char err[MSG_LEN];
+	if (gs_gloo_create(&store, rank, size, "127.0.0.1", TIMEOUT_MS, &g, err, sizeof(err)) < 0) {
+		fprintf(stderr, "rank %d: %s\n", rank, err);
+		return 1;
+	}
+	gs_gloo_destroy(g);
+	return 0;
+}
+
+static void leave_right_after_create(void **state)
+{
+	for (int round = 0; round < 5; round++) {
+		char *dir = file_store_dir_create();
+		assert_non_null(dir);
+		struct ranks rk;
+		int status[RANKS_MAX];
+		assert_int_equal(ranks_start(&rk, 3, join_and_leave, dir), 0);
+		assert_int_equal(ranks_wait(&rk, 3 * TIMEOUT_MS, status), 0);
+		file_store_dir_remove(dir);
+		for (int r = 0; r < 3; r++)
+			assert_int_equal(status[r], 0);
+	}
+}
+
+/* A group of one needs no peer: the sum is the input. Also the arguments
+ * all-reduce refuses, which need a live group to reach. Runs in this
+ * process, so it comes after every test that forks. */
+static void world_of_one(void **state)
+{
+	char *dir = file_store_dir_create();
+	assert_non_null(dir);
+	struct gs_gloo_store_ops store = file_store(dir);
+	struct gs_gloo *g;
+	char err[MSG_LEN];
+	assert_int_equal(gs_gloo_create(&store, 0, 1, NULL, 5000, &g, err, sizeof(err)), GS_OK);
+	assert_int_equal(gs_gloo_rank(g), 0);
+	assert_int_equal(gs_gloo_size(g), 1);
+
+	const struct wire_fmt *f = wire_fmt(GS_WIRE_F16);
+	uint16_t buf[1000], in[1000];
+	for (size_t i = 0; i < 1000; i++)
+		wire_store(f, in, i, wire_input(f, 0, i, 1000));
+	memcpy(buf, in, sizeof(buf));
+	assert_int_equal(gs_gloo_allreduce(g, GS_WIRE_F16, buf, 1000, 0, err, sizeof(err)), GS_OK);
+	assert_memory_equal(buf, in, sizeof(buf));
+
+	assert_int_equal(gs_gloo_allreduce(g, GS_WIRE_F16, NULL, 0, 0, err, sizeof(err)), GS_OK);
+	assert_int_equal(gs_gloo_allreduce(g, GS_WIRE_F16, NULL, 4, 0, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_int_equal(gs_gloo_allreduce(g, (enum gs_wire)9, buf, 4, 0, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_int_equal(
+	    gs_gloo_allreduce_with(g, GS_WIRE_BF16, buf, 4, GS_GLOO_SUM_GLOO, 0, err, sizeof(err)),
+	    GS_EINVAL);
+	assert_non_null(strstr(err, "no sum"));
+	assert_int_equal(gs_gloo_allreduce_with(g, GS_WIRE_F16, buf, 4, (enum gs_gloo_sum)5, 0, err,
+						sizeof(err)),
+			 GS_EINVAL);
+	gs_gloo_destroy(g);
+	file_store_dir_remove(dir);
+}
+
+/* The reference itself: the chains of a hand-made case in fp16. 1 + 2^-11
+ * is a tie that rounds to even (1); 2^-11 + 2^-11 first makes 2^-10, which
+ * then survives: the order of hops shows in the bits. */
+static void reference_orders(void **state)
+{
+	const struct wire_fmt *f = wire_fmt(GS_WIRE_F16);
+	double x[3] = {1.0, ldexp(1, -11), ldexp(1, -11)};
+	assert_true(wire_round(f, 1.0 + ldexp(1, -11)) == 1.0);
+	assert_true(some_order_gives(f, x, 3, 1.0));
+	assert_true(some_order_gives(f, x, 3, 1.0 + ldexp(1, -10)));
+	assert_false(some_order_gives(f, x, 3, 1.0 + ldexp(1, -9)));
+	assert_true(wire_decode(f, 0x3c00) == 1.0);
+	assert_true(wire_decode(f, 0x0001) == ldexp(1, -24));
+	assert_true(wire_decode(wire_fmt(GS_WIRE_BF16), 0xc040) == -3.0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(reference_orders),		cmocka_unit_test(two_ranks_fp16),
+	    cmocka_unit_test(two_ranks_bf16),		cmocka_unit_test(two_ranks_fp32),
+	    cmocka_unit_test(three_ranks_fp16),		cmocka_unit_test(three_ranks_bf16),
+	    cmocka_unit_test(three_ranks_fp32),		cmocka_unit_test(vectorised_sum_is_used),
+	    cmocka_unit_test(leave_right_after_create), cmocka_unit_test(world_of_one),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,274 @@
+/*
+ * Failures of the Gloo layer end in bounded, measured time with the right
+ * code and a message that names what failed: a rank that never shows up, a
+ * peer that stays connected but never joins the all-reduce, a peer killed
+ * (SIGKILL) in the middle of a stream of all-reduces, and bad arguments.
+ * After a failure the handle refuses further work (GS_ESTATE) and can be
+ * destroyed without hanging.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "file_store.h"
+#include "gloo_comm.h"
+#include "gradsync.h"
+#include "ranks.h"
+
+#define MSG_LEN 512
+/* How late past its timeout an error may come on two busy cores. */
+#define SLACK_MS 1500
+
+/* What a rank measured, in memory shared with the parent. */
+struct outcome {
+	int rc;		     /* of the call under test */
+	int rc_after;	     /* of one more all-reduce on the same handle */
+	double start, end;   /* CLOCK_MONOTONIC ms around the call */
+	volatile int rounds; /* all-reduces completed */
+	char msg[MSG_LEN];
+	char msg_after[MSG_LEN];
+};
+
+struct scenario {
+	char *dir;
+	int size;	     /* of the group, which may differ from the ranks forked */
+	int timeout;	     /* ms */
+	struct outcome *out; /* [rank] */
+};
+
+static struct scenario *scenario_new(int size, int timeout_ms)
+{
+	struct scenario *s = calloc(1, sizeof(*s));
+	assert_non_null(s);
+	s->dir = file_store_dir_create();
+	assert_non_null(s->dir);
+	s->size = size;
+	s->timeout = timeout_ms;
+	s->out = shared_alloc(RANKS_MAX * sizeof(*s->out));
+	assert_non_null(s->out);
+	return s;
+}
+
+static void scenario_free(struct scenario *s)
+{
+	file_store_dir_remove(s->dir);
+	shared_free(s->out, RANKS_MAX * sizeof(*s->out));
+	free(s);
+}
+
+static struct gs_gloo *join(struct scenario *s, int rank)
+{
+	struct gs_gloo_store_ops store = file_store(s->dir);
+	struct outcome *o = &s->out[rank];
+	struct gs_gloo *g = NULL;
+	o->start = now_ms();
+	o->rc = gs_gloo_create(&store, rank, s->size, "127.0.0.1", s->timeout, &g, o->msg, MSG_LEN);
+	o->end = now_ms();
+	return g;
+}
+
+/* ----------------------------------------------- a rank that never shows up */
+
+static int lonely_rank(int rank, int nforked, void *arg)
+{
+	struct gs_gloo *g = join(arg, rank);
+	gs_gloo_destroy(g);
+	return 0;
+}
+
+static void missing_peer_times_out(void **state)
+{
+	struct scenario *s = scenario_new(2, 1000);
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, 1, lonely_rank, s), 0);
+	assert_int_equal(ranks_wait(&rk, 10000, status), 0);
+	assert_int_equal(status[0], 0);
+
+	struct outcome *o = &s->out[0];
+	double took = o->end - o->start;
+	print_message("missing peer: %s after %.0f ms: %s\n", gs_err_name(o->rc), took, o->msg);
+	assert_int_equal(o->rc, GS_ETIMEDOUT);
+	assert_true(took >= s->timeout - 50);
+	assert_true(took <= s->timeout + SLACK_MS);
+	assert_non_null(strstr(o->msg, "rank 1"));
+	scenario_free(s);
+}
+
+/* ------------------------------------- a peer connected but never joining */
+
+static int stalling_pair(int rank, int size, void *arg)
+{
+	struct scenario *s = arg;
+	struct outcome *o = &s->out[rank];
+	struct gs_gloo *g = join(s, rank);
+	if (!g)
+		return 1;
+	static uint16_t buf[100000];
+	if (rank == 1) {
+		/* Connected, but busy elsewhere until rank 0 has given up. */
+		double give_up = now_ms() + 4 * s->timeout;
+		while (__atomic_load_n(&s->out[0].rc_after, __ATOMIC_ACQUIRE) == 0 &&
+		       now_ms() < give_up)
+			nanosleep(&(struct timespec){0, 10000000}, NULL);
+	} else {
+		o->start = now_ms();
+		o->rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, 100000, s->timeout, o->msg, MSG_LEN);
+		o->end = now_ms();
+		int rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, 100000, s->timeout, o->msg_after,
+					   MSG_LEN);
+		__atomic_store_n(&o->rc_after, rc, __ATOMIC_RELEASE);
+	}
+	gs_gloo_destroy(g);
+	return 0;
+}
+
+static void stalled_peer_times_out(void **state)
+{
+	struct scenario *s = scenario_new(2, 1000);
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, 2, stalling_pair, s), 0);
+	assert_int_equal(ranks_wait(&rk, 20000, status), 0);
+	assert_int_equal(status[0], 0);
+	assert_int_equal(status[1], 0);
+
+	struct outcome *o = &s->out[0];
+	double took = o->end - o->start;
+	print_message("stalled peer: %s after %.0f ms: %s\n", gs_err_name(o->rc), took, o->msg);
+	assert_int_equal(o->rc, GS_ETIMEDOUT);
+	assert_true(took >= s->timeout - 50);
+	assert_true(took <= s->timeout + SLACK_MS);
+	assert_non_null(strstr(o->msg, "100000 fp16 elements"));
+	assert_int_equal(o->rc_after, GS_ESTATE);
+	scenario_free(s);
+}
+
+/* ---------------------------------------------- a peer killed mid-stream */
+
+#define STREAM (4u << 20) /* fp16 elements: 8 MB, several ring segments */
+
+static int streaming_rank(int rank, int size, void *arg)
+{
+	struct scenario *s = arg;
+	struct outcome *o = &s->out[rank];
+	struct gs_gloo *g = join(s, rank);
+	uint16_t *buf = calloc(STREAM, sizeof(*buf));
+	if (!g || !buf)
+		return 1;
+	/* Until rank 1 is killed: the parent waits for three rounds first. */
+	for (int i = 0; i < 100000; i++) {
+		o->start = now_ms();
+		o->rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, STREAM, s->timeout, o->msg, MSG_LEN);
+		o->end = now_ms();
+		if (o->rc < 0)
+			break;
+		o->rounds++;
+	}
+	o->rc_after =
+	    gs_gloo_allreduce(g, GS_WIRE_F16, buf, STREAM, s->timeout, o->msg_after, MSG_LEN);
+	gs_gloo_destroy(g);
+	free(buf);
+	return 0;
+}
+
+/* Usually Gloo sees the closed connection at once (GS_EDISCONNECTED). When
+ * the peer dies while this rank's send to it is partly written, this Gloo
+ * never wakes the waiting send (its Pair::signalException skips queued
+ * unbound-buffer sends), and the error is the timeout: either way bounded. */
+static void killed_peer_fails_in_time(void **state)
+{
+	struct scenario *s = scenario_new(2, 3000);
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, 2, streaming_rank, s), 0);
+	double deadline = now_ms() + 20000;
+	while (s->out[0].rounds < 3 && now_ms() < deadline)
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	int rounds = s->out[0].rounds;
+	double killed = now_ms();
+	ranks_kill(&rk, 1);
+	assert_int_equal(ranks_wait(&rk, s->timeout + 10000, status), 0);
+	assert_int_equal(status[1], 128 + 9);
+	assert_int_equal(status[0], 0);
+	assert_true(rounds >= 3);
+
+	struct outcome *o = &s->out[0];
+	double took = o->end - killed;
+	print_message("killed peer after %d rounds: %s %.0f ms after the kill: %s\n", o->rounds,
+		      gs_err_name(o->rc), took, o->msg);
+	assert_true(o->rc == GS_EDISCONNECTED || o->rc == GS_ETIMEDOUT);
+	assert_true(took <= s->timeout + SLACK_MS);
+	assert_non_null(strstr(o->msg, "4194304 fp16 elements"));
+	assert_int_equal(o->rc_after, GS_ESTATE);
+	print_message("then: %s\n", o->msg_after);
+	scenario_free(s);
+}
+
+/* ---------------------------------------------------------- bad arguments */
+
+static int never_set(void *ctx, const char *key, const void *value, size_t len)
+{
+	return GS_ESYSTEM;
+}
+
+static int never_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+	return GS_ESYSTEM;
+}
+
+static void bad_arguments(void **state)
+{
+	struct gs_gloo_store_ops store = {NULL, never_set, never_get};
+	struct gs_gloo_store_ops half = {NULL, never_set, NULL};
+	struct gs_gloo *g = (struct gs_gloo *)&store;
+	char err[MSG_LEN];
+	assert_int_equal(gs_gloo_create(NULL, 0, 1, "127.0.0.1", 1000, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_int_equal(gs_gloo_create(&half, 0, 1, "127.0.0.1", 1000, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_int_equal(gs_gloo_create(&store, 2, 2, "127.0.0.1", 1000, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_int_equal(gs_gloo_create(&store, -1, 2, "127.0.0.1", 1000, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_int_equal(gs_gloo_create(&store, 0, 0, "127.0.0.1", 1000, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_int_equal(gs_gloo_create(&store, 0, 2, "127.0.0.1", 0, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_non_null(strstr(err, "invalid arguments"));
+	assert_int_equal(gs_gloo_allreduce(NULL, GS_WIRE_F16, err, 1, 0, err, sizeof(err)),
+			 GS_EINVAL);
+}
+
+/* A store that fails is reported with its own code and the key. */
+static void failing_store(void **state)
+{
+	struct gs_gloo_store_ops store = {NULL, never_set, never_get};
+	struct gs_gloo *g = NULL;
+	char err[MSG_LEN];
+	int rc = gs_gloo_create(&store, 0, 2, "127.0.0.1", 1000, &g, err, sizeof(err));
+	print_message("failing store: %s: %s\n", gs_err_name(rc), err);
+	assert_int_equal(rc, GS_ESYSTEM);
+	assert_null(g);
+	assert_non_null(strstr(err, "store"));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+	    cmocka_unit_test(missing_peer_times_out),
+	    cmocka_unit_test(stalled_peer_times_out),
+	    cmocka_unit_test(killed_peer_fails_in_time),
+	    /* In this process, after every fork: they start Gloo threads. */
+	    cmocka_unit_test(bad_arguments),
+	    cmocka_unit_test(failing_store),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
