@@ -79,7 +79,6 @@ struct gs_client {
 
 	enum gs_step_state step_state;
 	uint64_t step; /* the current or last step; counts from 1 */
-	bool bucket_events;
 	uint32_t buckets_done;
 	struct gs_step_result result;
 	char step_message[GS_ERRMSG_SIZE];

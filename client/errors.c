@@ -28,21 +28,19 @@ GS_EXPORT const char *gs_last_error(const gs_client *c)
 	return c ? c->error : thread_error;
 }
 
-static int vfail(struct gs_client *c, int code, const char *fmt, va_list ap)
-	GS_PRINTF(3, 0);
+static void vfail(struct gs_client *c, const char *fmt, va_list ap)
+	GS_PRINTF(2, 0);
 
-static int vfail(struct gs_client *c, int code, const char *fmt, va_list ap)
+static void vfail(struct gs_client *c, const char *fmt, va_list ap)
 {
-	char *buf = c ? c->error : thread_error;
-	vsnprintf(buf, GS_ERRMSG_SIZE, fmt, ap);
-	return code;
+	vsnprintf(c ? c->error : thread_error, GS_ERRMSG_SIZE, fmt, ap);
 }
 
 int gs_fail(struct gs_client *c, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vfail(c, code, fmt, ap);
+	vfail(c, fmt, ap);
 	va_end(ap);
 	return code;
 }
@@ -55,7 +53,7 @@ int gs_fail_dead(struct gs_client *c, int code, const char *fmt, ...)
 		return gs_dead_error(c);
 	va_list ap;
 	va_start(ap, fmt);
-	vfail(c, code, fmt, ap);
+	vfail(c, fmt, ap);
 	va_end(ap);
 	gs_end_session(c, code);
 	return code;

@@ -65,7 +65,6 @@ GS_EXPORT int gs_step_begin(gs_client *c, const struct gs_step_options *opts)
 	c->step++;
 	c->step_state = GS_STEP_RUNNING;
 	c->buckets_done = 0;
-	c->bucket_events = o.bucket_events;
 	r = send_begin(c, &o);
 	if (r < 0 && !c->dead) {
 		c->step--;
@@ -122,6 +121,10 @@ GS_EXPORT int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)
 	int r = check_trainer(c);
 	if (r < 0)
 		return r;
+	/* The daemon may end a step early, aborting it for a peer. */
+	if (c->step_state == GS_STEP_DONE && c->result.status == GS_EABORTED)
+		return gs_fail(c, GS_EABORTED, "step %" PRIu64 " aborted: %s",
+			       c->step, c->step_message);
 	if (c->step_state != GS_STEP_RUNNING)
 		return gs_fail(c, GS_ESTATE,
 			       "gs_mark_ready outside a step: call gs_step_begin first");
