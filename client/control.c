@@ -48,6 +48,14 @@ static void copy_trainer(struct gs_trainer_status *t,
 	COPY_STR(t->state, m->state);
 }
 
+static void copy_peer(struct gs_peer_status *p, const Gradsync__PeerStatus *m)
+{
+	p->node_rank = m->node_rank;
+	p->local_size = m->local_size;
+	COPY_STR(p->host, m->host);
+	COPY_STR(p->state, m->state);
+}
+
 static void copy_figures(struct gs_status *s, const Gradsync__StatusReply *m)
 {
 	COPY_STR(s->daemon_version, m->daemon_version);
@@ -70,6 +78,7 @@ static void copy_figures(struct gs_status *s, const Gradsync__StatusReply *m)
 	s->bytes_reduced = m->bytes_reduced;
 	s->elements_clipped = m->elements_clipped;
 	s->nonfinite = m->nonfinite;
+	s->internode_bytes = m->internode_bytes;
 	copy_settings(s, m->settings);
 }
 
@@ -79,16 +88,18 @@ static int convert_status(struct gs_client *c, const Gradsync__StatusReply *m,
 	struct gs_status *s = calloc(1, sizeof(*s));
 	if (!s)
 		return gs_fail(c, GS_ENOMEM, "out of memory");
-	if (m->n_trainers > 0) {
-		s->trainers = calloc(m->n_trainers, sizeof(*s->trainers));
-		if (!s->trainers) {
-			free(s);
-			return gs_fail(c, GS_ENOMEM, "out of memory");
-		}
+	s->trainers = calloc(m->n_trainers + 1, sizeof(*s->trainers));
+	s->peers = calloc(m->n_peers + 1, sizeof(*s->peers));
+	if (!s->trainers || !s->peers) {
+		gs_status_free(s);
+		return gs_fail(c, GS_ENOMEM, "out of memory");
 	}
 	s->trainer_count = m->n_trainers;
 	for (size_t i = 0; i < m->n_trainers; i++)
 		copy_trainer(&s->trainers[i], m->trainers[i]);
+	s->peer_count = m->n_peers;
+	for (size_t i = 0; i < m->n_peers; i++)
+		copy_peer(&s->peers[i], m->peers[i]);
 	copy_figures(s, m);
 	*out = s;
 	return GS_OK;
@@ -137,5 +148,6 @@ GS_EXPORT void gs_status_free(struct gs_status *s)
 	if (!s)
 		return;
 	free(s->trainers);
+	free(s->peers);
 	free(s);
 }

@@ -50,6 +50,7 @@ struct reference {
 	const struct options *o;
 	uint32_t world;       /* T: every rank of every node */
 	uint32_t global_rank;
+	uint32_t nodes;
 	enum gs_wire_dtype wire;
 	double prescale;      /* 1 / predivide */
 	double postscale;     /* predivide / world (average) or predivide */
@@ -204,18 +205,24 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int opt;
+	int opt, index = -1;
 	opterr = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "h", opts, &index)) != -1) {
 		if (opt == 'h') {
 			usage(stdout);
 			return 0;
 		}
-		if (opt == '?' || !parse_one(opt, optarg, o)) {
-			fprintf(stderr, "gradsync-example-trainer: bad option or value: %s\n",
+		if (opt == '?' || opt == ':') {
+			fprintf(stderr, "gradsync-example-trainer: unknown or incomplete option: %s\n",
 				argv[optind - 1]);
 			return 2;
 		}
+		if (!parse_one(opt, optarg, o)) {
+			fprintf(stderr, "gradsync-example-trainer: bad value for --%s: %s\n",
+				opts[index].name, optarg);
+			return 2;
+		}
+		index = -1;
 	}
 	if (optind < argc || !o->layout) {
 		fprintf(stderr, "gradsync-example-trainer: %s\n",
@@ -395,12 +402,13 @@ static bool same_bits(float a, float b)
  * v_r = clip(x_r) * prescale, S = sum_r v_r, result = S * postscale.
  *
  * The tolerance of an element, with T ranks and the wire's unit roundoff u
- * and subnormal error e: each rank's v_r is rounded once when cast to the
- * wire (u |v_r| + e); the wire values are accumulated in fp32 and scaled
- * in fp32 (at most T + 2 roundings of 2^-24, each bounded through
- * sum_r |v_r|); the sum is rounded once more to the wire (u |S| + e, and
- * |S| <= sum_r |v_r|). So
- *     tol = postscale * ((2u + (T+2) 2^-24) * sum_r |v_r| + (T+1) e).
+ * and subnormal error e, over N nodes: each rank's v_r is rounded once when
+ * cast to the wire (u |v_r| + e); each node sums its trainers in fp32 and
+ * rounds once, then the ring all-reduce between nodes rounds once per hop,
+ * N - 1 hops: N roundings of partial sums (each u |partial| + e, and every
+ * |partial| <= sum_r |v_r|); fp32 accumulation and the final scaling add
+ * at most T + N + 2 roundings of 2^-24. So
+ *     tol = postscale * (((N+1) u + (T+N+2) 2^-24) * sum_r |v_r| + (T+N) e).
  * An element whose inputs or sum reach the wire's overflow threshold must
  * come back non-finite instead.
  */
@@ -408,9 +416,9 @@ static bool check_tensor(const struct trainer *tr, uint64_t step, size_t t,
 			 struct step_check *sc)
 {
 	const struct reference *ref = &tr->ref;
-	const uint32_t T = ref->world;
-	const double k = 2 * ref->u + (T + 2) * 0x1p-24;
-	const double abs_err = (T + 1) * ref->e;
+	const uint32_t T = ref->world, N = ref->nodes;
+	const double k = (N + 1) * ref->u + (T + N + 2) * 0x1p-24;
+	const double abs_err = (T + N) * ref->e;
 	const float *got = gs_tensor_data(tr->c, t);
 	for (uint32_t r = 0; r < T; r++)
 		tr->gens[r] = make_gen(&tr->o, r, step, (uint32_t)t);
@@ -460,7 +468,8 @@ static bool setup_reference(struct trainer *tr)
 	}
 	ref->o = &tr->o;
 	ref->world = info.world_size;
-	ref->global_rank = info.node_rank * info.local_size + tr->o.rank;
+	ref->global_rank = info.global_rank;
+	ref->nodes = info.nodes ? info.nodes : 1;
 	ref->wire = info.wire_dtype;
 	ref->prescale = 1 / pre;
 	ref->postscale = info.op == GS_OP_AVERAGE ? pre / info.world_size : pre;

@@ -102,6 +102,7 @@ struct gs_session_info {
 	enum gs_reduce_op op;
 	double predivide_factor;
 	uint64_t fusion_buffer_elements;
+	uint32_t global_rank; /* this trainer among all trainers of all nodes */
 };
 
 /* Connects as a trainer and exchanges hello. On success *out owns a handle
@@ -201,6 +202,13 @@ struct gs_trainer_status {
 	char state[32];
 };
 
+struct gs_peer_status {
+	uint32_t node_rank;
+	uint32_t local_size;
+	char host[64];
+	char state[32];
+};
+
 struct gs_status {
 	char daemon_version[32];
 	char backend[16];
@@ -225,6 +233,9 @@ struct gs_status {
 	uint64_t nonfinite;
 	size_t trainer_count;
 	struct gs_trainer_status *trainers; /* owned by the struct */
+	uint64_t internode_bytes; /* sent to other nodes by all-reduces */
+	size_t peer_count;        /* nodes of the job, this one included */
+	struct gs_peer_status *peers; /* owned by the struct */
 };
 
 /* Connects as a control client (no trainer slot is taken). */

@@ -187,6 +187,22 @@ static void print_trainers(const struct gs_status *s)
 	}
 }
 
+static void print_peers(const struct gs_status *s)
+{
+	if (s->peer_count <= 1)
+		return;
+	char sent[32], host[64], state[32];
+	format_bytes(sent, sizeof(sent), s->internode_bytes);
+	printf(ROW "%s (%" PRIu64 " bytes)\n", "sent to peers:", sent, s->internode_bytes);
+	printf("  %6s %9s  %-24s %s\n", "NODE", "TRAINERS", "HOST", "STATE");
+	for (size_t i = 0; i < s->peer_count; i++) {
+		const struct gs_peer_status *p = &s->peers[i];
+		printf("  %6u %9u  %-24s %s\n", p->node_rank, p->local_size,
+		       p->host[0] ? clean(p->host, host, sizeof(host)) : "(host name)",
+		       clean(p->state, state, sizeof(state)));
+	}
+}
+
 static void print_text(const struct gs_status *s)
 {
 	const struct gs_session_info *set = &s->settings;
@@ -209,6 +225,7 @@ static void print_text(const struct gs_status *s)
 	printf(ROW "%u of %u nodes\n", "node rank:", s->node_rank, s->nodes);
 	printf(ROW "%u\n", "world size:", s->world_size);
 	printf(ROW "%u\n", "local size:", s->local_size);
+	print_peers(s);
 	printf("\nJob\n");
 	printf(ROW "%s\n", "state:", clean(s->job_state, buf, sizeof(buf)));
 	printf(ROW "%s\n", "id:",
@@ -307,6 +324,16 @@ static void json_trainer(const struct gs_trainer_status *t, bool comma)
 	printf("}%s", comma ? "," : "");
 }
 
+static void json_peer(const struct gs_peer_status *p, bool comma)
+{
+	putchar('{');
+	json_key_u64("node_rank", p->node_rank, true);
+	json_key_u64("local_size", p->local_size, true);
+	json_key_str("host", p->host, true);
+	json_key_str("state", p->state, false);
+	printf("}%s", comma ? "," : "");
+}
+
 static void json_settings(const struct gs_session_info *set)
 {
 	printf("\"settings\":{");
@@ -331,6 +358,11 @@ static void print_json(const struct gs_status *s)
 	json_key_u64("nodes", s->nodes, true);
 	json_key_u64("world_size", s->world_size, true);
 	json_key_u64("local_size", s->local_size, true);
+	json_key_u64("internode_bytes", s->internode_bytes, true);
+	printf("\"peers\":[");
+	for (size_t i = 0; i < s->peer_count; i++)
+		json_peer(&s->peers[i], i + 1 < s->peer_count);
+	printf("],");
 	json_key_str("job_state", s->job_state, true);
 	json_key_str("job_id", s->job_id, true);
 	printf("\"trainers\":[");

@@ -69,6 +69,7 @@ static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
 	info->world_size = w->world_size;
 	info->local_size = w->local_size;
 	info->node_rank = w->node_rank;
+	info->global_rank = w->global_rank;
 	info->nodes = w->nodes;
 	info->backend = c->backend;
 	info->daemon_version = c->daemon_version;

@@ -48,11 +48,22 @@ struct gs_backend {
 	unsigned local_size;
 	enum gs_wire wire;
 	uint64_t fusion_elements; /* capacity of each fusion buffer */
+	_Atomic uint64_t internode_bytes;
+	char error[256]; /* why the last allreduce failed (worker thread) */
 };
 
 /* The host backend: sealed memfd shared memory and the CPU's conversion
  * kernels. Returns NULL when out of memory. */
 struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
 					  uint64_t fusion_elements);
+
+struct gs_gloo;
+/* From now on the host backend's all-reduce also sums across nodes through
+ * this Gloo group (after the local reduce), waiting at most timeout_ms. */
+void gs_backend_host_attach_gloo(struct gs_backend *b, struct gs_gloo *g, int timeout_ms);
+
+/* Bytes this node has sent to other nodes in all-reduces (worker thread
+ * writes, anyone reads). */
+uint64_t gs_backend_internode_bytes(const struct gs_backend *b);
 
 #endif

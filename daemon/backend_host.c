@@ -3,16 +3,22 @@
  * buffer per local trainer, packed and unpacked by the CPU's conversion
  * kernels, and summed across the node's trainers on the worker thread.
  */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "gradsync.h"
 #include "shm.h"
+#ifdef GS_HAVE_GLOO
+#include "gloo_comm.h"
+#endif
 
 struct host_backend {
 	struct gs_backend base;
 	void **fusion; /* one per local rank, fusion_elements wire elements */
+	struct gs_gloo *gloo; /* NULL on a single node */
+	int gloo_timeout_ms;
 };
 
 static struct host_backend *host(struct gs_backend *b)
@@ -46,12 +52,38 @@ static uint64_t host_pack(struct gs_backend *b, unsigned rank,
 	return clipped;
 }
 
-/* The local reduce: the sum of every rank's buffer lands in rank 0's. */
+/* Hierarchical: the node's trainers are summed into rank 0's buffer (one
+ * rounding), then that buffer is all-reduced across nodes in the wire
+ * dtype (one rounding per hop). */
 static int host_allreduce(struct gs_backend *b, size_t n)
 {
-	gs_reduce_sum(b->wire, host(b)->fusion[0],
-		      (const void *const *)host(b)->fusion, b->local_size, n);
+	struct host_backend *h = host(b);
+	gs_reduce_sum(b->wire, h->fusion[0], (const void *const *)h->fusion,
+		      b->local_size, n);
+#ifdef GS_HAVE_GLOO
+	if (h->gloo) {
+		int rc = gs_gloo_allreduce(h->gloo, b->wire, h->fusion[0], n,
+					   h->gloo_timeout_ms, b->error, sizeof(b->error));
+		if (rc != GS_OK)
+			return rc;
+		/* A ring all-reduce sends 2 (N - 1) / N of the buffer. */
+		uint64_t nodes = (uint64_t)gs_gloo_size(h->gloo);
+		atomic_fetch_add(&b->internode_bytes,
+				 2 * (nodes - 1) * n * gs_wire_size(b->wire) / nodes);
+	}
+#endif
 	return GS_OK;
+}
+
+void gs_backend_host_attach_gloo(struct gs_backend *b, struct gs_gloo *g, int timeout_ms)
+{
+	host(b)->gloo = g;
+	host(b)->gloo_timeout_ms = timeout_ms;
+}
+
+uint64_t gs_backend_internode_bytes(const struct gs_backend *b)
+{
+	return atomic_load(&((struct gs_backend *)b)->internode_bytes);
 }
 
 static uint64_t host_unpack(struct gs_backend *b, float *const *const *tensors,
@@ -98,8 +130,11 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	struct host_backend *h = calloc(1, sizeof(*h));
 	if (!h)
 		return NULL;
-	h->base = (struct gs_backend){ "host", &host_ops, local_size, wire,
-				       fusion_elements };
+	h->base.name = "host";
+	h->base.ops = &host_ops;
+	h->base.local_size = local_size;
+	h->base.wire = wire;
+	h->base.fusion_elements = fusion_elements;
 	h->fusion = calloc(local_size, sizeof(*h->fusion));
 	if (!h->fusion)
 		goto err;

@@ -10,7 +10,6 @@
 #include "daemon.h"
 #include "gradsync.h"
 #include "log.h"
-#include "session.h"
 #include "trainer.h"
 
 static void on_poll(uv_poll_t *p, int status, int events);
@@ -25,23 +24,31 @@ static void update_poll(struct gs_conn *c)
 	uv_poll_start(&c->poll, events, on_poll);
 }
 
-int gs_conn_create(struct gs_daemon *d, int fd)
+struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
+			       void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m),
+			       void (*closed)(struct gs_conn *c))
 {
 	struct gs_conn *c = calloc(1, sizeof(*c));
-	if (!c)
-		return -ENOMEM;
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
 	c->d = d;
 	c->fd = fd;
 	c->id = ++d->next_conn_id;
-	gs_frame_reader_init(&c->reader, d->settings.max_frame);
+	c->dispatch = dispatch;
+	c->closed = closed;
+	gs_frame_reader_init(&c->reader, max_frame);
 	socklen_t len = sizeof(c->cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
 		c->cred = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
 	int r = uv_poll_init(d->loop, &c->poll, fd);
 	if (r < 0) {
+		gs_warn("cannot watch a new connection: %s", uv_strerror(r));
 		gs_frame_reader_destroy(&c->reader);
+		close(fd);
 		free(c);
-		return r;
+		return NULL;
 	}
 	c->poll.data = c;
 	c->next = d->conns;
@@ -50,7 +57,7 @@ int gs_conn_create(struct gs_daemon *d, int fd)
 	d->conns = c;
 	gs_debug("client %s connected", gs_conn_name(c));
 	update_poll(c);
-	return 0;
+	return c;
 }
 
 const char *gs_conn_name(const struct gs_conn *c)
@@ -164,11 +171,8 @@ void gs_conn_close(struct gs_conn *c)
 		d->conns = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	if (c->trainer) {
-		struct gs_trainer *t = c->trainer;
-		c->trainer = NULL;
-		gs_trainer_disconnected(t);
-	}
+	if (c->closed)
+		c->closed(c);
 	gs_debug("client pid %d closed", (int)c->cred.pid);
 	uv_poll_stop(&c->poll);
 	uv_close((uv_handle_t *)&c->poll, on_closed);
@@ -187,7 +191,7 @@ static void process_frames(struct gs_conn *c)
 			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes is not a valid message", len);
 			return;
 		}
-		gs_session_dispatch(c, m);
+		c->dispatch(c, m);
 		gradsync__message__free_unpacked(m, NULL);
 	}
 	if (r < 0 && !c->closing)

@@ -17,7 +17,7 @@
 struct gs_daemon;
 struct gs_trainer;
 
-enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL };
+enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL, GS_CONN_NODE };
 
 struct gs_out_frame {
 	struct gs_out_frame *next;
@@ -36,11 +36,19 @@ struct gs_conn {
 	struct ucred cred;
 	enum gs_conn_role role;
 	struct gs_trainer *trainer;
+	void *owner; /* the rendezvous's node record, for GS_CONN_NODE */
+	/* What this kind of connection does with each message, and on close. */
+	void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m);
+	void (*closed)(struct gs_conn *c);
 	bool closing;
 };
 
-/* Takes over an accepted socket. Returns 0 or a negative errno. */
-int gs_conn_create(struct gs_daemon *d, int fd);
+/* Takes over an accepted socket, reading frames of at most max_frame bytes
+ * and handing each message to dispatch; closed (may be NULL) runs when the
+ * connection goes. Returns the connection, or NULL (fd closed) on failure. */
+struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
+			       void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m),
+			       void (*closed)(struct gs_conn *c));
 
 /* Queues one message and writes what the socket takes now. */
 void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m);
@@ -50,7 +58,7 @@ void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m);
 void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Stops reading, detaches the trainer, and frees the connection from the
+/* Stops reading, calls closed, and frees the connection from the
  * loop. Safe to call twice. */
 void gs_conn_close(struct gs_conn *c);
 

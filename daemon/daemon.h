@@ -9,6 +9,7 @@
 #include <uv.h>
 
 #include "backend.h"
+#include "cluster.h"
 #include "job.h"
 #include "settings.h"
 #include "worker.h"
@@ -33,6 +34,8 @@ struct gs_daemon {
 	struct gs_backend *backend;
 	struct gs_worker worker;
 	struct gs_job job;
+	struct gs_cluster cluster;
+	struct gs_rdv_server *rdv_server; /* node rank 0 only */
 	struct gs_stats stats;
 	int listen_fd;
 	uv_poll_t listen_poll;
@@ -41,7 +44,11 @@ struct gs_daemon {
 	uint64_t start_ns;
 	uint64_t next_conn_id;
 	int stopping;
+	int exit_code;
 };
+
+/* Stops serving, finishes the work in flight and leaves the loop. */
+void gs_daemon_shutdown(struct gs_daemon *d, int exit_code);
 
 /* Nanoseconds of a monotonic clock. */
 uint64_t gs_now_ns(void);

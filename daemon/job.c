@@ -16,8 +16,12 @@ void gs_job_init(struct gs_job *j, struct gs_daemon *d)
 {
 	memset(j, 0, sizeof(*j));
 	j->d = d;
+}
+
+void gs_job_set_world(struct gs_job *j)
+{
 	double pre, post;
-	gs_settings_scales(&d->settings, gs_job_world_size(j), &pre, &post);
+	gs_settings_scales(&j->d->settings, gs_job_world_size(j), &pre, &post);
 	j->prescale = (float)pre;
 	j->postscale = (float)post;
 }
@@ -29,6 +33,7 @@ static void clear_layout(struct gs_job *j)
 	free(j->bucket_marks);
 	j->bucket_marks = NULL;
 	j->has_layout = false;
+	j->agreed = false;
 	j->layout_hash = 0;
 	j->id[0] = '\0';
 }
@@ -41,7 +46,7 @@ void gs_job_destroy(struct gs_job *j)
 
 uint32_t gs_job_world_size(const struct gs_job *j)
 {
-	return j->d->settings.local_size;
+	return j->d->cluster.world_size;
 }
 
 const char *gs_job_state(const struct gs_job *j)
@@ -52,6 +57,8 @@ const char *gs_job_state(const struct gs_job *j)
 		return "in step";
 	if (j->attached == 0)
 		return "idle";
+	if (j->has_layout && !j->agreed)
+		return "agreeing on the layout with the other nodes";
 	if (j->attached < j->d->settings.local_size)
 		return "waiting for trainers";
 	return j->has_layout ? "ready" : "registering";
@@ -205,9 +212,10 @@ void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_t n)
 {
 	if (j->has_layout) {
-		char owner[32], diff[384];
+		char mine[32], owner[32], diff[384];
+		snprintf(mine, sizeof(mine), "local rank %u", t->rank);
 		snprintf(owner, sizeof(owner), "local rank %u", j->layout_rank);
-		if (gs_layout_compare(&t->layout, &j->layout, owner, diff, sizeof(diff))) {
+		if (gs_layout_compare(&t->layout, mine, &j->layout, owner, diff, sizeof(diff))) {
 			snprintf(why, n, "layout differs from the job's: %s", diff);
 			return GS_ELAYOUT;
 		}
@@ -223,12 +231,45 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 	j->has_layout = true;
 	j->layout_rank = t->rank;
 	j->layout_hash = gs_layout_hash(&j->layout);
+	j->agreed = j->d->cluster.nodes == 1;
+	if (!j->agreed) {
+		/* The layout stays alive while the worker reads it. */
+		j->layout_round++;
+		j->inflight++;
+		if (gs_cluster_agree_layout(j->d, j->layout_round) != GS_OK) {
+			j->inflight--;
+			clear_layout(j);
+			snprintf(why, n, "out of memory agreeing on the layout");
+			return GS_ENOMEM;
+		}
+	}
 	gs_info("job '%s': %u tensors in %u buckets (threshold %llu, largest bucket %llu elements), layout hash %016llx",
 		j->id, j->layout.n, j->plan.nbuckets,
 		(unsigned long long)j->d->settings.threshold,
 		(unsigned long long)j->plan.largest_bucket,
 		(unsigned long long)j->layout_hash);
 	return GS_OK;
+}
+
+void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char *why)
+{
+	j->inflight--;
+	if (rc == GS_OK && round == j->layout_round && j->has_layout) {
+		j->agreed = true;
+		for (unsigned r = 0; r < GS_MAX_LOCAL; r++)
+			if (j->slots[r] && j->slots[r]->layout_checked && !j->slots[r]->registered)
+				gs_trainer_send_registered(j->slots[r]);
+	} else {
+		gs_warn("job '%s': the nodes do not agree on the layout: %s", j->id, why);
+		/* Every trainer of this node that registered it goes. */
+		for (unsigned r = 0; r < GS_MAX_LOCAL; r++)
+			if (j->slots[r] && j->slots[r]->layout_checked)
+				gs_conn_fail(j->slots[r]->conn, rc, "%s", why);
+		/* Trainers that come later start a new round. */
+		if (j->inflight == 0)
+			clear_layout(j);
+	}
+	gs_job_reap(j);
 }
 
 /* ---- The step ---------------------------------------------------------- */
@@ -342,9 +383,10 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 {
 	j->inflight--;
 	if (run->status != GS_OK) {
-		char why[160];
+		char why[320];
 		snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
-			 run->bucket, gs_strerror(run->status));
+			 run->bucket, run->backend->error[0] ? run->backend->error
+							     : gs_strerror(run->status));
 		abort_step(j, why);
 	} else if (!j->aborting) {
 		j->buckets_done++;

@@ -35,12 +35,16 @@ struct gs_job {
 	uint32_t layout_rank;
 	struct gs_plan plan;
 	float prescale, postscale;
+	/* With several nodes, a layout is used only once every node has
+	 * registered the same one (one agreement round per layout). */
+	uint64_t layout_round;
+	bool agreed;
 
 	/* The step in progress. */
 	uint64_t step; /* the job's step counter */
 	bool in_step;
 	bool aborting;
-	char abort_reason[256];
+	char abort_reason[320];
 	uint32_t *bucket_marks; /* (trainer, tensor) marks per bucket */
 	uint32_t next_launch;
 	uint32_t buckets_done;
@@ -54,6 +58,8 @@ struct gs_job {
 };
 
 void gs_job_init(struct gs_job *j, struct gs_daemon *d);
+/* The world is known (after joining): fixes the scale factors. */
+void gs_job_set_world(struct gs_job *j);
 void gs_job_destroy(struct gs_job *j);
 
 uint32_t gs_job_world_size(const struct gs_job *j);
@@ -72,6 +78,10 @@ void gs_job_reap(struct gs_job *j);
  * compare it with the job's. Returns GS_OK or a GS_E* code with why. */
 int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why,
 			size_t n);
+
+/* The other nodes' verdict on layout round `round`: answers the trainers
+ * waiting for it with Registered, or drops them with why. */
+void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char *why);
 
 void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b);
 void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r);

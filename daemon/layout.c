@@ -107,8 +107,9 @@ int gs_layout_find_duplicate(const struct gs_layout *l, uint32_t *first,
 	return found;
 }
 
-int gs_layout_compare(const struct gs_layout *mine, const struct gs_layout *ref,
-		      const char *ref_owner, char *msg, size_t n)
+int gs_layout_compare(const struct gs_layout *mine, const char *mine_owner,
+		      const struct gs_layout *ref, const char *ref_owner, char *msg,
+		      size_t n)
 {
 	uint32_t common = mine->n < ref->n ? mine->n : ref->n;
 	for (uint32_t i = 0; i < common; i++) {
@@ -116,14 +117,14 @@ int gs_layout_compare(const struct gs_layout *mine, const struct gs_layout *ref,
 		    strcmp(mine->names[i], ref->names[i]) == 0)
 			continue;
 		snprintf(msg, n,
-			 "tensor %u is '%s' (%llu elements) here but '%s' (%llu elements) in %s's layout",
-			 i, mine->names[i], (unsigned long long)mine->counts[i],
+			 "tensor %u is '%s' (%llu elements) in %s's layout but '%s' (%llu elements) in %s's",
+			 i, mine->names[i], (unsigned long long)mine->counts[i], mine_owner,
 			 ref->names[i], (unsigned long long)ref->counts[i], ref_owner);
 		return 1;
 	}
 	if (mine->n != ref->n) {
-		snprintf(msg, n, "%u tensors registered here but %u in %s's layout",
-			 mine->n, ref->n, ref_owner);
+		snprintf(msg, n, "%s's layout has %u tensors but %s's has %u",
+			 mine_owner, mine->n, ref_owner, ref->n);
 		return 1;
 	}
 	return 0;

@@ -29,8 +29,10 @@ uint64_t gs_layout_hash(const struct gs_layout *l);
 int gs_layout_find_duplicate(const struct gs_layout *l, uint32_t *first,
 			     uint32_t *second);
 /* Returns 0 when equal; otherwise describes the first difference in msg
- * ("tensor 12 is 'a' (64 elements) here but 'b' (64 elements) in ..."). */
-int gs_layout_compare(const struct gs_layout *mine, const struct gs_layout *ref,
-		      const char *ref_owner, char *msg, size_t n);
+ * ("tensor 12 is 'a' (64 elements) in node 1's layout but 'b' (64
+ * elements) in node 0's"), naming each layout by its owner. */
+int gs_layout_compare(const struct gs_layout *mine, const char *mine_owner,
+		      const struct gs_layout *ref, const char *ref_owner, char *msg,
+		      size_t n);
 
 #endif

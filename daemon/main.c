@@ -1,7 +1,8 @@
 /*
  * gradsyncd: the per-node gradient synchronisation daemon. Parses the
- * settings, picks the backend, and runs the event loop until SIGINT or
- * SIGTERM, after which it finishes the work in flight and exits.
+ * settings, picks the backend, joins the other nodes when there are any,
+ * then serves trainers until SIGINT or SIGTERM, after which it finishes the
+ * work in flight and exits.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -10,19 +11,28 @@
 
 #include "daemon.h"
 #include "log.h"
+#include "rendezvous.h"
 #include "server.h"
+
+void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
+{
+	if (d->stopping)
+		return;
+	d->stopping = 1;
+	d->exit_code = exit_code;
+	gs_server_close(d);
+	gs_rdv_server_stop(d);
+	gs_cluster_cancel(d);
+	uv_close((uv_handle_t *)&d->sigint, NULL);
+	uv_close((uv_handle_t *)&d->sigterm, NULL);
+	gs_worker_stop(&d->worker);
+}
 
 static void on_signal(uv_signal_t *s, int signum)
 {
 	struct gs_daemon *d = s->data;
-	if (d->stopping)
-		return;
-	d->stopping = 1;
 	gs_info("%s received: shutting down", strsignal(signum));
-	gs_server_close(d);
-	uv_close((uv_handle_t *)&d->sigint, NULL);
-	uv_close((uv_handle_t *)&d->sigterm, NULL);
-	gs_worker_stop(&d->worker);
+	gs_daemon_shutdown(d, 0);
 }
 
 static struct gs_backend *choose_backend(const struct gs_settings *s)
@@ -42,11 +52,34 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 	return b;
 }
 
+/* The node has joined (or there was nothing to join): serve trainers. */
+static void on_ready(struct gs_daemon *d, bool ok)
+{
+	if (!ok || d->stopping) {
+		gs_daemon_shutdown(d, 1);
+		return;
+	}
+	gs_job_set_world(&d->job);
+	if (d->cluster.gloo)
+		gs_backend_host_attach_gloo(d->backend, d->cluster.gloo,
+					    (int)(d->settings.peer_timeout * 1000));
+	if (gs_server_listen(d) < 0) {
+		gs_daemon_shutdown(d, 1);
+		return;
+	}
+	const struct gs_settings *s = &d->settings;
+	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, node %u of %u, %u trainers here of %u, wire %s, threshold %llu elements",
+		GS_VERSION, s->socket_path, d->backend->name, gs_isa_name(gs_isa_active()),
+		s->node_rank, s->nodes, s->local_size, d->cluster.world_size,
+		gs_wire_name((enum gs_wire)s->wire), (unsigned long long)s->threshold);
+}
+
 static int run(struct gs_daemon *d)
 {
 	d->loop = uv_default_loop();
 	d->listen_fd = -1;
 	d->start_ns = gs_now_ns();
+	d->cluster.cancel_fd = -1;
 	d->backend = choose_backend(&d->settings);
 	if (!d->backend)
 		return 1;
@@ -54,34 +87,25 @@ static int run(struct gs_daemon *d)
 	int r = gs_worker_start(&d->worker, d->loop);
 	if (r < 0) {
 		gs_error("cannot start the worker thread: %s", strerror(-r));
-		goto err_worker;
-	}
-	if (gs_server_listen(d) < 0) {
-		gs_worker_stop(&d->worker);
-		goto err_worker;
+		d->backend->ops->destroy(d->backend);
+		return 1;
 	}
 	uv_signal_init(d->loop, &d->sigint);
 	uv_signal_init(d->loop, &d->sigterm);
 	d->sigint.data = d->sigterm.data = d;
 	uv_signal_start(&d->sigint, on_signal, SIGINT);
 	uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+	if (gs_cluster_start(d, on_ready) != 0)
+		gs_daemon_shutdown(d, 1);
 
-	const struct gs_settings *s = &d->settings;
-	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, %u trainers per node, wire %s, threshold %llu elements",
-		GS_VERSION, s->socket_path, d->backend->name, gs_isa_name(gs_isa_active()),
-		s->local_size, gs_wire_name((enum gs_wire)s->wire),
-		(unsigned long long)s->threshold);
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
 	gs_job_destroy(&d->job);
+	gs_cluster_destroy(d);
 	d->backend->ops->destroy(d->backend);
 	uv_loop_close(d->loop);
 	gs_info("stopped");
-	return 0;
-
-err_worker:
-	d->backend->ops->destroy(d->backend);
-	return 1;
+	return d->exit_code;
 }
 
 int main(int argc, char **argv)

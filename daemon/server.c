@@ -11,6 +11,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "log.h"
+#include "session.h"
 
 static void on_accept(uv_poll_t *p, int status, int events)
 {
@@ -25,11 +26,8 @@ static void on_accept(uv_poll_t *p, int status, int events)
 				gs_warn("accept: %s", strerror(errno));
 			return;
 		}
-		int r = gs_conn_create(d, fd);
-		if (r < 0) {
-			gs_warn("cannot take a new client: %s", uv_strerror(r));
-			close(fd);
-		}
+		gs_conn_create(d, fd, d->settings.max_frame, gs_session_dispatch,
+			       gs_session_closed);
 	}
 }
 

@@ -37,7 +37,7 @@ static const char *message_name(Gradsync__Message__BodyCase body)
 	}
 }
 
-static void send_welcome(struct gs_conn *c)
+static void send_welcome(struct gs_conn *c, uint32_t local_rank)
 {
 	struct gs_daemon *d = c->d;
 	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
@@ -46,8 +46,9 @@ static void send_welcome(struct gs_conn *c)
 	w.protocol_version = GS_PROTOCOL_VERSION;
 	w.world_size = gs_job_world_size(&d->job);
 	w.local_size = d->settings.local_size;
-	w.node_rank = 0;
-	w.nodes = 1;
+	w.node_rank = d->cluster.node_rank;
+	w.nodes = d->cluster.nodes;
+	w.global_rank = d->cluster.rank_base + local_rank;
 	w.backend = (char *)d->backend->name;
 	w.settings = &settings;
 	w.daemon_version = GS_VERSION;
@@ -78,7 +79,7 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 		gs_conn_fail(c, GS_EPROTO, "Hello names no role (trainer or control)");
 		return;
 	}
-	send_welcome(c);
+	send_welcome(c, h->local_rank);
 }
 
 static void dispatch_trainer(struct gs_conn *c, const Gradsync__Message *m)
@@ -114,6 +115,8 @@ void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	case GS_CONN_TRAINER:
 		dispatch_trainer(c, m);
 		return;
+	case GS_CONN_NODE:
+		return; /* node connections have a dispatcher of their own */
 	case GS_CONN_CONTROL:
 		if (m->body_case != GRADSYNC__MESSAGE__BODY_STATUS_REQUEST) {
 			gs_conn_fail(c, GS_EPROTO, "unexpected %s from a control client",
@@ -123,4 +126,13 @@ void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 		gs_status_reply(c);
 		return;
 	}
+}
+
+void gs_session_closed(struct gs_conn *c)
+{
+	struct gs_trainer *t = c->trainer;
+	if (!t)
+		return;
+	c->trainer = NULL;
+	gs_trainer_disconnected(t);
 }

@@ -10,5 +10,7 @@
 #include "gradsync.pb-c.h"
 
 void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m);
+/* A client's connection closed: a trainer leaves its job. */
+void gs_session_closed(struct gs_conn *c);
 
 #endif

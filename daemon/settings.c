@@ -11,7 +11,7 @@
 #include "gradsync.h"
 #include "log.h"
 
-enum kind { K_PATH, K_UINT, K_CHOICE, K_PREDIVIDE };
+enum kind { K_TEXT, K_UINT, K_CHOICE, K_PREDIVIDE };
 
 struct choice {
 	const char *name;
@@ -23,7 +23,7 @@ struct setting {
 	enum kind kind;
 	size_t offset;
 	const char *def;
-	uint64_t min, max;      /* K_UINT */
+	uint64_t min, max;      /* K_UINT; K_TEXT: max is the longest length */
 	const struct choice *choices; /* K_CHOICE, ended by a NULL name */
 	const char *help;
 };
@@ -45,7 +45,7 @@ static const struct choice log_choices[] = {
 #define OFF(field) offsetof(struct gs_settings, field)
 
 static const struct setting table[] = {
-	{ "socket", K_PATH, OFF(socket_path), GS_DEFAULT_SOCKET, 0, 0, NULL,
+	{ "socket", K_TEXT, OFF(socket_path), GS_DEFAULT_SOCKET, 1, 107, NULL,
 	  "Unix socket to listen on" },
 	{ "local-size", K_UINT, OFF(local_size), "1", 1, 64, NULL,
 	  "trainers (GPUs) per node that take part in every step" },
@@ -69,6 +69,18 @@ static const struct setting table[] = {
 	  "most tensors one trainer may register" },
 	{ "max-bytes", K_UINT, OFF(max_bytes), "68719476736", 4, UINT64_C(1) << 46, NULL,
 	  "most gradient bytes one trainer may register" },
+	{ "nodes", K_UINT, OFF(nodes), "1", 1, 1024, NULL,
+	  "nodes (daemons) of the job; more than 1 needs --coordinator" },
+	{ "node-rank", K_UINT, OFF(node_rank), "0", 0, 1023, NULL,
+	  "this node's rank among the nodes; rank 0 serves the rendezvous" },
+	{ "coordinator", K_TEXT, OFF(coordinator), "127.0.0.1:29500", 3, 255, NULL,
+	  "HOST:PORT of node rank 0's rendezvous (it listens there; the others connect)" },
+	{ "gloo-host", K_TEXT, OFF(gloo_host), "", 0, 255, NULL,
+	  "interface name or address this node's Gloo device listens on; empty: the host name" },
+	{ "join-timeout", K_UINT, OFF(join_timeout), "300", 1, 86400, NULL,
+	  "seconds to wait for the coordinator and the other nodes (joining, layout agreement)" },
+	{ "peer-timeout", K_UINT, OFF(peer_timeout), "60", 1, 86400, NULL,
+	  "seconds an all-reduce between nodes may wait on a peer" },
 };
 
 #define NSETTINGS (sizeof(table) / sizeof(table[0]))
@@ -81,6 +93,13 @@ static void env_name(const struct setting *st, char *out, size_t n)
 	for (const char *p = st->name; *p && k + 1 < n; p++)
 		out[k++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
 	out[k] = '\0';
+}
+
+/* The few counts kept as 32-bit fields. */
+static bool is_u32(const struct setting *st)
+{
+	return st->offset == OFF(local_size) || st->offset == OFF(nodes) ||
+	       st->offset == OFF(node_rank);
 }
 
 static int parse_uint(const char *text, uint64_t *out)
@@ -112,8 +131,9 @@ static void describe_range(const struct setting *st, char *out, size_t n)
 	case K_PREDIVIDE:
 		snprintf(out, n, "'world' or a number in [1, 1e6]");
 		break;
-	case K_PATH:
-		snprintf(out, n, "a path of 1 to 107 bytes");
+	case K_TEXT:
+		snprintf(out, n, "a text of %llu to %llu bytes", (unsigned long long)st->min,
+			 (unsigned long long)st->max);
 		break;
 	}
 }
@@ -123,15 +143,15 @@ static int apply(const struct setting *st, const char *text, struct gs_settings 
 	char *field = (char *)s + st->offset;
 	uint64_t v;
 	switch (st->kind) {
-	case K_PATH:
-		if (!text[0] || strlen(text) >= sizeof(s->socket_path))
+	case K_TEXT:
+		if (strlen(text) < st->min || strlen(text) > st->max)
 			return -EINVAL;
 		strcpy(field, text);
 		return 0;
 	case K_UINT:
 		if (parse_uint(text, &v) < 0 || v < st->min || v > st->max)
 			return -EINVAL;
-		if (st->offset == OFF(local_size))
+		if (is_u32(st))
 			*(uint32_t *)field = (uint32_t)v;
 		else
 			*(uint64_t *)field = v;
@@ -180,11 +200,11 @@ static void format_value(const struct setting *st, const struct gs_settings *s,
 {
 	const char *field = (const char *)s + st->offset;
 	switch (st->kind) {
-	case K_PATH:
+	case K_TEXT:
 		snprintf(out, n, "%s", field);
 		break;
 	case K_UINT:
-		if (st->offset == OFF(local_size))
+		if (is_u32(st))
 			snprintf(out, n, "%u", *(const uint32_t *)field);
 		else
 			snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field);
@@ -286,11 +306,38 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 			argv[optind]);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
+	if (s->node_rank >= s->nodes) {
+		fprintf(stderr, "gradsyncd: --node-rank %u is out of range for --nodes %u: expected 0 to %u\n",
+			s->node_rank, s->nodes, s->nodes - 1);
+		return GS_SETTINGS_EXIT_USAGE;
+	}
+	if (s->nodes > 1 && !strchr(s->coordinator, ':')) {
+		fprintf(stderr, "gradsyncd: --coordinator '%s' must be HOST:PORT\n", s->coordinator);
+		return GS_SETTINGS_EXIT_USAGE;
+	}
 	if (want_config) {
 		print_config(s);
 		return GS_SETTINGS_EXIT_OK;
 	}
 	return GS_SETTINGS_RUN;
+}
+
+void gs_settings_shared_text(const struct gs_settings *s, char *out, size_t n)
+{
+	static const char *const shared[] = { "threshold", "wire", "op", "predivide",
+					      "fusion-buffer" };
+	size_t k = 0;
+	out[0] = '\0';
+	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
+		for (size_t t = 0; t < NSETTINGS && k < n; t++) {
+			if (strcmp(table[t].name, shared[i]) != 0)
+				continue;
+			char value[64];
+			format_value(&table[t], s, value, sizeof(value));
+			k += (size_t)snprintf(out + k, n - k, "%s%s=%s", k ? " " : "",
+					      shared[i], value);
+		}
+	}
 }
 
 double gs_settings_predivide(const struct gs_settings *s, uint32_t world)

@@ -8,6 +8,7 @@
 #define GS_SETTINGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -29,6 +30,12 @@ struct gs_settings {
 	uint64_t max_frame;       /* bytes */
 	uint64_t max_tensors;     /* per trainer */
 	uint64_t max_bytes;       /* registered per trainer */
+	uint32_t nodes;
+	uint32_t node_rank;
+	char coordinator[256];    /* HOST:PORT of node rank 0's rendezvous */
+	char gloo_host[256];      /* where this node's Gloo device listens */
+	uint64_t join_timeout;    /* seconds to wait for the other nodes */
+	uint64_t peer_timeout;    /* seconds an all-reduce may wait on a peer */
 };
 
 enum gs_settings_result {
@@ -42,6 +49,10 @@ enum gs_settings_result {
  * setting and its allowed range). */
 enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 					 char **argv);
+
+/* The settings every node of a job must share, as text ("threshold=...
+ * wire=... "), compared at the rendezvous. */
+void gs_settings_shared_text(const struct gs_settings *s, char *out, size_t n);
 
 /* The derived scale factors for a world of `world` ranks: gradients are
  * multiplied by *pre before the cast and by *post after the reduce. */

@@ -6,6 +6,9 @@
 #include "gradsync.h"
 #include "trainer.h"
 
+/* Status lists at most this many nodes; the count says how many there are. */
+#define GS_MAX_PEERS 256
+
 void gs_status_fill_settings(const struct gs_daemon *d, Gradsync__Settings *s)
 {
 	const struct gs_settings *st = &d->settings;
@@ -56,8 +59,21 @@ void gs_status_reply(struct gs_conn *c)
 	s.settings = &settings;
 	s.local_size = d->settings.local_size;
 	s.world_size = gs_job_world_size(j);
-	s.node_rank = 0;
-	s.nodes = 1;
+	s.node_rank = d->cluster.node_rank;
+	s.nodes = d->cluster.nodes;
+	s.internode_bytes = gs_backend_internode_bytes(d->backend);
+	uint32_t np = d->cluster.nodes <= GS_MAX_PEERS ? d->cluster.nodes : GS_MAX_PEERS;
+	Gradsync__PeerStatus peers[GS_MAX_PEERS], *pptrs[GS_MAX_PEERS];
+	for (uint32_t r = 0; r < np && d->cluster.node; r++) {
+		gradsync__peer_status__init(&peers[r]);
+		peers[r].node_rank = r;
+		peers[r].local_size = d->cluster.node[r].local_size;
+		peers[r].host = (char *)d->cluster.node[r].host;
+		peers[r].state = (char *)gs_cluster_peer_state(d, r);
+		pptrs[r] = &peers[r];
+	}
+	s.n_peers = d->cluster.node ? np : 0;
+	s.peers = pptrs;
 	s.job_state = (char *)gs_job_state(j);
 	s.job_id = (char *)j->id;
 	s.n_trainers = nt;

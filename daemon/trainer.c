@@ -47,8 +47,11 @@ uint32_t gs_trainer_rank(const struct gs_trainer *t)
 
 const char *gs_trainer_state(const struct gs_trainer *t)
 {
-	if (!t->registered)
+	if (!t->registered) {
+		if (t->layout_checked)
+			return "waiting for the other nodes";
 		return t->layout.n ? "registering" : "connected";
+	}
 	return t->in_step ? "in step" : "idle";
 }
 
@@ -223,23 +226,29 @@ static void finish_registration(struct gs_trainer *t)
 		gs_conn_fail(c, err, "%s", why);
 		return;
 	}
-	t->registered = true;
+	t->layout_checked = true;
 	gs_info("trainer %s registered %u tensors (%llu bytes) in %u buffers",
 		gs_conn_name(c), n, (unsigned long long)t->bytes, t->nbuffers);
+	if (t->job->agreed)
+		gs_trainer_send_registered(t);
+}
 
+void gs_trainer_send_registered(struct gs_trainer *t)
+{
+	t->registered = true;
 	Gradsync__Registered reg = GRADSYNC__REGISTERED__INIT;
-	reg.tensors = n;
+	reg.tensors = t->layout.n;
 	reg.buckets = t->job->plan.nbuckets;
 	reg.layout_hash = t->job->layout_hash;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	m.registered = &reg;
-	gs_conn_send(c, &m);
+	gs_conn_send(t->conn, &m);
 }
 
 void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *r)
 {
-	if (t->registered) {
+	if (t->layout_checked) {
 		gs_conn_fail(t->conn, GS_ESTATE, "tensors are already registered on this connection");
 		return;
 	}

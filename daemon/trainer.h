@@ -30,7 +30,8 @@ struct gs_trainer {
 	uid_t uid;
 
 	/* Registration, possibly over several frames. */
-	bool registered;
+	bool layout_checked; /* matches the job's; Registered may wait for the nodes */
+	bool registered;     /* Registered sent: steps may begin */
 	struct gs_trainer_buffer *buffers;
 	uint32_t nbuffers;
 	uint64_t buffer_bytes;
@@ -61,6 +62,9 @@ const char *gs_trainer_state(const struct gs_trainer *t);
 /* Handles one RegisterTensors frame; answers Registered after the last,
  * or drops the client with an Error naming what is wrong. */
 void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *r);
+
+/* Tells the trainer its registration is accepted. */
+void gs_trainer_send_registered(struct gs_trainer *t);
 
 /* The client went away: the job decides what that means for the step. */
 void gs_trainer_disconnected(struct gs_trainer *t);

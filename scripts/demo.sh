@@ -1,47 +1,61 @@
 #!/usr/bin/env bash
-# The demo: installs what is missing, builds, starts gradsyncd and two
-# trainers that sync the ResNet-50 gradient layout for a number of steps,
-# each verifying every step against its own fp64 reference, then shows
-# `gradsyncctl status`.
-#   scripts/demo.sh [STEPS] [TRAINERS]
+# The demo: installs what is missing, builds, starts one gradsyncd per node
+# on this machine and TRAINERS trainers on each, which sync the ResNet-50
+# gradient layout for STEPS steps, each verifying every step against its own
+# fp64 reference; then shows `gradsyncctl status` of node 0.
+#   scripts/demo.sh [STEPS] [TRAINERS] [NODES]      (defaults 10 2 1)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-10}
 trainers=${2:-2}
+nodes=${3:-1}
 build=${GRADSYNC_BUILD:-build}
 
 ./scripts/setup.sh
 ./scripts/build.sh >/dev/null
 
 dir=$(mktemp -d /tmp/gradsync-demo-XXXXXX)
-socket=$dir/gradsyncd.sock
-"$build/daemon/gradsyncd" --socket="$socket" --local-size="$trainers" 2>"$dir/gradsyncd.log" &
-daemon=$!
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+daemons=()
 cleanup() {
-  kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null
+  for pid in "${daemons[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
   rm -rf "$dir"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do
-  "$build/client/gradsyncctl" --socket "$socket" status >/dev/null 2>&1 && break
-  sleep 0.1
-done
-sed 's/^/  daemon: /' "$dir/gradsyncd.log"
 
-echo "== $trainers trainers, ResNet-50 layout (161 tensors, 25.6M elements), $steps steps"
+for node in $(seq 0 $((nodes - 1))); do
+  "$build/daemon/gradsyncd" --socket="$dir/node-$node.sock" --local-size="$trainers" \
+    --nodes="$nodes" --node-rank="$node" --coordinator="127.0.0.1:$port" \
+    --gloo-host=127.0.0.1 --join-timeout=60 2>"$dir/gradsyncd-$node.log" &
+  daemons+=($!)
+done
+for node in $(seq 0 $((nodes - 1))); do
+  for _ in $(seq 600); do
+    "$build/client/gradsyncctl" --socket "$dir/node-$node.sock" status >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  sed "s/^/  daemon $node: /" "$dir/gradsyncd-$node.log"
+done
+
+echo "== $nodes node(s) x $trainers trainers, ResNet-50 layout (161 tensors, 25.6M elements), $steps steps"
 pids=()
-for rank in $(seq 0 $((trainers - 1))); do
-  "$build/client/gradsync-example-trainer" --socket "$socket" \
-    --layout layouts/resnet50.txt --rank "$rank" --steps "$steps" \
-    > "$dir/trainer-$rank.log" 2>&1 &
-  pids+=($!)
+names=()
+for node in $(seq 0 $((nodes - 1))); do
+  for rank in $(seq 0 $((trainers - 1))); do
+    "$build/client/gradsync-example-trainer" --socket "$dir/node-$node.sock" \
+      --layout layouts/resnet50.txt --rank "$rank" --steps "$steps" \
+      > "$dir/trainer-$node-$rank.log" 2>&1 &
+    pids+=($!)
+    names+=("$node-$rank")
+  done
 done
 status=0
-for rank in "${!pids[@]}"; do
-  wait "${pids[$rank]}" || status=1
-  sed "s/^/  trainer $rank: /" "$dir/trainer-$rank.log"
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || status=1
+  sed "s/^/  trainer ${names[$i]}: /" "$dir/trainer-${names[$i]}.log"
 done
 
-echo "== gradsyncctl status"
-"$build/client/gradsyncctl" --socket "$socket" status
+echo "== gradsyncctl status (node 0)"
+"$build/client/gradsyncctl" --socket "$dir/node-0.sock" status
 exit $status

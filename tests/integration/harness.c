@@ -12,6 +12,8 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -83,7 +85,7 @@ static bool can_connect(const char *path)
 	return ok;
 }
 
-void harness_daemon_start(struct gs_test_daemon *d, const char *const *args)
+void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 {
 	snprintf(d->dir, sizeof(d->dir), "/tmp/gradsync-test-XXXXXX");
 	assert_non_null(mkdtemp(d->dir));
@@ -101,8 +103,11 @@ void harness_daemon_start(struct gs_test_daemon *d, const char *const *args)
 		argv[n++] = args[i];
 	argv[n] = NULL;
 	d->pid = harness_spawn(argv, d->log);
+}
 
-	long deadline = now_ms() + 10000;
+void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms)
+{
+	long deadline = now_ms() + timeout_ms;
 	while (!can_connect(d->socket)) {
 		if (!harness_daemon_alive(d) || now_ms() > deadline) {
 			harness_dump(d->log);
@@ -110,6 +115,23 @@ void harness_daemon_start(struct gs_test_daemon *d, const char *const *args)
 		}
 		usleep(10000);
 	}
+}
+
+void harness_daemon_start(struct gs_test_daemon *d, const char *const *args)
+{
+	harness_daemon_spawn(d, args);
+	harness_daemon_wait_ready(d, 10000);
+}
+
+int harness_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	close(fd);
+	return ntohs(a.sin_port);
 }
 
 bool harness_daemon_alive(const struct gs_test_daemon *d)

@@ -24,6 +24,13 @@ struct gs_test_daemon {
 /* Starts gradsyncd on a fresh socket with the extra arguments (NULL
  * ended) and waits until it accepts connections. Fails the test on error. */
 void harness_daemon_start(struct gs_test_daemon *d, const char *const *args);
+/* Starts gradsyncd without waiting for it (several nodes start together). */
+void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args);
+/* Waits until a spawned daemon accepts trainers, up to timeout_ms. */
+void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms);
+/* A TCP port on 127.0.0.1 that was free a moment ago. */
+int harness_free_port(void);
+
 /* SIGTERM, then waits (SIGKILL after 10 s); returns its exit status. */
 int harness_daemon_stop(struct gs_test_daemon *d);
 /* True while the daemon process runs. */

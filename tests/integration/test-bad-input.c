@@ -147,7 +147,7 @@ static void layout_differs(void **state)
 		spec("conv.weight", 300, GRADSYNC__DTYPE__DTYPE_FLOAT32, 24576),
 	};
 	bad_registration(t, 3, 32768, 32768, true, GS_ELAYOUT,
-			 "tensor 1 is 'fc.weight' (4000 elements) here but 'fc.weight' (5000 elements) in local rank 0's layout");
+			 "tensor 1 is 'fc.weight' (4000 elements) in local rank 1's layout but 'fc.weight' (5000 elements) in local rank 0's");
 }
 
 static void memfd_smaller_than_claimed(void **state)

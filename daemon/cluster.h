@@ -1,0 +1,45 @@
+/*
+ * The daemon's place among the nodes of a job: joining the rendezvous and
+ * building the Gloo group at start (on the worker thread, so the loop of
+ * node 0 keeps serving the rendezvous), and agreeing on each job's layout
+ * with the other nodes before its first step. With --nodes 1 there is
+ * nothing to join and every call here completes at once.
+ */
+#ifndef GS_CLUSTER_H
+#define GS_CLUSTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rendezvous.h"
+
+struct gs_daemon;
+struct gs_gloo;
+
+struct gs_cluster {
+	uint32_t nodes;
+	uint32_t node_rank;
+	uint32_t world_size;  /* trainers of all nodes */
+	uint32_t rank_base;   /* global rank of this node's local rank 0 */
+	struct gs_node_info *node; /* by node rank */
+	struct gs_rdv_client *rdv; /* worker thread only */
+	struct gs_gloo *gloo;
+	bool joined;
+	int cancel_fd; /* an eventfd: readable once the daemon shuts down */
+};
+
+/* Starts joining (node 0 also starts serving the rendezvous). ready runs on
+ * the loop when the node has joined (ok) or failed (the reason logged). */
+int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, bool ok));
+/* Ends any wait on the other nodes (shutdown). */
+void gs_cluster_cancel(struct gs_daemon *d);
+void gs_cluster_destroy(struct gs_daemon *d);
+
+/* Agrees on the job's layout round with the other nodes on the worker
+ * thread; the verdict reaches gs_job_layout_verdict on the loop. */
+int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round);
+
+/* The state of node `rank` as this daemon knows it, for status. */
+const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank);
+
+#endif

@@ -1,0 +1,350 @@
+/*
+ * The rendezvous client: one blocking TCP connection to the coordinator,
+ * used from the worker thread only, every wait bounded by a deadline.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "frame.h"
+#include "gradsync.h"
+#include "log.h"
+#include "rendezvous.h"
+#include "settings.h"
+
+#define NODE_MAX_FRAME (64u << 20)
+
+struct gs_rdv_client {
+	int fd;
+	int cancel_fd;
+	struct gs_frame_reader reader;
+	int join_timeout_ms;
+};
+
+static int64_t now_ms(void)
+{
+	return (int64_t)(gs_now_ns() / 1000000u);
+}
+
+/* Waits until fd is ready for events, the deadline passes (GS_ETIMEDOUT)
+ * or the daemon is shutting down (GS_EABORTED). fd < 0: only waits. */
+static int wait_for(int fd, short events, int cancel_fd, int64_t deadline)
+{
+	struct pollfd p[2] = { { cancel_fd, POLLIN, 0 }, { fd, events, 0 } };
+	for (;;) {
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			return GS_ETIMEDOUT;
+		int n = poll(p, fd >= 0 ? 2 : 1, (int)(left > INT32_MAX ? INT32_MAX : left));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return GS_ESYSTEM;
+		if (p[0].revents)
+			return GS_EABORTED;
+		if (n > 0)
+			return GS_OK;
+	}
+}
+
+void gs_rdv_client_close(struct gs_rdv_client *c)
+{
+	if (!c)
+		return;
+	gs_frame_reader_destroy(&c->reader);
+	close(c->fd);
+	free(c);
+}
+
+/* ---- Frames with deadlines ----------------------------------------------- */
+
+static int send_msg(struct gs_rdv_client *c, const Gradsync__Message *m, int64_t deadline)
+{
+	uint8_t *buf;
+	size_t len, off = 0;
+	if (gs_frame_encode(m, &buf, &len) < 0)
+		return GS_ENOMEM;
+	int rc = GS_OK;
+	while (off < len && rc == GS_OK) {
+		ssize_t n = gs_frame_write_some(c->fd, buf + off, len - off, NULL, 0);
+		if (n > 0) {
+			off += (size_t)n;
+		} else if (n == -EAGAIN) {
+			rc = wait_for(c->fd, POLLOUT, c->cancel_fd, deadline);
+		} else {
+			rc = GS_EDISCONNECTED;
+		}
+	}
+	free(buf);
+	return rc;
+}
+
+/* Receives the next message; *out is the caller's to free. */
+static int recv_msg(struct gs_rdv_client *c, int64_t deadline, Gradsync__Message **out)
+{
+	for (;;) {
+		const uint8_t *payload;
+		size_t len;
+		int r = gs_frame_reader_next(&c->reader, &payload, &len);
+		if (r < 0)
+			return GS_EPROTO;
+		if (r > 0) {
+			*out = gradsync__message__unpack(NULL, len, payload);
+			gs_frame_reader_consume(&c->reader);
+			return *out ? GS_OK : GS_EPROTO;
+		}
+		int rc = wait_for(c->fd, POLLIN, c->cancel_fd, deadline);
+		if (rc != GS_OK)
+			return rc;
+		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
+		if (n == 0)
+			return GS_EDISCONNECTED;
+		if (n < 0 && n != -EAGAIN)
+			return n == -EMSGSIZE ? GS_EPROTO : GS_EDISCONNECTED;
+	}
+}
+
+/* Waits for a message of kind `want`; an Error from the coordinator is
+ * returned with its code and words. */
+static int expect(struct gs_rdv_client *c, Gradsync__Message__BodyCase want,
+		  int64_t deadline, Gradsync__Message **out, char *err, size_t n)
+{
+	Gradsync__Message *m;
+	int rc = recv_msg(c, deadline, &m);
+	if (rc == GS_ETIMEDOUT || rc == GS_EABORTED) {
+		snprintf(err, n, rc == GS_EABORTED ? "shutting down" : "no answer from the coordinator in time");
+		return rc;
+	}
+	if (rc != GS_OK) {
+		snprintf(err, n, "the coordinator closed the connection or sent garbage (%s)",
+			 gs_strerror(rc));
+		return rc;
+	}
+	if (m->body_case == GRADSYNC__MESSAGE__BODY_ERROR) {
+		snprintf(err, n, "the coordinator refused: %s", m->error->message);
+		rc = m->error->code ? m->error->code : GS_EREFUSED;
+		gradsync__message__free_unpacked(m, NULL);
+		return rc;
+	}
+	if (m->body_case != want) {
+		snprintf(err, n, "unexpected message %d from the coordinator", (int)m->body_case);
+		gradsync__message__free_unpacked(m, NULL);
+		return GS_EPROTO;
+	}
+	*out = m;
+	return GS_OK;
+}
+
+/* ---- Joining ---------------------------------------------------------------- */
+
+/* One connection attempt to every address of the coordinator. */
+static int try_connect(const char *host, const char *port, char *why, size_t n)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+	struct addrinfo *res;
+	int rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0) {
+		snprintf(why, n, "%s", gai_strerror(rc));
+		return -1;
+	}
+	int fd = -1;
+	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
+			snprintf(why, n, "%s", strerror(errno));
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	return fd;
+}
+
+static int connect_with_backoff(const struct gs_settings *s, int cancel_fd,
+				int64_t deadline, char *err, size_t n)
+{
+	char host[256], port[32], why[128] = "no attempt";
+	if (gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
+		snprintf(err, n, "--coordinator '%s' is not HOST:PORT", s->coordinator);
+		return -1;
+	}
+	int delay_ms = 50;
+	for (;;) {
+		int fd = try_connect(host, port, why, sizeof(why));
+		if (fd >= 0)
+			return fd;
+		int64_t now = now_ms();
+		if (now >= deadline)
+			break;
+		/* The last attempt comes at the deadline itself. */
+		int64_t wake = now + delay_ms < deadline ? now + delay_ms : deadline;
+		if (wait_for(-1, 0, cancel_fd, wake) == GS_EABORTED) {
+			snprintf(err, n, "shutting down");
+			return -1;
+		}
+		delay_ms = delay_ms * 2 > 1000 ? 1000 : delay_ms * 2;
+	}
+	snprintf(err, n, "the coordinator %s did not answer within %llu s (last attempt: %s)",
+		 s->coordinator, (unsigned long long)s->join_timeout, why);
+	return -1;
+}
+
+static int say_hello(struct gs_rdv_client *c, const struct gs_settings *s,
+		     const char *gloo_host, int64_t deadline)
+{
+	char shared[512];
+	gs_settings_shared_text(s, shared, sizeof(shared));
+	Gradsync__NodeHello h = GRADSYNC__NODE_HELLO__INIT;
+	h.protocol_version = GS_PROTOCOL_VERSION;
+	h.node_rank = s->node_rank;
+	h.nodes = s->nodes;
+	h.local_size = s->local_size;
+	h.settings = shared;
+	h.host = (char *)gloo_host;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_HELLO;
+	m.node_hello = &h;
+	return send_msg(c, &m, deadline);
+}
+
+static int read_welcome(const Gradsync__NodeWelcome *w, const struct gs_settings *s,
+			struct gs_node_info *nodes, char *err, size_t n)
+{
+	if (w->n_nodes != s->nodes) {
+		snprintf(err, n, "the coordinator welcomed %zu nodes; %u expected", w->n_nodes, s->nodes);
+		return GS_EPROTO;
+	}
+	for (size_t r = 0; r < w->n_nodes; r++) {
+		const Gradsync__NodeInfo *ni = w->nodes[r];
+		if (ni->node_rank != r || ni->local_size == 0 || ni->local_size > 64) {
+			snprintf(err, n, "the coordinator's node list is malformed at node %zu", r);
+			return GS_EPROTO;
+		}
+		nodes[r].local_size = ni->local_size;
+		snprintf(nodes[r].host, sizeof(nodes[r].host), "%s", ni->host);
+	}
+	return GS_OK;
+}
+
+int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_fd,
+		struct gs_node_info *nodes, struct gs_rdv_client **out,
+		char *err, size_t errlen)
+{
+	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
+	struct gs_rdv_client *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return GS_ENOMEM;
+	}
+	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
+	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
+	c->cancel_fd = cancel_fd;
+	c->fd = connect_with_backoff(s, cancel_fd, deadline, err, errlen);
+	if (c->fd < 0) {
+		gs_frame_reader_destroy(&c->reader);
+		free(c);
+		return GS_ETIMEDOUT;
+	}
+	Gradsync__Message *m = NULL;
+	int rc = say_hello(c, s, gloo_host, deadline);
+	if (rc == GS_OK)
+		rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_WELCOME, deadline, &m, err, errlen);
+	else
+		snprintf(err, errlen, "cannot send hello to the coordinator: %s", gs_strerror(rc));
+	if (rc == GS_ETIMEDOUT)
+		snprintf(err, errlen, "not every node joined within %llu s (--join-timeout)",
+			 (unsigned long long)s->join_timeout);
+	if (rc == GS_OK)
+		rc = read_welcome(m->node_welcome, s, nodes, err, errlen);
+	if (m)
+		gradsync__message__free_unpacked(m, NULL);
+	if (rc != GS_OK) {
+		gs_rdv_client_close(c);
+		return rc;
+	}
+	*out = c;
+	return GS_OK;
+}
+
+/* ---- The store ---------------------------------------------------------------- */
+
+int gs_rdv_store_set(void *client, const char *key, const void *value, size_t len)
+{
+	struct gs_rdv_client *c = client;
+	Gradsync__StoreSet set = GRADSYNC__STORE_SET__INIT;
+	set.key = (char *)key;
+	set.value.data = (uint8_t *)value;
+	set.value.len = len;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STORE_SET;
+	m.store_set = &set;
+	return send_msg(c, &m, now_ms() + c->join_timeout_ms);
+}
+
+int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
+		     int timeout_ms)
+{
+	struct gs_rdv_client *c = client;
+	int64_t deadline = now_ms() + timeout_ms;
+	Gradsync__StoreGet get = GRADSYNC__STORE_GET__INIT;
+	get.key = (char *)key;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STORE_GET;
+	m.store_get = &get;
+	int rc = send_msg(c, &m, deadline);
+	if (rc != GS_OK)
+		return rc;
+	char err[256];
+	Gradsync__Message *r;
+	rc = expect(c, GRADSYNC__MESSAGE__BODY_STORE_VALUE, deadline, &r, err, sizeof(err));
+	if (rc != GS_OK)
+		return rc;
+	*len = r->store_value->value.len;
+	*value = malloc(*len ? *len : 1);
+	if (*value)
+		memcpy(*value, r->store_value->value.data, *len);
+	gradsync__message__free_unpacked(r, NULL);
+	return *value ? GS_OK : GS_ENOMEM;
+}
+
+/* ---- Layout agreement ------------------------------------------------------------ */
+
+int gs_rdv_agree_layout(struct gs_rdv_client *c, uint64_t round,
+			const struct gs_layout *layout, uint64_t hash,
+			int timeout_ms, char *why, size_t n)
+{
+	int64_t deadline = now_ms() + timeout_ms;
+	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
+	o.round = round;
+	o.hash = hash;
+	o.n_names = layout->n;
+	o.names = layout->names;
+	o.n_counts = layout->n;
+	o.counts = layout->counts;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_OFFER;
+	m.layout_offer = &o;
+	int rc = send_msg(c, &m, deadline);
+	if (rc != GS_OK) {
+		snprintf(why, n, "cannot offer the layout to the coordinator: %s", gs_strerror(rc));
+		return rc;
+	}
+	Gradsync__Message *r;
+	rc = expect(c, GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT, deadline, &r, why, n);
+	if (rc == GS_ETIMEDOUT)
+		snprintf(why, n, "not every node registered its trainers' layout within %d s",
+			 timeout_ms / 1000);
+	if (rc != GS_OK)
+		return rc;
+	rc = r->layout_verdict->agreed ? GS_OK : GS_ELAYOUT;
+	if (rc != GS_OK)
+		snprintf(why, n, "%s", r->layout_verdict->message);
+	gradsync__message__free_unpacked(r, NULL);
+	return rc;
+}

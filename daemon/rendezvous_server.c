@@ -1,0 +1,442 @@
+/*
+ * The rendezvous server, run by the node-rank-0 daemon on its event loop.
+ * Node connections reuse conn.c (framing, write queue); this file owns what
+ * they say: joining, the key-value store and layout agreement.
+ */
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "gradsync.h"
+#include "log.h"
+#include "rendezvous.h"
+
+/* Layouts of large models exceed a trainer's frame limit. */
+#define NODE_MAX_FRAME (64u << 20)
+
+struct rdv_node {
+	struct gs_conn *conn; /* NULL until joined, and after it leaves */
+	uint32_t local_size;
+	char host[256];
+	struct gs_layout offer;
+	uint64_t offer_round; /* 0: none pending */
+};
+
+struct rdv_entry {
+	struct rdv_entry *next;
+	char *key;
+	size_t len;
+	uint8_t value[];
+};
+
+struct rdv_wait {
+	struct rdv_wait *next;
+	struct gs_conn *conn;
+	char *key;
+};
+
+struct gs_rdv_server {
+	struct gs_daemon *d;
+	int fd;
+	uv_poll_t poll;
+	uint32_t nodes, joined;
+	struct rdv_node *node;
+	char settings[512];
+	struct rdv_entry *store;
+	struct rdv_wait *waits;
+};
+
+int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
+		       size_t portlen)
+{
+	const char *colon = strrchr(text, ':');
+	if (!colon || colon == text || !colon[1])
+		return -EINVAL;
+	size_t h = (size_t)(colon - text);
+	if (text[0] == '[' && h >= 2 && text[h - 1] == ']') { /* [::1]:29500 */
+		text++;
+		h -= 2;
+	}
+	if (h >= hostlen || strlen(colon + 1) >= portlen)
+		return -EINVAL;
+	memcpy(host, text, h);
+	host[h] = '\0';
+	strcpy(port, colon + 1);
+	return 0;
+}
+
+static void send_msg(struct gs_conn *c, Gradsync__Message *m)
+{
+	gs_conn_send(c, m);
+}
+
+static struct rdv_node *node_of(struct gs_conn *c)
+{
+	return c->owner;
+}
+
+/* ---- Joining ------------------------------------------------------------ */
+
+static void welcome_all(struct gs_rdv_server *s)
+{
+	Gradsync__NodeInfo *info = calloc(s->nodes, sizeof(*info));
+	Gradsync__NodeInfo **ptrs = calloc(s->nodes, sizeof(*ptrs));
+	if (!info || !ptrs) {
+		free(info);
+		free(ptrs);
+		gs_error("rendezvous: out of memory welcoming %u nodes", s->nodes);
+		return;
+	}
+	for (uint32_t r = 0; r < s->nodes; r++) {
+		gradsync__node_info__init(&info[r]);
+		info[r].node_rank = r;
+		info[r].local_size = s->node[r].local_size;
+		info[r].host = s->node[r].host;
+		ptrs[r] = &info[r];
+	}
+	Gradsync__NodeWelcome w = GRADSYNC__NODE_WELCOME__INIT;
+	w.n_nodes = s->nodes;
+	w.nodes = ptrs;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_WELCOME;
+	m.node_welcome = &w;
+	for (uint32_t r = 0; r < s->nodes; r++)
+		send_msg(s->node[r].conn, &m);
+	free(info);
+	free(ptrs);
+	gs_info("rendezvous: all %u nodes have joined", s->nodes);
+}
+
+static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__NodeHello *h)
+{
+	const char *peer = gs_conn_name(c);
+	if (h->protocol_version != GS_PROTOCOL_VERSION) {
+		gs_conn_fail(c, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
+			     h->node_rank, h->protocol_version, GS_PROTOCOL_VERSION);
+		return;
+	}
+	if (h->nodes != s->nodes) {
+		gs_conn_fail(c, GS_EREFUSED, "node %u expects %u nodes but the coordinator (node 0) runs %u (--nodes)",
+			     h->node_rank, h->nodes, s->nodes);
+		return;
+	}
+	if (h->node_rank >= s->nodes) {
+		gs_conn_fail(c, GS_EREFUSED, "node rank %u is out of range for %u nodes",
+			     h->node_rank, s->nodes);
+		return;
+	}
+	struct rdv_node *n = &s->node[h->node_rank];
+	if (n->conn) {
+		gs_conn_fail(c, GS_EREFUSED, "node rank %u has already joined (%s); two daemons claim it",
+			     h->node_rank, gs_conn_name(n->conn));
+		return;
+	}
+	if (strcmp(h->settings, s->settings) != 0) {
+		gs_conn_fail(c, GS_EREFUSED, "node %u's settings '%s' differ from the coordinator's '%s'",
+			     h->node_rank, h->settings, s->settings);
+		return;
+	}
+	if (h->local_size == 0 || h->local_size > GS_MAX_LOCAL) {
+		gs_conn_fail(c, GS_EREFUSED, "node %u has %u trainers; 1 to %d allowed",
+			     h->node_rank, h->local_size, GS_MAX_LOCAL);
+		return;
+	}
+	n->conn = c;
+	n->local_size = h->local_size;
+	snprintf(n->host, sizeof(n->host), "%s", h->host);
+	c->owner = n;
+	s->joined++;
+	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
+		h->node_rank, peer, h->local_size, s->joined, s->nodes);
+	if (s->joined == s->nodes)
+		welcome_all(s);
+}
+
+/* ---- The key-value store ------------------------------------------------ */
+
+static struct rdv_entry *lookup(struct gs_rdv_server *s, const char *key)
+{
+	for (struct rdv_entry *e = s->store; e; e = e->next)
+		if (strcmp(e->key, key) == 0)
+			return e;
+	return NULL;
+}
+
+static void send_value(struct gs_conn *c, const struct rdv_entry *e)
+{
+	Gradsync__StoreValue v = GRADSYNC__STORE_VALUE__INIT;
+	v.key = e->key;
+	v.value.data = (uint8_t *)e->value;
+	v.value.len = e->len;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STORE_VALUE;
+	m.store_value = &v;
+	send_msg(c, &m);
+}
+
+static void handle_set(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__StoreSet *set)
+{
+	if (lookup(s, set->key)) {
+		gs_conn_fail(c, GS_EPROTO, "store key '%s' is already set", set->key);
+		return;
+	}
+	struct rdv_entry *e = malloc(sizeof(*e) + set->value.len);
+	char *key = strdup(set->key);
+	if (!e || !key) {
+		free(e);
+		free(key);
+		gs_conn_fail(c, GS_ENOMEM, "out of memory storing key '%s'", set->key);
+		return;
+	}
+	e->key = key;
+	e->len = set->value.len;
+	memcpy(e->value, set->value.data, e->len);
+	e->next = s->store;
+	s->store = e;
+	for (struct rdv_wait **w = &s->waits; *w;) {
+		if (strcmp((*w)->key, key) != 0) {
+			w = &(*w)->next;
+			continue;
+		}
+		struct rdv_wait *done = *w;
+		*w = done->next;
+		send_value(done->conn, e);
+		free(done->key);
+		free(done);
+	}
+}
+
+static void handle_get(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__StoreGet *get)
+{
+	struct rdv_entry *e = lookup(s, get->key);
+	if (e) {
+		send_value(c, e);
+		return;
+	}
+	struct rdv_wait *w = calloc(1, sizeof(*w));
+	if (!w || !(w->key = strdup(get->key))) {
+		free(w);
+		gs_conn_fail(c, GS_ENOMEM, "out of memory waiting for key '%s'", get->key);
+		return;
+	}
+	w->conn = c;
+	w->next = s->waits;
+	s->waits = w;
+}
+
+/* ---- Layout agreement ---------------------------------------------------- */
+
+static void send_verdict(struct gs_rdv_server *s, uint64_t round, const char *why)
+{
+	Gradsync__LayoutVerdict v = GRADSYNC__LAYOUT_VERDICT__INIT;
+	v.round = round;
+	v.agreed = why == NULL;
+	v.message = (char *)(why ? why : "");
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT;
+	m.layout_verdict = &v;
+	for (uint32_t r = 0; r < s->nodes; r++) {
+		send_msg(s->node[r].conn, &m);
+		gs_layout_free(&s->node[r].offer);
+		s->node[r].offer_round = 0;
+	}
+}
+
+/* Every node has offered the same round: compare each with node 0's. */
+static void judge_round(struct gs_rdv_server *s, uint64_t round)
+{
+	for (uint32_t r = 1; r < s->nodes; r++) {
+		char mine[32], ref[32], diff[400], why[512];
+		snprintf(mine, sizeof(mine), "node %u", r);
+		snprintf(ref, sizeof(ref), "node 0");
+		if (gs_layout_compare(&s->node[r].offer, mine, &s->node[0].offer, ref,
+				      diff, sizeof(diff))) {
+			snprintf(why, sizeof(why), "layouts differ between node 0 and node %u: %s", r, diff);
+			gs_warn("rendezvous: %s", why);
+			send_verdict(s, round, why);
+			return;
+		}
+	}
+	gs_info("rendezvous: all %u nodes registered the same layout (round %llu)", s->nodes,
+		(unsigned long long)round);
+	send_verdict(s, round, NULL);
+}
+
+static void handle_offer(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__LayoutOffer *o)
+{
+	struct rdv_node *n = node_of(c);
+	if (o->n_names != o->n_counts || o->round == 0 || n->offer_round) {
+		gs_conn_fail(c, GS_EPROTO, "malformed or repeated LayoutOffer");
+		return;
+	}
+	gs_layout_free(&n->offer);
+	for (size_t i = 0; i < o->n_names; i++) {
+		if (gs_layout_add(&n->offer, o->names[i], o->counts[i]) < 0) {
+			gs_conn_fail(c, GS_ENOMEM, "out of memory reading a layout offer");
+			return;
+		}
+	}
+	n->offer_round = o->round;
+	for (uint32_t r = 0; r < s->nodes; r++)
+		if (!s->node[r].conn || s->node[r].offer_round != o->round)
+			return;
+	judge_round(s, o->round);
+}
+
+/* ---- Connections ----------------------------------------------------------- */
+
+static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
+{
+	struct gs_rdv_server *s = c->d->rdv_server;
+	if (!c->owner && m->body_case != GRADSYNC__MESSAGE__BODY_NODE_HELLO) {
+		gs_conn_fail(c, GS_EPROTO, "expected NodeHello first");
+		return;
+	}
+	switch (m->body_case) {
+	case GRADSYNC__MESSAGE__BODY_NODE_HELLO:
+		if (c->owner)
+			gs_conn_fail(c, GS_EPROTO, "NodeHello sent twice");
+		else
+			handle_hello(s, c, m->node_hello);
+		break;
+	case GRADSYNC__MESSAGE__BODY_STORE_SET:
+		handle_set(s, c, m->store_set);
+		break;
+	case GRADSYNC__MESSAGE__BODY_STORE_GET:
+		handle_get(s, c, m->store_get);
+		break;
+	case GRADSYNC__MESSAGE__BODY_LAYOUT_OFFER:
+		handle_offer(s, c, m->layout_offer);
+		break;
+	default:
+		gs_conn_fail(c, GS_EPROTO, "unexpected message %d on the rendezvous", (int)m->body_case);
+	}
+}
+
+static void node_closed(struct gs_conn *c)
+{
+	struct gs_rdv_server *s = c->d->rdv_server;
+	if (!s)
+		return; /* shutting down */
+	for (struct rdv_wait **w = &s->waits; *w;) {
+		struct rdv_wait *x = *w;
+		if (x->conn == c) {
+			*w = x->next;
+			free(x->key);
+			free(x);
+		} else {
+			w = &x->next;
+		}
+	}
+	struct rdv_node *n = node_of(c);
+	if (!n)
+		return;
+	n->conn = NULL;
+	n->offer_round = 0;
+	gs_layout_free(&n->offer);
+	s->joined--;
+	gs_warn("rendezvous: node %ld left", (long)(n - s->node));
+}
+
+static void on_accept(uv_poll_t *p, int status, int events)
+{
+	struct gs_rdv_server *s = p->data;
+	if (status < 0)
+		return;
+	for (int i = 0; i < 16; i++) {
+		int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		struct gs_conn *c = gs_conn_create(s->d, fd, NODE_MAX_FRAME, node_dispatch, node_closed);
+		if (c)
+			c->role = GS_CONN_NODE;
+	}
+}
+
+static int listen_on(const char *coordinator)
+{
+	char host[256], port[32];
+	if (gs_parse_host_port(coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
+		gs_error("--coordinator '%s' is not HOST:PORT", coordinator);
+		return -EINVAL;
+	}
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo *res;
+	int rc = getaddrinfo(host, port, &hints, &res);
+	if (rc != 0) {
+		gs_error("rendezvous address %s: %s", coordinator, gai_strerror(rc));
+		return -EINVAL;
+	}
+	int fd = -1, err = 0;
+	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		int one = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (fd >= 0 && (bind(fd, a->ai_addr, a->ai_addrlen) < 0 || listen(fd, 64) < 0)) {
+			err = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		gs_error("cannot serve the rendezvous on %s: %s", coordinator, strerror(err));
+	return fd < 0 ? -err : fd;
+}
+
+int gs_rdv_server_start(struct gs_daemon *d)
+{
+	struct gs_rdv_server *s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->d = d;
+	s->nodes = d->settings.nodes;
+	s->node = calloc(s->nodes, sizeof(*s->node));
+	gs_settings_shared_text(&d->settings, s->settings, sizeof(s->settings));
+	s->fd = s->node ? listen_on(d->settings.coordinator) : -ENOMEM;
+	if (s->fd < 0) {
+		int err = s->fd;
+		free(s->node);
+		free(s);
+		return err;
+	}
+	uv_poll_init(d->loop, &s->poll, s->fd);
+	s->poll.data = s;
+	uv_poll_start(&s->poll, UV_READABLE, on_accept);
+	d->rdv_server = s;
+	gs_info("rendezvous: serving %u nodes on %s", s->nodes, d->settings.coordinator);
+	return 0;
+}
+
+static void free_server(uv_handle_t *h)
+{
+	struct gs_rdv_server *s = h->data;
+	while (s->store) {
+		struct rdv_entry *e = s->store;
+		s->store = e->next;
+		free(e->key);
+		free(e);
+	}
+	for (uint32_t r = 0; r < s->nodes; r++)
+		gs_layout_free(&s->node[r].offer);
+	free(s->node);
+	free(s);
+}
+
+void gs_rdv_server_stop(struct gs_daemon *d)
+{
+	struct gs_rdv_server *s = d->rdv_server;
+	if (!s)
+		return;
+	/* Node connections are closed with every other connection. */
+	uv_poll_stop(&s->poll);
+	close(s->fd);
+	d->rdv_server = NULL;
+	uv_close((uv_handle_t *)&s->poll, free_server);
+}

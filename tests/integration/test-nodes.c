@@ -1,0 +1,311 @@
+/*
+ * Several nodes on this machine: one gradsyncd per node, joined through the
+ * node-rank-0 daemon's rendezvous and all-reducing over Gloo on loopback,
+ * each with its own trainer processes (gradsync-example-trainer). Every
+ * trainer regenerates every global rank's inputs and checks each element
+ * against its fp64 reference (allowing one rounding per node hop), so the
+ * test passes only when all trainers of all nodes got the same correct sum.
+ * Then the ways a job of several nodes must fail, each in bounded time.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gradsync.h"
+#include "harness.h"
+
+#define MAX_NODES 4
+
+struct nodes_case {
+	const char *layout;
+	unsigned nodes;
+	unsigned local[MAX_NODES];
+	const char *steps;
+	const char *daemon_args[4];
+	const char *trainer_args[6];
+};
+
+struct node {
+	struct gs_test_daemon d;
+	char args[6][64];
+	const char *argv[12];
+};
+
+static void spawn_nodes(struct node *n, unsigned nodes, const unsigned *local,
+			const char *const *extra, int port)
+{
+	for (unsigned r = 0; r < nodes; r++) {
+		snprintf(n[r].args[0], 64, "--nodes=%u", nodes);
+		snprintf(n[r].args[1], 64, "--node-rank=%u", r);
+		snprintf(n[r].args[2], 64, "--coordinator=127.0.0.1:%d", port);
+		snprintf(n[r].args[3], 64, "--local-size=%u", local[r]);
+		snprintf(n[r].args[4], 64, "--gloo-host=127.0.0.1");
+		snprintf(n[r].args[5], 64, "--join-timeout=30");
+		size_t k = 0;
+		for (; k < 6; k++)
+			n[r].argv[k] = n[r].args[k];
+		for (size_t i = 0; extra && extra[i]; i++)
+			n[r].argv[k++] = extra[i];
+		n[r].argv[k] = NULL;
+		harness_daemon_spawn(&n[r].d, n[r].argv);
+	}
+}
+
+static pid_t spawn_trainer(const struct node *n, unsigned rank, const char *layout,
+			   const char *steps, const char *const *extra, char *log)
+{
+	char r[16];
+	snprintf(r, sizeof(r), "%u", rank);
+	snprintf(log, 200, "%s/trainer-%u.log", n->d.dir, rank);
+	const char *argv[24] = {
+		getenv("GS_TRAINER"), "--socket", n->d.socket, "--layout", layout,
+		"--rank", r, "--steps", steps,
+	};
+	size_t k = 9;
+	for (size_t i = 0; extra && extra[i]; i++)
+		argv[k++] = extra[i];
+	return harness_spawn(argv, log);
+}
+
+/* Elements of a layout file, counted here and not by the code under test. */
+static uint64_t layout_elements(const char *name)
+{
+	FILE *f = fopen(harness_layout(name), "r");
+	assert_non_null(f);
+	char line[512], tensor[256];
+	unsigned long long count, total = 0;
+	while (fgets(line, sizeof(line), f))
+		if (line[0] != '#' && sscanf(line, "%255s %llu", tensor, &count) == 2)
+			total += count;
+	fclose(f);
+	return total;
+}
+
+/* After the steps, each node's status names every node and, for fp16 on two
+ * nodes (a ring sends 2 (N - 1) / N = 1 buffer), the exact bytes sent. */
+static void check_status(const struct nodes_case *c, struct node *n)
+{
+	uint32_t world = 0;
+	for (unsigned r = 0; r < c->nodes; r++)
+		world += c->local[r];
+	for (unsigned r = 0; r < c->nodes; r++) {
+		gs_client *ctl;
+		struct gs_status *st;
+		assert_int_equal(gs_control_connect(n[r].d.socket, 5000, &ctl), GS_OK);
+		assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
+		assert_int_equal(st->node_rank, r);
+		assert_int_equal(st->nodes, c->nodes);
+		assert_int_equal(st->world_size, world);
+		assert_int_equal(st->peer_count, c->nodes);
+		for (unsigned p = 0; p < c->nodes; p++) {
+			assert_int_equal(st->peers[p].node_rank, p);
+			assert_int_equal(st->peers[p].local_size, c->local[p]);
+			assert_string_equal(st->peers[p].state, p == r ? "this node" : "joined");
+		}
+		uint64_t steps = strtoull(c->steps, NULL, 10);
+		assert_int_equal(st->steps_completed, steps);
+		if (c->nodes == 2 && !c->daemon_args[0])
+			assert_int_equal(st->internode_bytes,
+					 steps * layout_elements(c->layout) * 2);
+		else
+			assert_true(st->internode_bytes > 0);
+		gs_status_free(st);
+		gs_close(ctl);
+	}
+}
+
+static void run_case(const struct nodes_case *c)
+{
+	struct node n[MAX_NODES];
+	spawn_nodes(n, c->nodes, c->local, c->daemon_args, harness_free_port());
+	for (unsigned r = 0; r < c->nodes; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+
+	pid_t pids[MAX_NODES][4];
+	char logs[MAX_NODES][4][200];
+	for (unsigned r = 0; r < c->nodes; r++)
+		for (unsigned l = 0; l < c->local[r]; l++)
+			pids[r][l] = spawn_trainer(&n[r], l, harness_layout(c->layout), c->steps,
+						   c->trainer_args, logs[r][l]);
+	int failed = 0;
+	for (unsigned r = 0; r < c->nodes; r++) {
+		for (unsigned l = 0; l < c->local[r]; l++) {
+			if (harness_wait(pids[r][l], 240000) != 0) {
+				harness_dump(logs[r][l]);
+				failed = 1;
+			}
+		}
+	}
+	if (!failed)
+		check_status(c, n);
+	for (unsigned r = 0; r < c->nodes; r++) {
+		if (failed)
+			harness_dump(n[r].d.log);
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+	}
+	assert_int_equal(failed, 0);
+}
+
+#define CASE(name, ...)                                                        \
+	static void name(void **state)                                         \
+	{                                                                      \
+		(void)state;                                                   \
+		static const struct nodes_case c = __VA_ARGS__;                \
+		run_case(&c);                                                  \
+	}
+
+CASE(two_nodes_one_trainer_fp16, { "resnet50.txt", 2, { 1, 1 }, "3", { NULL }, { NULL } })
+CASE(two_nodes_two_trainers_fp16, { "resnet50.txt", 2, { 2, 2 }, "2", { NULL }, { NULL } })
+CASE(three_nodes_one_trainer_fp16, { "resnet50.txt", 3, { 1, 1, 1 }, "2", { NULL }, { NULL } })
+CASE(uneven_nodes_one_and_two, { "resnet50.txt", 2, { 1, 2 }, "2", { NULL }, { NULL } })
+CASE(two_nodes_bf16_clipping,
+     { "resnet50.txt", 2, { 1, 1 }, "2", { "--wire=bf16", NULL }, { "--clip", "0.5", NULL } })
+CASE(two_nodes_fp16_sum_clipping,
+     { "resnet50.txt", 2, { 2, 1 }, "2", { "--op=sum", NULL }, { "--clip", "1.0", NULL } })
+CASE(two_nodes_two_trainers_fp32_exact,
+     { "resnet50.txt", 2, { 2, 2 }, "2", { "--wire=fp32", NULL }, { "--pattern", "pow2", "--exact", NULL } })
+CASE(two_nodes_fp32_sum_exact,
+     { "resnet50.txt", 2, { 1, 1 }, "2", { "--wire=fp32", "--op=sum", NULL }, { "--pattern", "pow2", "--exact", NULL } })
+CASE(three_nodes_uneven_bf16_sum,
+     { "resnet50.txt", 3, { 1, 2, 1 }, "2", { "--wire=bf16", "--op=sum", NULL }, { NULL } })
+
+/* ---- Failures, each within a bound the test checks -------------------- */
+
+static double seconds_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static void expect_in_log(const char *path, const char *text)
+{
+	struct gs_test_daemon fake;
+	snprintf(fake.log, sizeof(fake.log), "%s", path);
+	if (!harness_log_contains(&fake, text)) {
+		harness_dump(path);
+		fail_msg("'%s' not found in %s", text, path);
+	}
+}
+
+/* Node 1's trainers register a layout whose tensor 5 (in registration
+ * order) has one element more: every trainer of both nodes is refused,
+ * with the nodes and the tensor named, instead of a hang or a wrong sum. */
+static void layout_mismatch_between_nodes(void **state)
+{
+	(void)state;
+	char other[] = "/tmp/gradsync-layout-XXXXXX";
+	int fd = mkstemp(other);
+	assert_true(fd >= 0);
+	FILE *in = fopen(harness_layout("resnet50.txt"), "r");
+	FILE *out = fdopen(fd, "w");
+	char line[512];
+	int kept = 0;
+	while (fgets(line, sizeof(line), in)) {
+		char name[256];
+		unsigned long long count;
+		if (line[0] != '#' && sscanf(line, "%255s %llu", name, &count) == 2 &&
+		    ++kept == 161 - 5) /* the 6th tensor in backpropagation order */
+			fprintf(out, "%s %llu changed\n", name, count + 1);
+		else
+			fputs(line, out);
+	}
+	fclose(in);
+	fclose(out);
+
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	spawn_nodes(n, 2, local, NULL, harness_free_port());
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200];
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	pid_t p0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "1", NULL, log0);
+	pid_t p1 = spawn_trainer(&n[1], 0, other, "1", NULL, log1);
+	assert_int_not_equal(harness_wait(p0, 30000), 0);
+	assert_int_not_equal(harness_wait(p1, 30000), 0);
+	double took = seconds_since(&t0);
+	print_message("both trainers refused after %.2f s\n", took);
+	assert_true(took < 20);
+	expect_in_log(log0, "layouts differ between node 0 and node 1: tensor 5 is");
+	expect_in_log(log1, "layouts differ between node 0 and node 1: tensor 5 is");
+	expect_in_log(n[0].d.log, "the nodes do not agree on the layout");
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+	remove(other);
+}
+
+/* A daemon that believes in three nodes joins a rendezvous of two. */
+static void wrong_world_size(void **state)
+{
+	(void)state;
+	int port = harness_free_port();
+	struct gs_test_daemon d0, d1;
+	char a0[4][64], a1[4][64];
+	snprintf(a0[0], 64, "--nodes=2");
+	snprintf(a0[1], 64, "--node-rank=0");
+	snprintf(a0[2], 64, "--coordinator=127.0.0.1:%d", port);
+	snprintf(a0[3], 64, "--gloo-host=127.0.0.1");
+	snprintf(a1[0], 64, "--nodes=3");
+	snprintf(a1[1], 64, "--node-rank=1");
+	snprintf(a1[2], 64, "--coordinator=127.0.0.1:%d", port);
+	snprintf(a1[3], 64, "--join-timeout=20");
+	const char *v0[] = { a0[0], a0[1], a0[2], a0[3], NULL };
+	const char *v1[] = { a1[0], a1[1], a1[2], a1[3], NULL };
+	harness_daemon_spawn(&d0, v0);
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	harness_daemon_spawn(&d1, v1);
+	int status = harness_wait(d1.pid, 25000);
+	double took = seconds_since(&t0);
+	print_message("the daemon of the wrong world size exited with %d after %.2f s\n", status, took);
+	assert_int_equal(status, 1);
+	assert_true(took < 15);
+	expect_in_log(d1.log, "node 1 expects 3 nodes but the coordinator (node 0) runs 2");
+	expect_in_log(d0.log, "node 1 expects 3 nodes but the coordinator (node 0) runs 2");
+	assert_true(harness_daemon_alive(&d0));
+	assert_int_equal(harness_daemon_stop(&d0), 0);
+}
+
+static void coordinator_never_appears(void **state)
+{
+	(void)state;
+	char coord[64];
+	snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", harness_free_port());
+	const char *v[] = { "--nodes=2", "--node-rank=1", coord, "--join-timeout=2", NULL };
+	struct gs_test_daemon d;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	harness_daemon_spawn(&d, v);
+	int status = harness_wait(d.pid, 15000);
+	double took = seconds_since(&t0);
+	print_message("gradsyncd gave up after %.2f s with status %d\n", took, status);
+	assert_int_equal(status, 1);
+	assert_true(took >= 2.0 && took < 6);
+	expect_in_log(d.log, "did not answer within 2 s");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(two_nodes_one_trainer_fp16),
+		cmocka_unit_test(two_nodes_two_trainers_fp16),
+		cmocka_unit_test(three_nodes_one_trainer_fp16),
+		cmocka_unit_test(uneven_nodes_one_and_two),
+		cmocka_unit_test(two_nodes_bf16_clipping),
+		cmocka_unit_test(two_nodes_fp16_sum_clipping),
+		cmocka_unit_test(two_nodes_two_trainers_fp32_exact),
+		cmocka_unit_test(two_nodes_fp32_sum_exact),
+		cmocka_unit_test(three_nodes_uneven_bf16_sum),
+		cmocka_unit_test(layout_mismatch_between_nodes),
+		cmocka_unit_test(wrong_world_size),
+		cmocka_unit_test(coordinator_never_appears),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
