@@ -13,6 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -273,6 +278,79 @@ static void wrong_world_size(void **state)
 	assert_int_equal(harness_daemon_stop(&d0), 0);
 }
 
+/* Once two nodes have joined, a third daemon claiming node rank 1 is
+ * refused, and the job it tried to enter goes on. */
+static void clashing_node_rank(void **state)
+{
+	(void)state;
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	int port = harness_free_port();
+	spawn_nodes(n, 2, local, NULL, port);
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char coord[64];
+	snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", port);
+	const char *v[] = { "--nodes=2", "--node-rank=1", coord, "--join-timeout=10", NULL };
+	struct gs_test_daemon d;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	harness_daemon_spawn(&d, v);
+	int status = harness_wait(d.pid, 15000);
+	double took = seconds_since(&t0);
+	print_message("the second node rank 1 exited with %d after %.2f s\n", status, took);
+	assert_int_equal(status, 1);
+	assert_true(took < 5);
+	expect_in_log(d.log, "node rank 1 has already joined");
+	expect_in_log(n[0].d.log, "node rank 1 has already joined");
+	for (unsigned r = 0; r < 2; r++) {
+		assert_true(harness_daemon_alive(&n[r].d));
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+	}
+}
+
+/* A peer speaking another protocol version is refused with both numbers. */
+static void other_protocol_version(void **state)
+{
+	(void)state;
+	int port = harness_free_port();
+	char coord[64];
+	snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", port);
+	const char *v[] = { "--nodes=2", "--node-rank=0", coord, NULL };
+	struct gs_test_daemon d0;
+	harness_daemon_spawn(&d0, v);
+
+	int fd = -1;
+	for (int i = 0; i < 200 && fd < 0; i++) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+			close(fd);
+			fd = -1;
+			usleep(20000);
+		}
+	}
+	assert_true(fd >= 0);
+	struct timeval tv = { 10, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	Gradsync__NodeHello h = GRADSYNC__NODE_HELLO__INIT;
+	h.protocol_version = 99;
+	h.node_rank = 1;
+	h.nodes = 2;
+	h.local_size = 1;
+	h.settings = "";
+	h.host = "";
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_HELLO;
+	m.node_hello = &h;
+	raw_send(fd, &m, NULL, 0);
+	raw_expect_error(fd, GS_EVERSION, "node 1 speaks protocol version 99; the coordinator (node 0) speaks 1");
+	close(fd);
+	expect_in_log(d0.log, "node 1 speaks protocol version 99");
+	assert_int_equal(harness_daemon_stop(&d0), 0);
+}
+
 static void coordinator_never_appears(void **state)
 {
 	(void)state;
@@ -305,6 +383,8 @@ int main(void)
 		cmocka_unit_test(three_nodes_uneven_bf16_sum),
 		cmocka_unit_test(layout_mismatch_between_nodes),
 		cmocka_unit_test(wrong_world_size),
+		cmocka_unit_test(clashing_node_rank),
+		cmocka_unit_test(other_protocol_version),
 		cmocka_unit_test(coordinator_never_appears),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
