@@ -45,8 +45,18 @@ struct gs_tensor {
 	uint64_t marked_step; /* the last step that marked it ready */
 };
 
+/* Where a registered tensor lives: buffer index and byte offset. */
+struct gs_placement {
+	uint32_t buffer;
+	uint64_t offset;
+};
+
 struct gs_client {
 	int fd;
+	/* What the session was opened with, for gs_reconnect. */
+	char *path;
+	uint32_t local_rank;
+	char *job_id;
 	Gradsync__Role role;
 	struct gs_frame_reader reader;
 	char error[GS_ERRMSG_SIZE];
@@ -70,6 +80,11 @@ struct gs_client {
 	char *daemon_version;
 
 	bool registered;
+	/* The registration as sent, for gs_reconnect (names owned). */
+	struct gs_tensor_spec *reg_specs;
+	struct gs_placement *reg_pl;
+	/* Per tensor: the last finished step left the reduced result in it. */
+	bool *reduced;
 	struct gs_buffer *buffers;
 	size_t nbuffers;
 	struct gs_tensor *tensors;
@@ -137,5 +152,9 @@ int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 
 /* Unmaps and closes what a registration holds. */
 void gs_tensors_release(struct gs_client *c);
+/* Hello and welcome on c's connection, with its rank and job. */
+int gs_session_handshake(struct gs_client *c, int64_t deadline);
+/* Sends the kept registration again and waits for Registered. */
+int gs_register_again(struct gs_client *c);
 
 #endif

@@ -78,6 +78,14 @@ static int on_step_done(struct gs_client *c, const Gradsync__StepDone *d)
 	}
 	snprintf(c->step_message, sizeof(c->step_message), "%s",
 		 d->message ? d->message : "");
+	/* Which tensors hold the reduced result: all of a completed step; of
+	 * an aborted one, those the daemon lists. */
+	bool ok = res->status == GS_OK;
+	for (size_t i = 0; c->reduced && i < c->ntensors; i++)
+		c->reduced[i] = ok;
+	for (size_t i = 0; !ok && c->reduced && i < d->n_completed_tensors; i++)
+		if (d->completed_tensors[i] < c->ntensors)
+			c->reduced[d->completed_tensors[i]] = true;
 	c->step_state = GS_STEP_DONE;
 	return GS_OK;
 }

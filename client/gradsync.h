@@ -190,6 +190,19 @@ int gs_step_poll(gs_client *c, struct gs_step_result *out);
 /* Buckets of the current step reported done so far (needs bucket_events). */
 uint32_t gs_buckets_done(const gs_client *c);
 
+/* After a step has finished: true when tensor `index` holds the reduced
+ * result, false when it still holds this trainer's own gradient (buckets
+ * the daemon never reduced because the step was aborted). No tensor is
+ * ever left partly written. */
+bool gs_tensor_reduced(const gs_client *c, size_t index);
+
+/* After GS_EDISCONNECTED (gradsyncd died or restarted): connects again to
+ * the same socket as the same local rank and job, registers the same
+ * tensors (same shared memory) again and forgets the interrupted step.
+ * Returns GS_OK, or the error of the connection or registration (the
+ * handle stays usable for another try). */
+int gs_reconnect(gs_client *c, int timeout_ms);
+
 /* ---- Control: what gradsyncctl uses ---------------------------------- */
 
 struct gs_trainer_status {

@@ -82,11 +82,10 @@ static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
 }
 
 /* Hello and welcome share one deadline with the connect. */
-static int handshake(struct gs_client *c, uint32_t local_rank,
-		     const char *job_id, int64_t deadline)
+int gs_session_handshake(struct gs_client *c, int64_t deadline)
 {
 	c->expect = GRADSYNC__MESSAGE__BODY_WELCOME;
-	int r = send_hello(c, local_rank, job_id, gs_remaining(deadline));
+	int r = send_hello(c, c->local_rank, c->job_id, gs_remaining(deadline));
 	if (r < 0)
 		return r;
 	r = gs_conn_pump(c, gs_has_reply, gs_remaining(deadline));
@@ -107,13 +106,20 @@ int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 		return gs_fail(NULL, GS_ENOMEM, "out of memory");
 	c->fd = -1;
 	c->role = role;
+	c->local_rank = local_rank;
+	c->path = strdup(socket_path(path));
+	c->job_id = strdup(job_id ? job_id : "");
+	if (!c->path || !c->job_id) {
+		gs_close(c);
+		return gs_fail(NULL, GS_ENOMEM, "out of memory");
+	}
 	gs_frame_reader_init(&c->reader, GS_CLIENT_MAX_FRAME);
 	gs_doing(c, "the connection");
 
 	int64_t deadline = gs_deadline(timeout_ms);
-	int r = gs_conn_open(c, socket_path(path), deadline);
+	int r = gs_conn_open(c, c->path, deadline);
 	if (r == GS_OK)
-		r = handshake(c, local_rank, job_id, deadline);
+		r = gs_session_handshake(c, deadline);
 	if (r < 0)
 		goto err_client;
 	*out = c;
@@ -157,6 +163,8 @@ GS_EXPORT void gs_close(gs_client *c)
 		close(c->fd);
 	free(c->backend);
 	free(c->daemon_version);
+	free(c->path);
+	free(c->job_id);
 	free(c);
 }
 

@@ -27,11 +27,6 @@
 #define NAME_MAX_BYTES 4096
 #define BYTES_MAX (UINT64_C(1) << 62)
 
-struct placement {
-	uint32_t buffer;
-	uint64_t offset;
-};
-
 static size_t dtype_size(enum gs_dtype d)
 {
 	switch (d) {
@@ -183,8 +178,16 @@ void gs_tensors_release(struct gs_client *c)
 		if (buf->owned)
 			close(buf->fd);
 	}
+	for (size_t i = 0; c->reg_specs && i < c->ntensors; i++)
+		free((char *)c->reg_specs[i].name);
+	free(c->reg_specs);
+	free(c->reg_pl);
+	free(c->reduced);
 	free(c->buffers);
 	free(c->tensors);
+	c->reg_specs = NULL;
+	c->reg_pl = NULL;
+	c->reduced = NULL;
 	c->buffers = NULL;
 	c->tensors = NULL;
 	c->nbuffers = 0;
@@ -196,7 +199,7 @@ void gs_tensors_release(struct gs_client *c)
 
 /* Lays out the tensors the library allocates, back to back, aligned. */
 static int layout_own(struct gs_client *c, const struct gs_tensor_spec *specs,
-		      size_t n, struct placement *pl, uint64_t *total)
+		      size_t n, struct gs_placement *pl, uint64_t *total)
 {
 	uint64_t off = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -214,7 +217,7 @@ static int layout_own(struct gs_client *c, const struct gs_tensor_spec *specs,
 }
 
 static int check_fits(struct gs_client *c, const struct gs_tensor_spec *s,
-		      const struct placement *pl)
+		      const struct gs_placement *pl)
 {
 	const struct gs_buffer *b = &c->buffers[pl->buffer];
 	uint64_t bytes = spec_bytes(s);
@@ -227,7 +230,7 @@ static int check_fits(struct gs_client *c, const struct gs_tensor_spec *s,
 }
 
 static int place_all(struct gs_client *c, const struct gs_tensor_spec *specs,
-		     size_t n, struct placement *pl, uint64_t own_size)
+		     size_t n, struct gs_placement *pl, uint64_t own_size)
 {
 	int own = -1;
 	for (size_t i = 0; i < n; i++) {
@@ -295,7 +298,7 @@ static void frame_add_buffer(struct reg_frame *f, const struct gs_buffer *b)
 
 static void frame_add_tensor(struct reg_frame *f,
 			     const struct gs_tensor_spec *s,
-			     const struct placement *pl)
+			     const struct gs_placement *pl)
 {
 	Gradsync__TensorSpec *msg = &f->spec_msgs[f->nspecs];
 	gradsync__tensor_spec__init(msg);
@@ -309,7 +312,7 @@ static void frame_add_tensor(struct reg_frame *f,
 
 static int send_registration(struct gs_client *c,
 			     const struct gs_tensor_spec *specs, size_t n,
-			     const struct placement *pl)
+			     const struct gs_placement *pl)
 {
 	struct reg_frame *f = calloc(1, sizeof(*f));
 	if (!f)
@@ -353,6 +356,35 @@ static int wait_registered(struct gs_client *c, size_t n)
 	return r;
 }
 
+/* Keeps what was sent (pl is taken over) so that gs_reconnect can send
+ * it again to a restarted daemon. */
+static int keep_registration(struct gs_client *c, const struct gs_tensor_spec *specs,
+			     size_t n, struct gs_placement *pl)
+{
+	c->reg_pl = pl;
+	c->reg_specs = calloc(n, sizeof(*c->reg_specs));
+	c->reduced = calloc(n, sizeof(*c->reduced));
+	if (!c->reg_specs || !c->reduced)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		c->reg_specs[i] = specs[i];
+		c->reg_specs[i].name = strdup(specs[i].name);
+		if (!c->reg_specs[i].name)
+			return gs_fail(c, GS_ENOMEM, "out of memory");
+	}
+	return GS_OK;
+}
+
+int gs_register_again(struct gs_client *c)
+{
+	gs_doing(c, "registration");
+	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
+	int r = send_registration(c, c->reg_specs, c->ntensors, c->reg_pl);
+	if (r == GS_OK)
+		r = wait_registered(c, c->ntensors);
+	return r;
+}
+
 /* ---- the API ----------------------------------------------------------- */
 
 static int check_register(struct gs_client *c,
@@ -390,7 +422,7 @@ GS_EXPORT int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
 		return r;
 
 	uint64_t own_size = 0;
-	struct placement *pl = calloc(n, sizeof(*pl));
+	struct gs_placement *pl = calloc(n, sizeof(*pl));
 	c->buffers = calloc(n, sizeof(*c->buffers));
 	c->tensors = calloc(n, sizeof(*c->tensors));
 	if (!pl || !c->buffers || !c->tensors) {
@@ -413,7 +445,12 @@ GS_EXPORT int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
 		goto err_session;
 	c->ntensors = n;
 	c->registered = true;
-	free(pl);
+	r = keep_registration(c, specs, n, pl);
+	if (r < 0) {
+		pl = NULL; /* c->reg_pl, freed with the tensors */
+		gs_end_session(c, r);
+		goto err_release;
+	}
 	return GS_OK;
 
 err_session:

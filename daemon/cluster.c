@@ -173,6 +173,17 @@ int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round)
 	return GS_OK;
 }
 
+int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t errlen)
+{
+#ifdef GS_HAVE_GLOO
+	if (d->cluster.gloo)
+		return gs_gloo_allreduce(d->cluster.gloo, GS_WIRE_F32, v, n,
+					 (int)(d->settings.peer_timeout * 1000), err, errlen);
+#endif
+	snprintf(err, errlen, "no group of nodes to vote in");
+	return GS_ESTATE;
+}
+
 const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank)
 {
 	if (rank == d->cluster.node_rank)

@@ -39,6 +39,10 @@ void gs_cluster_destroy(struct gs_daemon *d);
  * thread; the verdict reaches gs_job_layout_verdict on the loop. */
 int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round);
 
+/* Sums v[0..n) over all nodes (fp32, in place) through the Gloo group;
+ * worker thread. Returns GS_OK or a GS_E* code with err. */
+int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t errlen);
+
 /* The state of node `rank` as this daemon knows it, for status. */
 const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank);
 

@@ -51,6 +51,7 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 		return NULL;
 	}
 	c->poll.data = c;
+	d->nconns++;
 	c->next = d->conns;
 	if (d->conns)
 		d->conns->prev = c;
@@ -58,6 +59,23 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 	gs_debug("client %s connected", gs_conn_name(c));
 	update_poll(c);
 	return c;
+}
+
+void gs_conn_refuse(int fd, int code, const char *message)
+{
+	Gradsync__Error err = GRADSYNC__ERROR__INIT;
+	err.code = code;
+	err.message = (char *)message;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
+	m.error = &err;
+	uint8_t *buf;
+	size_t len;
+	if (gs_frame_encode(&m, &buf, &len) == 0) {
+		gs_frame_write_some(fd, buf, len, NULL, 0);
+		free(buf);
+	}
+	close(fd);
 }
 
 const char *gs_conn_name(const struct gs_conn *c)
@@ -165,6 +183,7 @@ void gs_conn_close(struct gs_conn *c)
 		return;
 	c->closing = true;
 	struct gs_daemon *d = c->d;
+	d->nconns--;
 	if (c->prev)
 		c->prev->next = c->next;
 	else

@@ -50,6 +50,10 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 			       void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m),
 			       void (*closed)(struct gs_conn *c));
 
+/* Answers a socket that gets no connection with one Error frame (best
+ * effort, never blocking) and closes it. */
+void gs_conn_refuse(int fd, int code, const char *message);
+
 /* Queues one message and writes what the socket takes now. */
 void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m);
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "access.h"
 #include "backend.h"
 #include "cluster.h"
 #include "job.h"
@@ -41,6 +42,8 @@ struct gs_daemon {
 	uv_poll_t listen_poll;
 	uv_signal_t sigint, sigterm;
 	struct gs_conn *conns; /* doubly linked through gs_conn.next/prev */
+	unsigned nconns;
+	struct gs_access access;
 	uint64_t start_ns;
 	uint64_t next_conn_id;
 	int stopping;

@@ -16,6 +16,8 @@ void gs_job_init(struct gs_job *j, struct gs_daemon *d)
 {
 	memset(j, 0, sizeof(*j));
 	j->d = d;
+	uv_timer_init(d->loop, &j->stall_timer);
+	j->stall_timer.data = j;
 }
 
 void gs_job_set_world(struct gs_job *j)
@@ -42,6 +44,7 @@ void gs_job_destroy(struct gs_job *j)
 {
 	gs_job_reap(j);
 	clear_layout(j);
+	uv_close((uv_handle_t *)&j->stall_timer, NULL);
 }
 
 uint32_t gs_job_world_size(const struct gs_job *j)
@@ -104,6 +107,14 @@ int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
 static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
 			   uint64_t duration)
 {
+	/* Buckets complete in plan order: the first buckets_done are whole. */
+	uint32_t ncompleted = 0;
+	uint32_t *completed = NULL;
+	if (!ok && j->buckets_done > 0) {
+		const struct gs_bucket *last = &j->plan.buckets[j->buckets_done - 1];
+		ncompleted = last->first + last->count;
+		completed = j->plan.members;
+	}
 	Gradsync__StepStats stats = GRADSYNC__STEP_STATS__INIT;
 	stats.buckets = j->buckets_done;
 	stats.wire_bytes = j->step_wire_bytes;
@@ -115,6 +126,8 @@ static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
 	done.status = ok ? GRADSYNC__STEP_STATUS__STEP_OK : GRADSYNC__STEP_STATUS__STEP_ABORTED;
 	done.stats = &stats;
 	done.message = ok ? "" : j->abort_reason;
+	done.n_completed_tensors = ncompleted;
+	done.completed_tensors = completed;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_STEP_DONE;
 	m.step_done = &done;
@@ -136,7 +149,10 @@ static void finish_step(struct gs_job *j)
 		t->clipped = 0;
 		if (ok)
 			t->steps++;
+		else
+			t->aborted_seq = t->seq;
 	}
+	uv_timer_stop(&j->stall_timer);
 	if (ok) {
 		gs_stats_record_step(st, duration);
 		st->bytes_reduced += j->step_wire_bytes;
@@ -159,13 +175,24 @@ static void try_finish(struct gs_job *j)
 		finish_step(j);
 }
 
-static void abort_step(struct gs_job *j, const char *why)
+static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t rank)
 {
 	if (!j->in_step || j->aborting)
 		return;
 	j->aborting = true;
 	snprintf(j->abort_reason, sizeof(j->abort_reason), "%s", why);
 	gs_warn("step %llu aborted: %s", (unsigned long long)j->step, why);
+	/* The other nodes wait in the next bucket's collective: take part in
+	 * it with a vote to abort, so that they end the step at the same bucket
+	 * instead of at a timeout. */
+	if (reason && j->d->cluster.nodes > 1 && j->next_launch < j->plan.nbuckets) {
+		struct gs_bucket_run *run = gs_bucket_run_create_abort(j, j->next_launch, reason, rank);
+		if (run) {
+			j->next_launch++;
+			j->inflight++;
+			gs_worker_submit(&j->d->worker, &run->work);
+		}
+	}
 	try_finish(j);
 }
 
@@ -195,11 +222,13 @@ void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 	}
 	gs_info("trainer pid %d (local rank %u) left job '%s'", (int)t->pid,
 		t->rank, j->id);
-	if (j->in_step) {
-		char why[160];
-		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) disconnected during step %llu",
-			 t->rank, (int)t->pid, (unsigned long long)j->step);
-		abort_step(j, why);
+	/* Once every bucket has launched, the step can still finish: the
+	 * buckets read the trainer's memory, which stays mapped until then. */
+	if (j->in_step && j->next_launch < j->plan.nbuckets) {
+		char why[200];
+		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u went away during step %llu",
+			 t->rank, (int)t->pid, j->d->cluster.node_rank, (unsigned long long)j->step);
+		abort_step(j, why, GS_ABORT_TRAINER_GONE, t->rank);
 	}
 	t->next_retired = j->retired;
 	j->retired = t;
@@ -272,6 +301,72 @@ void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char 
 	gs_job_reap(j);
 }
 
+/* ---- A step that waits too long ------------------------------------------ */
+
+/* Appends to out what the next bucket waits for, rank by rank. */
+static void describe_missing(const struct gs_job *j, char *out, size_t n)
+{
+	size_t k = 0;
+	uint32_t b = j->next_launch;
+	out[0] = '\0';
+	if (b >= j->plan.nbuckets) {
+		snprintf(out, n, "every bucket has launched; the last is still being reduced");
+		return;
+	}
+	const struct gs_bucket *bk = &j->plan.buckets[b];
+	for (unsigned r = 0; r < j->d->settings.local_size && k + 1 < n; r++) {
+		const struct gs_trainer *t = j->slots[r];
+		const char *sep = k ? "; " : "";
+		if (!t) {
+			k += (size_t)snprintf(out + k, n - k, "%slocal rank %u is not connected", sep, r);
+			continue;
+		}
+		if (!t->in_step) {
+			k += (size_t)snprintf(out + k, n - k, "%slocal rank %u (pid %d) has not begun the step",
+					      sep, r, (int)t->pid);
+			continue;
+		}
+		unsigned missing = 0;
+		for (uint32_t m = 0; m < bk->count; m++) {
+			uint32_t idx = j->plan.members[bk->first + m];
+			if (t->marked[idx] == j->step)
+				continue;
+			if (missing == 0)
+				k += (size_t)snprintf(out + k, n - k, "%slocal rank %u (pid %d) did not mark",
+						      sep, r, (int)t->pid);
+			if (missing < 3 && k < n)
+				k += (size_t)snprintf(out + k, n - k, "%s '%s'", missing ? "," : "",
+						      t->layout.names[idx]);
+			missing++;
+		}
+		if (missing > 3 && k < n)
+			k += (size_t)snprintf(out + k, n - k, " and %u more", missing - 3);
+		if (missing > 0 && k < n)
+			k += (size_t)snprintf(out + k, n - k, " of bucket %u", b);
+	}
+}
+
+static void on_stall(uv_timer_t *timer)
+{
+	struct gs_job *j = timer->data;
+	const struct gs_settings *s = &j->d->settings;
+	char missing[512], why[700];
+	describe_missing(j, missing, sizeof(missing));
+	if (!j->stall_warned && s->stall_warning < s->step_timeout) {
+		j->stall_warned = true;
+		gs_warn("step %llu has waited %llu s: %s", (unsigned long long)j->step,
+			(unsigned long long)s->stall_warning, missing);
+		uv_timer_start(timer, on_stall, (s->step_timeout - s->stall_warning) * 1000, 0);
+		return;
+	}
+	if (j->next_launch >= j->plan.nbuckets)
+		return; /* in the collectives: --peer-timeout bounds those */
+	snprintf(why, sizeof(why), "step %llu timed out after %llu s (--step-timeout) on node %u: %s",
+		 (unsigned long long)j->step, (unsigned long long)s->step_timeout,
+		 j->d->cluster.node_rank, missing);
+	abort_step(j, why, GS_ABORT_TIMEOUT, 0);
+}
+
 /* ---- The step ---------------------------------------------------------- */
 
 void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
@@ -307,6 +402,9 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 		j->step_start_ns = 0;
 		j->step_nonfinite = 0;
 		j->step_wire_bytes = 0;
+		j->stall_warned = false;
+		uv_timer_start(&j->stall_timer, on_stall,
+			       j->d->settings.stall_warning * 1000, 0);
 	}
 }
 
@@ -319,7 +417,7 @@ static void launch_ready(struct gs_job *j)
 			return;
 		struct gs_bucket_run *run = gs_bucket_run_create(j, b);
 		if (!run) {
-			abort_step(j, "out of memory launching a bucket");
+			abort_step(j, "out of memory launching a bucket", GS_ABORT_OTHER, 0);
 			return;
 		}
 		j->next_launch++;
@@ -331,6 +429,9 @@ static void launch_ready(struct gs_job *j)
 void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 {
 	struct gs_job *j = t->job;
+	/* Marks already on their way when the daemon aborted the step. */
+	if (!t->in_step && r->step == t->seq && t->aborted_seq == t->seq)
+		return;
 	if (!t->in_step) {
 		gs_conn_fail(t->conn, GS_ESTATE, "GradientsReady outside a step (BeginStep first)");
 		return;
@@ -383,11 +484,13 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 {
 	j->inflight--;
 	if (run->status != GS_OK) {
-		char why[320];
-		snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
-			 run->bucket, run->backend->error[0] ? run->backend->error
-							     : gs_strerror(run->status));
-		abort_step(j, why);
+		char why[400];
+		if (run->status == GS_EABORTED)
+			snprintf(why, sizeof(why), "%s", run->error);
+		else
+			snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
+				 run->bucket, run->error[0] ? run->error : gs_strerror(run->status));
+		abort_step(j, why, 0, 0);
 	} else if (!j->aborting) {
 		j->buckets_done++;
 		j->step_nonfinite += run->nonfinite;

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <uv.h>
 
 #include "gradsync.pb-c.h"
 #include "layout.h"
@@ -44,7 +45,7 @@ struct gs_job {
 	uint64_t step; /* the job's step counter */
 	bool in_step;
 	bool aborting;
-	char abort_reason[320];
+	char abort_reason[768];
 	uint32_t *bucket_marks; /* (trainer, tensor) marks per bucket */
 	uint32_t next_launch;
 	uint32_t buckets_done;
@@ -52,6 +53,11 @@ struct gs_job {
 	uint64_t step_nonfinite;
 	uint64_t step_wire_bytes;
 	unsigned inflight; /* buckets on the worker */
+	uv_timer_t stall_timer; /* warns, then aborts a step that waits too long */
+	/* Worker thread only: the step whose buckets stopped; later buckets
+	 * of it already queued skip their collectives, as every node does. */
+	uint64_t worker_stopped_step;
+	bool stall_warned;
 
 	/* Trainers gone while buckets that read their memory are in flight. */
 	struct gs_trainer *retired;
@@ -60,6 +66,7 @@ struct gs_job {
 void gs_job_init(struct gs_job *j, struct gs_daemon *d);
 /* The world is known (after joining): fixes the scale factors. */
 void gs_job_set_world(struct gs_job *j);
+/* Closes the timer; the job is freed from the loop after that. */
 void gs_job_destroy(struct gs_job *j);
 
 uint32_t gs_job_world_size(const struct gs_job *j);

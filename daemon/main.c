@@ -84,6 +84,7 @@ static int run(struct gs_daemon *d)
 	if (!d->backend)
 		return 1;
 	gs_job_init(&d->job, d);
+	gs_access_init(&d->access, &d->settings);
 	int r = gs_worker_start(&d->worker, d->loop);
 	if (r < 0) {
 		gs_error("cannot start the worker thread: %s", strerror(-r));

@@ -1,5 +1,6 @@
 #include "reduce.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "daemon.h"
@@ -18,21 +19,78 @@ static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
 	int err = b->ops->allreduce(b, len);
 	if (err != GS_OK) {
 		run->status = err;
+		snprintf(run->error, sizeof(run->error), "%s", b->error);
 		return;
 	}
 	run->nonfinite += b->ops->unpack(b, (float *const *const *)run->tensors,
 					 run->spans, nspans, run->postscale);
 }
 
+/* Every node says whether it goes on with this bucket; one vote to abort
+ * ends the step on all nodes at the same bucket. The vote is an fp32 sum,
+ * exact for these small integers. */
+static void vote(struct gs_bucket_run *run)
+{
+	float v[4] = { 0, 0, 0, 0 };
+	if (run->abort_reason) {
+		v[0] = 1;
+		v[1] = (float)run->node_rank;
+		v[2] = (float)run->abort_rank;
+		v[3] = (float)run->abort_reason;
+	}
+	char err[256];
+	int rc = gs_cluster_vote(run->job->d, v, 4, err, sizeof(err));
+	if (rc != GS_OK) {
+		run->status = rc;
+		snprintf(run->error, sizeof(run->error), "%s", err);
+		return;
+	}
+	if (v[0] == 0)
+		return;
+	run->status = GS_EABORTED;
+	unsigned node = (unsigned)v[1], rank = (unsigned)v[2];
+	if (v[0] > 1)
+		snprintf(run->error, sizeof(run->error), "%u nodes aborted step %llu",
+			 (unsigned)v[0], (unsigned long long)run->step);
+	else if ((int)v[3] == GS_ABORT_TRAINER_GONE)
+		snprintf(run->error, sizeof(run->error),
+			 "trainer local rank %u of node %u went away during step %llu", rank, node,
+			 (unsigned long long)run->step);
+	else if ((int)v[3] == GS_ABORT_TIMEOUT)
+		snprintf(run->error, sizeof(run->error),
+			 "step %llu timed out on node %u waiting for gradients (its log names them)",
+			 (unsigned long long)run->step, node);
+	else
+		snprintf(run->error, sizeof(run->error), "node %u aborted step %llu", node,
+			 (unsigned long long)run->step);
+}
+
 static void bucket_work(struct gs_work *w)
 {
 	struct gs_bucket_run *run = (struct gs_bucket_run *)w;
+	struct gs_job *j = run->job;
+	if (j->worker_stopped_step == run->step) {
+		run->status = GS_EABORTED;
+		snprintf(run->error, sizeof(run->error), "step %llu was aborted",
+			 (unsigned long long)run->step);
+		return;
+	}
+	if (run->nodes > 1)
+		vote(run);
+	if (run->abort_reason && run->status == GS_OK)
+		run->status = GS_EABORTED;
+	if (run->status != GS_OK) {
+		j->worker_stopped_step = run->step;
+		return;
+	}
 	uint64_t total = run->plan->buckets[run->bucket].elements;
 	uint64_t chunk = run->backend->fusion_elements;
 	/* A failed chunk stops the bucket: later chunks keep the trainers'
 	 * own gradients, and the step reports the bucket as not done. */
 	for (uint64_t start = 0; start < total && run->status == GS_OK; start += chunk)
 		run_chunk(run, start, total - start < chunk ? total - start : chunk);
+	if (run->status != GS_OK)
+		j->worker_stopped_step = run->step;
 }
 
 static void bucket_done(struct gs_work *w)
@@ -62,11 +120,34 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 	run->step = j->step;
 	run->nranks = j->d->settings.local_size;
 	run->postscale = j->postscale;
+	run->nodes = j->d->cluster.nodes;
+	run->node_rank = j->d->cluster.node_rank;
 	for (unsigned r = 0; r < run->nranks; r++) {
 		struct gs_trainer *t = j->slots[r];
 		run->tensors[r] = t->tensors;
 		run->pack[r] = t->pack;
 	}
+	return run;
+}
+
+struct gs_bucket_run *gs_bucket_run_create_abort(struct gs_job *j, uint32_t bucket,
+						 int reason, uint32_t rank)
+{
+	struct gs_bucket_run *run = calloc(1, sizeof(*run));
+	if (!run)
+		return NULL;
+	run->work.run = bucket_work;
+	run->work.done = bucket_done;
+	run->job = j;
+	run->backend = j->d->backend;
+	run->plan = &j->plan;
+	run->counts = j->layout.counts;
+	run->bucket = bucket;
+	run->step = j->step;
+	run->nodes = j->d->cluster.nodes;
+	run->node_rank = j->d->cluster.node_rank;
+	run->abort_reason = reason;
+	run->abort_rank = rank;
 	return run;
 }
 

@@ -11,6 +11,13 @@
 #include "job.h"
 #include "worker.h"
 
+/* Why a node votes to abort a step (sent to the other nodes as a number). */
+enum gs_abort_reason {
+	GS_ABORT_OTHER = 1,
+	GS_ABORT_TRAINER_GONE = 2,
+	GS_ABORT_TIMEOUT = 3,
+};
+
 struct gs_bucket_run {
 	struct gs_work work;
 	struct gs_job *job;
@@ -24,12 +31,21 @@ struct gs_bucket_run {
 	struct gs_pack_params pack[GS_MAX_LOCAL];
 	float postscale;
 	struct gs_span *spans; /* room for one chunk's spans */
+	/* With several nodes every bucket starts with a vote: a node that
+	 * aborts the step takes part in the vote only, with its reason. */
+	uint32_t nodes, node_rank;
+	int abort_reason; /* 0: go on */
+	uint32_t abort_rank;
 	/* Results. */
 	uint64_t clipped[GS_MAX_LOCAL];
 	uint64_t nonfinite;
 	int status;
+	char error[320];
 };
 
+/* A run that only votes to abort bucket `bucket` of the step. */
+struct gs_bucket_run *gs_bucket_run_create_abort(struct gs_job *j, uint32_t bucket,
+						 int reason, uint32_t rank);
 void gs_bucket_run_free(struct gs_bucket_run *run);
 
 #endif

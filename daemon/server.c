@@ -1,6 +1,8 @@
 #include "server.h"
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -8,10 +10,38 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "conn.h"
 #include "daemon.h"
+#include "gradsync.h"
 #include "log.h"
 #include "session.h"
+
+/* Limits first, before anything is allocated for the client; then its
+ * credentials, logged either way. */
+static void admit(struct gs_daemon *d, int fd)
+{
+	struct ucred cred = { 0, (uid_t)-1, (gid_t)-1 };
+	socklen_t len = sizeof(cred);
+	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
+	char why[256];
+	if (d->nconns >= d->settings.max_clients) {
+		snprintf(why, sizeof(why), "gradsyncd serves at most %llu connections (--max-clients)",
+			 (unsigned long long)d->settings.max_clients);
+		gs_warn("refusing pid %d uid %u: %s", (int)cred.pid, (unsigned)cred.uid, why);
+		gs_conn_refuse(fd, GS_ELIMIT, why);
+		return;
+	}
+	if (!gs_access_allowed(&d->access, &cred, why, sizeof(why))) {
+		gs_warn("refusing pid %d uid %u gid %u: %s", (int)cred.pid, (unsigned)cred.uid,
+			(unsigned)cred.gid, why);
+		gs_conn_refuse(fd, GS_EREFUSED, why);
+		return;
+	}
+	gs_info("client pid %d uid %u gid %u connected", (int)cred.pid, (unsigned)cred.uid,
+		(unsigned)cred.gid);
+	gs_conn_create(d, fd, d->settings.max_frame, gs_session_dispatch, gs_session_closed);
+}
 
 static void on_accept(uv_poll_t *p, int status, int events)
 {
@@ -26,8 +56,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
 				gs_warn("accept: %s", strerror(errno));
 			return;
 		}
-		gs_conn_create(d, fd, d->settings.max_frame, gs_session_dispatch,
-			       gs_session_closed);
+		admit(d, fd);
 	}
 }
 
@@ -42,16 +71,20 @@ static int path_in_use(const struct sockaddr_un *addr)
 	return live;
 }
 
-static void make_parent_dir(const char *path)
+/* Returns whether it created the directory. */
+static bool make_parent_dir(const char *path)
 {
 	char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	snprintf(dir, sizeof(dir), "%s", path);
 	char *slash = strrchr(dir, '/');
 	if (!slash || slash == dir)
-		return;
+		return false;
 	*slash = '\0';
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+	if (mkdir(dir, 0700) == 0)
+		return true;
+	if (errno != EEXIST)
 		gs_warn("cannot create %s: %s", dir, strerror(errno));
+	return false;
 }
 
 int gs_server_listen(struct gs_daemon *d)
@@ -64,7 +97,7 @@ int gs_server_listen(struct gs_daemon *d)
 		return -EADDRINUSE;
 	}
 	unlink(path);
-	make_parent_dir(path);
+	bool made_dir = make_parent_dir(path);
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		goto err_socket;
@@ -75,6 +108,7 @@ int gs_server_listen(struct gs_daemon *d)
 		errno = -r;
 		goto err_bind;
 	}
+	gs_access_protect(&d->access, path, made_dir);
 	d->listen_fd = fd;
 	d->listen_poll.data = d;
 	uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);

@@ -81,6 +81,16 @@ static const struct setting table[] = {
 	  "seconds to wait for the coordinator and the other nodes (joining, layout agreement)" },
 	{ "peer-timeout", K_UINT, OFF(peer_timeout), "60", 1, 86400, NULL,
 	  "seconds an all-reduce between nodes may wait on a peer" },
+	{ "step-timeout", K_UINT, OFF(step_timeout), "180", 1, 86400, NULL,
+	  "seconds a step may wait for gradients before it is aborted, naming what is missing" },
+	{ "stall-warning", K_UINT, OFF(stall_warning), "30", 1, 86400, NULL,
+	  "seconds a step may wait before a warning names the missing gradients" },
+	{ "group", K_TEXT, OFF(group), "gradsync", 0, 63, NULL,
+	  "group that owns the socket and whose members may connect; empty or absent: only root and the daemon's user" },
+	{ "allow-uids", K_TEXT, OFF(allow_uids), "", 0, 255, NULL,
+	  "further user ids allowed to connect, comma separated" },
+	{ "max-clients", K_UINT, OFF(max_clients), "256", 1, 65536, NULL,
+	  "connections (trainers and control clients) at once" },
 };
 
 #define NSETTINGS (sizeof(table) / sizeof(table[0]))
@@ -309,6 +319,11 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 	if (s->node_rank >= s->nodes) {
 		fprintf(stderr, "gradsyncd: --node-rank %u is out of range for --nodes %u: expected 0 to %u\n",
 			s->node_rank, s->nodes, s->nodes - 1);
+		return GS_SETTINGS_EXIT_USAGE;
+	}
+	if (strspn(s->allow_uids, "0123456789,") != strlen(s->allow_uids)) {
+		fprintf(stderr, "gradsyncd: invalid value '%s' for --allow-uids (GRADSYNC_ALLOW_UIDS): expected user ids separated by commas\n",
+			s->allow_uids);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
 	if (s->nodes > 1 && !strchr(s->coordinator, ':')) {

@@ -43,6 +43,7 @@ struct gs_trainer {
 
 	/* The step. */
 	uint64_t seq;             /* the trainer's own step number */
+	uint64_t aborted_seq;     /* its last step that was aborted */
 	bool in_step;
 	struct gs_pack_params pack;
 	bool bucket_events;
