@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gradsync.h"
 
@@ -36,6 +37,12 @@ struct options {
 	unsigned batch;
 	bool bucket_events;
 	bool quiet;
+	/* Failure drills (tests): */
+	uint64_t first_step;      /* input step of the first step run */
+	uint64_t pause_at;        /* step to stop in, after pause_after marks */
+	uint64_t pause_after;
+	uint64_t expect_abort_at; /* step the daemon must abort */
+	bool reconnect;           /* survive a daemon restart */
 };
 
 /* Tensors in model.parameters() order, as the file lists them. */
@@ -108,6 +115,19 @@ static void usage(FILE *f)
 		"  --batch N         tensors per gs_mark_ready call (default 8)\n"
 		"  --bucket-events   ask for BucketDone events and count them\n"
 		"  --quiet           print only the final line and errors\n"
+		"\n"
+		"Failure drills, for tests:\n"
+		"  --first-step S    number the first step S (inputs depend on it), as a\n"
+		"                    trainer restarted in the middle of a job would\n"
+		"  --pause-at-step S --pause-after N\n"
+		"                    in step S mark only the first N tensors, print\n"
+		"                    'PAUSED', and wait to be killed\n"
+		"  --expect-abort-at S\n"
+		"                    step S must be aborted by gradsyncd; then every\n"
+		"                    tensor must hold either the reduced result (checked\n"
+		"                    against the reference) or its own input, bitwise\n"
+		"  --reconnect       when gradsyncd goes away, reconnect (up to 30 s) and\n"
+		"                    run the interrupted step again\n"
 		"  -h, --help        show this help\n"
 		"\n"
 		"Exit status: 0 all steps verified, 1 mismatch or gradsync error,\n"
@@ -154,6 +174,7 @@ static bool parse_clip(const char *s, float *clip)
 enum {
 	OPT_SOCKET = 256, OPT_LAYOUT, OPT_RANK, OPT_STEPS, OPT_SEED, OPT_CLIP,
 	OPT_PATTERN, OPT_EXACT, OPT_BATCH, OPT_BUCKET_EVENTS, OPT_QUIET,
+	OPT_FIRST_STEP, OPT_PAUSE_AT, OPT_PAUSE_AFTER, OPT_EXPECT_ABORT, OPT_RECONNECT,
 };
 
 static bool parse_one(int opt, const char *arg, struct options *o)
@@ -183,6 +204,11 @@ static bool parse_one(int opt, const char *arg, struct options *o)
 		return true;
 	case OPT_BUCKET_EVENTS: o->bucket_events = true; return true;
 	case OPT_QUIET: o->quiet = true; return true;
+	case OPT_FIRST_STEP: return parse_u64(arg, 1u << 30, &o->first_step) && o->first_step > 0;
+	case OPT_PAUSE_AT: return parse_u64(arg, 1u << 30, &o->pause_at);
+	case OPT_PAUSE_AFTER: return parse_u64(arg, UINT32_MAX, &o->pause_after);
+	case OPT_EXPECT_ABORT: return parse_u64(arg, 1u << 30, &o->expect_abort_at);
+	case OPT_RECONNECT: o->reconnect = true; return true;
 	}
 	return false;
 }
@@ -202,6 +228,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "batch", required_argument, NULL, OPT_BATCH },
 		{ "bucket-events", no_argument, NULL, OPT_BUCKET_EVENTS },
 		{ "quiet", no_argument, NULL, OPT_QUIET },
+		{ "first-step", required_argument, NULL, OPT_FIRST_STEP },
+		{ "pause-at-step", required_argument, NULL, OPT_PAUSE_AT },
+		{ "pause-after", required_argument, NULL, OPT_PAUSE_AFTER },
+		{ "expect-abort-at", required_argument, NULL, OPT_EXPECT_ABORT },
+		{ "reconnect", no_argument, NULL, OPT_RECONNECT },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -555,19 +586,70 @@ static void print_session(const struct trainer *tr)
 	       tr->o.exact ? ", exact" : "");
 }
 
-/* Marks every tensor ready, in batches, in backpropagation order. */
-static bool mark_all(const struct trainer *tr, uint32_t *batch)
+/* Marks every tensor ready, in batches, in backpropagation order; in the
+ * step of a pause drill only the first pause_after, then waits forever. */
+static bool mark_all(const struct trainer *tr, uint64_t step, uint32_t *batch)
 {
-	size_t k = 0;
-	for (size_t t = 0; t < tr->n; t++) {
+	size_t k = 0, n = tr->n;
+	bool drill = tr->o.pause_at == step;
+	if (drill && tr->o.pause_after < n)
+		n = tr->o.pause_after;
+	for (size_t t = 0; t < n; t++) {
 		batch[k++] = (uint32_t)t;
-		if (k < tr->o.batch && t + 1 < tr->n)
+		if (k < tr->o.batch && t + 1 < n)
 			continue;
 		int r = gs_mark_ready(tr->c, batch, k);
+		if (r == GS_EABORTED)
+			return true; /* the daemon ended the step: the wait says why */
 		if (r < 0)
 			return gs_failed(tr, "gs_mark_ready", r);
 		k = 0;
 	}
+	if (drill) {
+		printf("PAUSED in step %" PRIu64 " after marking %zu of %zu tensors\n", step, n, tr->n);
+		fflush(stdout);
+		for (;;)
+			pause();
+	}
+	return true;
+}
+
+/* After an aborted step each tensor holds the reduced result or, bitwise,
+ * this rank's own input: never a mix. */
+static bool check_aborted(const struct trainer *tr, uint64_t step)
+{
+	size_t reduced = 0;
+	struct step_check sc = { 0, 0 };
+	for (size_t t = 0; t < tr->n; t++) {
+		if (gs_tensor_reduced(tr->c, t)) {
+			reduced++;
+			if (!check_tensor(tr, step, t, &sc))
+				return false;
+			continue;
+		}
+		const float *got = gs_tensor_data(tr->c, t);
+		struct gen g = make_gen(&tr->o, tr->ref.global_rank, step, (uint32_t)t);
+		for (uint64_t e = 0; e < tr->counts[t]; e++)
+			if (!same_bits(got[e], gen_value(&g, e)))
+				return mismatch(tr, step, t, e, got[e], gen_value(&g, e), 0);
+	}
+	printf("ABORTED step %" PRIu64 " as expected: %s; %zu of %zu tensors reduced, the others hold their own gradients\n",
+	       step, gs_last_error(tr->c), reduced, tr->n);
+	return true;
+}
+
+/* gradsyncd went away: connect to the next one, up to 30 s. */
+static bool reconnect(const struct trainer *tr, uint64_t step)
+{
+	printf("DISCONNECTED in step %" PRIu64 ": %s\n", step, gs_last_error(tr->c));
+	fflush(stdout);
+	double deadline = now_ms() + 30000;
+	int r;
+	while ((r = gs_reconnect(tr->c, 1000)) < 0 && now_ms() < deadline)
+		usleep(100000);
+	if (r < 0)
+		return gs_failed(tr, "gs_reconnect", r);
+	printf("RECONNECTED: running step %" PRIu64 " again\n", step);
 	return true;
 }
 
@@ -608,16 +690,23 @@ static bool run_step(const struct trainer *tr, uint64_t step,
 
 	double t0 = now_ms();
 	int r = gs_step_begin(tr->c, &so);
-	if (r < 0)
-		return gs_failed(tr, "gs_step_begin", r);
-	if (!mark_all(tr, batch))
+	if (r == GS_OK && !mark_all(tr, step, batch))
 		return false;
 	struct gs_step_result res;
 	double t1 = now_ms();
-	r = gs_step_wait(tr->c, WAIT_TIMEOUT_MS, &res);
+	if (r == GS_OK)
+		r = gs_step_wait(tr->c, WAIT_TIMEOUT_MS, &res);
 	double t2 = now_ms();
+	if (r == GS_EDISCONNECTED && tr->o.reconnect)
+		return reconnect(tr, step) && run_step(tr, step, batch, step_ms);
+	if (r == GS_EABORTED && step == tr->o.expect_abort_at)
+		return check_aborted(tr, step);
 	if (r < 0)
 		return gs_failed(tr, "gs_step_wait", r);
+	if (step == tr->o.expect_abort_at) {
+		fprintf(stderr, "MISMATCH: step %" PRIu64 " was expected to be aborted, but completed\n", step);
+		return false;
+	}
 	*step_ms = t2 - t0;
 
 	struct step_check sc = { 0, 0 };
@@ -646,7 +735,7 @@ static bool run(struct trainer *tr)
 	uint32_t *batch = calloc(tr->o.batch, sizeof(*batch));
 	bool ok = times && batch;
 	for (unsigned s = 0; ok && s < tr->o.steps; s++)
-		ok = run_step(tr, s + 1, batch, &times[s]);
+		ok = run_step(tr, tr->o.first_step + s, batch, &times[s]);
 	if (ok) {
 		qsort(times, tr->o.steps, sizeof(*times), cmp_double);
 		unsigned m = tr->o.steps;
@@ -685,8 +774,10 @@ static void cleanup(struct trainer *tr)
 int main(int argc, char **argv)
 {
 	struct trainer tr = {
-		.o = { .steps = 5, .seed = 1, .clip = 100.0f, .batch = 8 },
+		.o = { .steps = 5, .seed = 1, .clip = 100.0f, .batch = 8, .first_step = 1 },
 	};
+	/* Whole lines as they happen: tests and operators follow the output. */
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	int r = parse_args(argc, argv, &tr.o);
 	if (r >= 0)
 		return r;

@@ -56,7 +56,6 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 	if (d->conns)
 		d->conns->prev = c;
 	d->conns = c;
-	gs_debug("client %s connected", gs_conn_name(c));
 	update_poll(c);
 	return c;
 }

@@ -105,18 +105,18 @@ int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
 /* ---- Ending a step ---------------------------------------------------- */
 
 static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
-			   uint64_t duration)
+			   uint64_t duration, uint32_t buckets_done)
 {
 	/* Buckets complete in plan order: the first buckets_done are whole. */
 	uint32_t ncompleted = 0;
 	uint32_t *completed = NULL;
-	if (!ok && j->buckets_done > 0) {
-		const struct gs_bucket *last = &j->plan.buckets[j->buckets_done - 1];
+	if (!ok && buckets_done > 0) {
+		const struct gs_bucket *last = &j->plan.buckets[buckets_done - 1];
 		ncompleted = last->first + last->count;
 		completed = j->plan.members;
 	}
 	Gradsync__StepStats stats = GRADSYNC__STEP_STATS__INIT;
-	stats.buckets = j->buckets_done;
+	stats.buckets = buckets_done;
 	stats.wire_bytes = j->step_wire_bytes;
 	stats.clipped = t->clipped;
 	stats.nonfinite = j->step_nonfinite;
@@ -139,11 +139,19 @@ static void finish_step(struct gs_job *j)
 	struct gs_stats *st = &j->d->stats;
 	bool ok = !j->aborting;
 	uint64_t duration = j->step_start_ns ? gs_now_ns() - j->step_start_ns : 0;
+	/* A registered trainer that had not begun the aborted step gets its
+	 * abort when it does begin it: it must not start a step of its own
+	 * that the others, a step ahead, would never join. */
+	for (unsigned r = 0; !ok && r < GS_MAX_LOCAL; r++) {
+		struct gs_trainer *t = j->slots[r];
+		if (t && t->registered && !t->in_step)
+			t->owes_abort = true;
+	}
 	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
 		struct gs_trainer *t = j->slots[r];
 		if (!t || !t->in_step)
 			continue;
-		send_step_done(j, t, ok, duration);
+		send_step_done(j, t, ok, duration, j->buckets_done);
 		st->elements_clipped += t->clipped;
 		t->in_step = false;
 		t->clipped = 0;
@@ -392,6 +400,13 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 		return;
 	}
 	t->seq = b->step;
+	if (t->owes_abort) {
+		/* Nothing of this step was reduced: its buffers are its own. */
+		t->owes_abort = false;
+		t->aborted_seq = t->seq;
+		send_step_done(j, t, false, 0, 0);
+		return;
+	}
 	t->in_step = true;
 	t->clipped = 0;
 	t->bucket_events = b->bucket_events;
@@ -491,7 +506,9 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 			snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
 				 run->bucket, run->error[0] ? run->error : gs_strerror(run->status));
 		abort_step(j, why, 0, 0);
-	} else if (!j->aborting) {
+	} else {
+		/* Complete even if the step was aborted meanwhile: its results
+		 * are in the trainers' buffers, and the step says so. */
 		j->buckets_done++;
 		j->step_nonfinite += run->nonfinite;
 		j->step_wire_bytes += j->plan.buckets[run->bucket].elements *

@@ -44,6 +44,7 @@ struct gs_trainer {
 	/* The step. */
 	uint64_t seq;             /* the trainer's own step number */
 	uint64_t aborted_seq;     /* its last step that was aborted */
+	bool owes_abort;          /* the job aborted a step it had not begun */
 	bool in_step;
 	struct gs_pack_params pack;
 	bool bucket_events;

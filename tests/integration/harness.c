@@ -152,7 +152,12 @@ int harness_daemon_stop(struct gs_test_daemon *d)
 
 bool harness_log_contains(const struct gs_test_daemon *d, const char *text)
 {
-	FILE *f = fopen(d->log, "r");
+	return harness_file_contains(d->log, text);
+}
+
+bool harness_file_contains(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "r");
 	if (!f)
 		return false;
 	char line[4096];

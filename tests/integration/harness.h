@@ -37,6 +37,8 @@ int harness_daemon_stop(struct gs_test_daemon *d);
 bool harness_daemon_alive(const struct gs_test_daemon *d);
 /* Whether the daemon's log contains text. */
 bool harness_log_contains(const struct gs_test_daemon *d, const char *text);
+/* Whether a file (a process's log) contains text. */
+bool harness_file_contains(const char *path, const char *text);
 
 /* Starts a program with argv (argv[0] is the path), output to log. */
 pid_t harness_spawn(const char *const *argv, const char *log);
