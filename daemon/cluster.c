@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "daemon.h"
 #include "gradsync.h"
 #include "log.h"
@@ -13,6 +14,52 @@
 #ifdef GS_HAVE_GLOO
 #include "gloo_comm.h"
 #endif
+
+/* ---- The Gloo group, built on the worker thread --------------------------- */
+
+/* Store keys of one group generation, so that a rebuilt group never reads
+ * a departed one's addresses. */
+struct prefixed_store {
+	struct gs_rdv_client *rdv;
+	char prefix[32];
+};
+
+static int prefixed_set(void *ctx, const char *key, const void *value, size_t len)
+{
+	struct prefixed_store *p = ctx;
+	char k[256];
+	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
+	return gs_rdv_store_set(p->rdv, k, value, len);
+}
+
+static int prefixed_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+	struct prefixed_store *p = ctx;
+	char k[256];
+	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
+	return gs_rdv_store_get(p->rdv, k, value, len, timeout_ms);
+}
+
+static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv, char *err, size_t n)
+{
+#ifdef GS_HAVE_GLOO
+	struct gs_cluster *c = &d->cluster;
+	const struct gs_settings *s = &d->settings;
+	struct prefixed_store ps = { rdv, "" };
+	snprintf(ps.prefix, sizeof(ps.prefix), "g%llu/", (unsigned long long)c->generation);
+	struct gs_gloo_store_ops store = { &ps, prefixed_set, prefixed_get };
+	char why[400];
+	int rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
+				s->gloo_host[0] ? s->gloo_host : NULL,
+				(int)(s->join_timeout * 1000), &c->gloo, why, sizeof(why));
+	if (rc != GS_OK)
+		snprintf(err, n, "building the Gloo group: %s", why);
+	return rc;
+#else
+	snprintf(err, n, "built without Gloo");
+	return GS_EINVAL;
+#endif
+}
 
 /* ---- Joining, on the worker thread ------------------------------------- */
 
@@ -35,14 +82,149 @@ static void join_run(struct gs_work *w)
 			     sizeof(jw->err));
 	if (jw->rc != GS_OK)
 		return;
+	c->generation = gs_rdv_generation(c->rdv);
+	jw->rc = build_group(d, c->rdv, jw->err, sizeof(jw->err));
+}
+
+/* ---- The coordinator's connection, on the loop -------------------------- */
+
+static void start_regroup(struct gs_daemon *d, uint64_t generation);
+
+static void on_node_lost(struct gs_daemon *d, const Gradsync__NodeLost *m)
+{
+	struct gs_cluster *c = &d->cluster;
+	if (m->node_rank >= c->nodes)
+		return;
+	c->lost[m->node_rank] = true;
+	c->group_ready = false;
+	char why[320];
+	snprintf(why, sizeof(why), "node %u went away: %s", m->node_rank,
+		 m->reason ? m->reason : "");
+	gs_warn("%s; steps wait until it returns", why);
+	gs_job_peer_lost(&d->job, why);
+}
+
+static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *m)
+{
+	struct gs_daemon *d = conn->d;
+	switch (m->body_case) {
+	case GRADSYNC__MESSAGE__BODY_NODE_LOST:
+		on_node_lost(d, m->node_lost);
+		break;
+	case GRADSYNC__MESSAGE__BODY_REGROUP:
+		start_regroup(d, m->regroup->generation);
+		break;
+	case GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT: {
+		const Gradsync__LayoutVerdict *v = m->layout_verdict;
+		if (v->round != d->cluster.agree_round)
+			break; /* a verdict for an offer given up on */
+		d->cluster.agree_round = 0;
+		uv_timer_stop(&d->cluster.agree_timer);
+		gs_job_layout_verdict(&d->job, v->round, v->agreed ? GS_OK : GS_ELAYOUT,
+				      v->message);
+		break;
+	}
+	case GRADSYNC__MESSAGE__BODY_ERROR:
+		gs_error("the coordinator says: %s", m->error->message);
+		break;
+	default:
+		gs_warn("unexpected message %d from the coordinator", (int)m->body_case);
+	}
+}
+
+/* Without node 0's rendezvous the group cannot be rebuilt: say so, and
+ * let the steps time out with that reason. */
+static void coordinator_closed(struct gs_conn *conn)
+{
+	struct gs_daemon *d = conn->d;
+	d->cluster.conn = NULL;
+	if (d->stopping)
+		return;
+	d->cluster.group_ready = false;
+	gs_error("lost the connection to the coordinator (node 0) at %s: several-node steps stop until gradsyncd is restarted",
+		 d->settings.coordinator);
+	gs_job_peer_lost(&d->job, "the coordinator (node 0) went away");
+}
+
+static bool adopt_connection(struct gs_daemon *d)
+{
+	struct gs_cluster *c = &d->cluster;
+	uint8_t *pending;
+	size_t len;
+	int fd = gs_rdv_client_detach(c->rdv, &pending, &len);
+	c->rdv = NULL;
+	c->conn = gs_conn_create(d, fd, 64u << 20, coordinator_dispatch, coordinator_closed);
+	if (c->conn) {
+		c->conn->role = GS_CONN_NODE;
+		/* Bytes that came with the welcome are the start of what follows. */
+		if (len > 0 && gs_frame_reader_prepend(&c->conn->reader, pending, len) < 0)
+			gs_warn("dropped %zu bytes from the coordinator", len);
+	}
+	free(pending);
+	c->lost = calloc(c->nodes, sizeof(*c->lost));
+	return c->conn != NULL && c->lost != NULL;
+}
+
+/* ---- Rebuilding the group when a node came back ---------------------------- */
+
+struct regroup_work {
+	struct gs_work work;
+	struct gs_daemon *d;
+	int rc;
+	char err[512];
+};
+
+static void regroup_run(struct gs_work *w)
+{
+	struct regroup_work *rw = (struct regroup_work *)w;
+	struct gs_daemon *d = rw->d;
+	struct gs_cluster *c = &d->cluster;
 #ifdef GS_HAVE_GLOO
-	struct gs_gloo_store_ops store = { c->rdv, gs_rdv_store_set, gs_rdv_store_get };
-	char why[400];
-	jw->rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes, host,
-				(int)(s->join_timeout * 1000), &c->gloo, why, sizeof(why));
-	if (jw->rc != GS_OK)
-		snprintf(jw->err, sizeof(jw->err), "building the Gloo group: %s", why);
+	gs_gloo_destroy(c->gloo);
 #endif
+	c->gloo = NULL;
+	struct gs_rdv_client *store;
+	rw->rc = gs_rdv_store_connect(&d->settings, c->cancel_fd, &store, rw->err, sizeof(rw->err));
+	if (rw->rc != GS_OK)
+		return;
+	rw->rc = build_group(d, store, rw->err, sizeof(rw->err));
+	gs_rdv_client_close(store);
+	if (rw->rc == GS_OK)
+		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
+}
+
+static void regroup_done(struct gs_work *w)
+{
+	struct regroup_work *rw = (struct regroup_work *)w;
+	struct gs_daemon *d = rw->d;
+	struct gs_cluster *c = &d->cluster;
+	if (rw->rc == GS_OK) {
+		memset(c->lost, 0, c->nodes * sizeof(*c->lost));
+		c->group_ready = true;
+		gs_info("the group of %u nodes is whole again (generation %llu)", c->nodes,
+			(unsigned long long)c->generation);
+		gs_job_resume(&d->job);
+	} else if (!d->stopping) {
+		gs_error("cannot rebuild the group of nodes: %s", rw->err);
+	}
+	free(rw);
+}
+
+static void start_regroup(struct gs_daemon *d, uint64_t generation)
+{
+	struct regroup_work *rw = calloc(1, sizeof(*rw));
+	if (!rw) {
+		gs_error("out of memory rebuilding the group");
+		return;
+	}
+	d->cluster.generation = generation;
+	d->cluster.group_ready = false;
+	rw->work.run = regroup_run;
+	rw->work.done = regroup_done;
+	rw->d = d;
+	gs_info("every node is back: rebuilding the group (generation %llu)",
+		(unsigned long long)generation);
+	gs_worker_submit(&d->worker, &rw->work);
 }
 
 static void join_done(struct gs_work *w)
@@ -60,9 +242,11 @@ static void join_done(struct gs_work *w)
 			c->world_size += c->node[r].local_size;
 		}
 		c->joined = true;
+		c->group_ready = true;
 		gs_info("joined as node %u of %u: %u trainers in all, this node's are global ranks %u to %u",
 			c->node_rank, c->nodes, c->world_size, c->rank_base,
 			c->rank_base + d->settings.local_size - 1);
+		ok = adopt_connection(d);
 	} else if (jw->rc == GS_EABORTED) {
 		gs_info("node %u stopped joining: shutting down", c->node_rank);
 	} else {
@@ -83,10 +267,13 @@ int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, boo
 	c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (!c->node || c->cancel_fd < 0)
 		return GS_ENOMEM;
+	uv_timer_init(d->loop, &c->agree_timer);
+	c->agree_timer.data = d;
 	if (s->nodes == 1) {
 		c->node[0].local_size = s->local_size;
 		c->world_size = s->local_size;
 		c->joined = true;
+		c->group_ready = true;
 		ready(d, true);
 		return GS_OK;
 	}
@@ -131,46 +318,60 @@ void gs_cluster_destroy(struct gs_daemon *d)
 	c->rdv = NULL;
 	free(c->node);
 	c->node = NULL;
+	free(c->lost);
+	c->lost = NULL;
 }
 
 /* ---- Layout agreement ---------------------------------------------------- */
 
-struct agree_work {
-	struct gs_work work;
-	struct gs_daemon *d;
-	uint64_t round;
-	int rc;
-	char why[512];
-};
-
-static void agree_run(struct gs_work *w)
+static void send_offer(struct gs_daemon *d, Gradsync__LayoutOffer *o)
 {
-	struct agree_work *aw = (struct agree_work *)w;
-	struct gs_daemon *d = aw->d;
-	const struct gs_job *j = &d->job;
-	aw->rc = gs_rdv_agree_layout(d->cluster.rdv, aw->round, &j->layout, j->layout_hash,
-				     (int)(d->settings.join_timeout * 1000), aw->why,
-				     sizeof(aw->why));
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_OFFER;
+	m.layout_offer = o;
+	gs_conn_send(d->cluster.conn, &m);
 }
 
-static void agree_done(struct gs_work *w)
+static void on_agree_timeout(uv_timer_t *t)
 {
-	struct agree_work *aw = (struct agree_work *)w;
-	gs_job_layout_verdict(&aw->d->job, aw->round, aw->rc, aw->why);
-	free(aw);
+	struct gs_daemon *d = t->data;
+	uint64_t round = d->cluster.agree_round;
+	d->cluster.agree_round = 0;
+	char why[160];
+	snprintf(why, sizeof(why), "not every node registered its trainers' layout within %llu s (--join-timeout)",
+		 (unsigned long long)d->settings.join_timeout);
+	gs_job_layout_verdict(&d->job, round, GS_ETIMEDOUT, why);
 }
 
 int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round)
 {
-	struct agree_work *aw = calloc(1, sizeof(*aw));
-	if (!aw)
-		return GS_ENOMEM;
-	aw->work.run = agree_run;
-	aw->work.done = agree_done;
-	aw->d = d;
-	aw->round = round;
-	gs_worker_submit(&d->worker, &aw->work);
+	struct gs_cluster *c = &d->cluster;
+	const struct gs_job *j = &d->job;
+	if (!c->conn)
+		return GS_EDISCONNECTED;
+	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
+	o.round = round;
+	o.hash = j->layout_hash;
+	o.n_names = j->layout.n;
+	o.names = j->layout.names;
+	o.n_counts = j->layout.n;
+	o.counts = j->layout.counts;
+	c->agree_round = round;
+	send_offer(d, &o);
+	uv_timer_start(&c->agree_timer, on_agree_timeout, d->settings.join_timeout * 1000, 0);
 	return GS_OK;
+}
+
+void gs_cluster_withdraw_layout(struct gs_daemon *d)
+{
+	struct gs_cluster *c = &d->cluster;
+	if (c->nodes == 1 || !c->conn)
+		return;
+	c->agree_round = 0;
+	uv_timer_stop(&c->agree_timer);
+	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
+	o.withdraw = true;
+	send_offer(d, &o);
 }
 
 int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t errlen)
@@ -186,7 +387,12 @@ int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t e
 
 const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank)
 {
-	if (rank == d->cluster.node_rank)
+	const struct gs_cluster *c = &d->cluster;
+	if (rank == c->node_rank)
 		return "this node";
-	return d->cluster.joined ? "joined" : "joining";
+	if (!c->joined)
+		return "joining";
+	if (c->lost && c->lost[rank])
+		return "lost";
+	return c->group_ready ? "joined" : "regrouping";
 }

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <uv.h>
 
 #include "rendezvous.h"
 
@@ -26,6 +27,13 @@ struct gs_cluster {
 	struct gs_gloo *gloo;
 	bool joined;
 	int cancel_fd; /* an eventfd: readable once the daemon shuts down */
+	/* After joining, the loop holds the connection to the coordinator. */
+	struct gs_conn *conn;
+	bool group_ready;     /* the Gloo group works: buckets may launch */
+	bool *lost;           /* by node rank: its daemon went away */
+	uint64_t generation;  /* of the Gloo group */
+	uv_timer_t agree_timer; /* bounds a layout agreement */
+	uint64_t agree_round; /* the offer waiting for its verdict, 0: none */
 };
 
 /* Starts joining (node 0 also starts serving the rendezvous). ready runs on
@@ -35,9 +43,12 @@ int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, boo
 void gs_cluster_cancel(struct gs_daemon *d);
 void gs_cluster_destroy(struct gs_daemon *d);
 
-/* Agrees on the job's layout round with the other nodes on the worker
- * thread; the verdict reaches gs_job_layout_verdict on the loop. */
+/* Offers the job's layout (round-th of this node) to the other nodes; the
+ * verdict, or a timeout after --join-timeout, reaches gs_job_layout_verdict
+ * on the loop. */
 int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round);
+/* The node's job has ended: its layout no longer binds the others. */
+void gs_cluster_withdraw_layout(struct gs_daemon *d);
 
 /* Sums v[0..n) over all nodes (fp32, in place) through the Gloo group;
  * worker thread. Returns GS_OK or a GS_E* code with err. */

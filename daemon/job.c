@@ -18,6 +18,8 @@ void gs_job_init(struct gs_job *j, struct gs_daemon *d)
 	j->d = d;
 	uv_timer_init(d->loop, &j->stall_timer);
 	j->stall_timer.data = j;
+	uv_timer_init(d->loop, &j->failure_timer);
+	j->failure_timer.data = j;
 }
 
 void gs_job_set_world(struct gs_job *j)
@@ -30,6 +32,8 @@ void gs_job_set_world(struct gs_job *j)
 
 static void clear_layout(struct gs_job *j)
 {
+	if (j->has_layout && !j->d->stopping)
+		gs_cluster_withdraw_layout(j->d);
 	gs_layout_free(&j->layout);
 	gs_plan_free(&j->plan);
 	free(j->bucket_marks);
@@ -44,7 +48,12 @@ void gs_job_destroy(struct gs_job *j)
 {
 	gs_job_reap(j);
 	clear_layout(j);
+}
+
+void gs_job_close(struct gs_job *j)
+{
 	uv_close((uv_handle_t *)&j->stall_timer, NULL);
+	uv_close((uv_handle_t *)&j->failure_timer, NULL);
 }
 
 uint32_t gs_job_world_size(const struct gs_job *j)
@@ -270,14 +279,11 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 	j->layout_hash = gs_layout_hash(&j->layout);
 	j->agreed = j->d->cluster.nodes == 1;
 	if (!j->agreed) {
-		/* The layout stays alive while the worker reads it. */
 		j->layout_round++;
-		j->inflight++;
 		if (gs_cluster_agree_layout(j->d, j->layout_round) != GS_OK) {
-			j->inflight--;
 			clear_layout(j);
-			snprintf(why, n, "out of memory agreeing on the layout");
-			return GS_ENOMEM;
+			snprintf(why, n, "the connection to the other nodes is gone");
+			return GS_EDISCONNECTED;
 		}
 	}
 	gs_info("job '%s': %u tensors in %u buckets (threshold %llu, largest bucket %llu elements), layout hash %016llx",
@@ -290,7 +296,6 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 
 void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char *why)
 {
-	j->inflight--;
 	if (rc == GS_OK && round == j->layout_round && j->has_layout) {
 		j->agreed = true;
 		for (unsigned r = 0; r < GS_MAX_LOCAL; r++)
@@ -426,6 +431,10 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 static void launch_ready(struct gs_job *j)
 {
 	uint32_t size = j->d->settings.local_size;
+	/* A node is gone: buckets wait until the group is whole again (or the
+	 * step times out), rather than fail one after another. */
+	if (!j->d->cluster.group_ready)
+		return;
 	while (!j->aborting && j->next_launch < j->plan.nbuckets) {
 		uint32_t b = j->next_launch;
 		if (j->bucket_marks[b] < size * j->plan.buckets[b].count)
@@ -439,6 +448,40 @@ static void launch_ready(struct gs_job *j)
 		j->inflight++;
 		gs_worker_submit(&j->d->worker, &run->work);
 	}
+}
+
+void gs_job_resume(struct gs_job *j)
+{
+	if (j->in_step)
+		launch_ready(j);
+}
+
+/* A node went away: the step in progress cannot finish. A bucket whose
+ * collective failed just before this news is held a moment for it (see
+ * gs_job_bucket_finished), so that the step names the node. */
+void gs_job_peer_lost(struct gs_job *j, const char *why)
+{
+	if (j->holding_failure) {
+		uv_timer_stop(&j->failure_timer);
+		j->holding_failure = false;
+		j->inflight--;
+		j->aborting = false;
+		abort_step(j, why, 0, 0);
+		gs_job_reap(j);
+		return;
+	}
+	abort_step(j, why, 0, 0);
+}
+
+static void on_failure_timer(uv_timer_t *timer)
+{
+	struct gs_job *j = timer->data;
+	if (!j->holding_failure)
+		return;
+	j->holding_failure = false;
+	j->inflight--;
+	try_finish(j);
+	gs_job_reap(j);
 }
 
 void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
@@ -505,7 +548,16 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 		else
 			snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
 				 run->bucket, run->error[0] ? run->error : gs_strerror(run->status));
+		bool first = !j->aborting;
 		abort_step(j, why, 0, 0);
+		/* A peer's death shows here first, as a broken connection; the
+		 * coordinator's word naming the node follows within moments. */
+		if (first && run->status != GS_EABORTED && j->d->cluster.nodes > 1 &&
+		    j->d->cluster.group_ready && !j->holding_failure) {
+			j->holding_failure = true;
+			j->inflight++;
+			uv_timer_start(&j->failure_timer, on_failure_timer, 500, 0);
+		}
 	} else {
 		/* Complete even if the step was aborted meanwhile: its results
 		 * are in the trainers' buffers, and the step says so. */

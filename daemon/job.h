@@ -54,6 +54,8 @@ struct gs_job {
 	uint64_t step_wire_bytes;
 	unsigned inflight; /* buckets on the worker */
 	uv_timer_t stall_timer; /* warns, then aborts a step that waits too long */
+	uv_timer_t failure_timer; /* holds a failed collective's abort briefly */
+	bool holding_failure;
 	/* Worker thread only: the step whose buckets stopped; later buckets
 	 * of it already queued skip their collectives, as every node does. */
 	uint64_t worker_stopped_step;
@@ -66,8 +68,13 @@ struct gs_job {
 void gs_job_init(struct gs_job *j, struct gs_daemon *d);
 /* The world is known (after joining): fixes the scale factors. */
 void gs_job_set_world(struct gs_job *j);
-/* Closes the timer; the job is freed from the loop after that. */
+/* Closes the job's timers (shutdown, on the loop). */
+void gs_job_close(struct gs_job *j);
 void gs_job_destroy(struct gs_job *j);
+/* A node of the job went away (the coordinator said so, or is gone). */
+void gs_job_peer_lost(struct gs_job *j, const char *why);
+/* The group of nodes is whole again: buckets may launch. */
+void gs_job_resume(struct gs_job *j);
 
 uint32_t gs_job_world_size(const struct gs_job *j);
 const char *gs_job_state(const struct gs_job *j);

@@ -23,6 +23,9 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	gs_server_close(d);
 	gs_rdv_server_stop(d);
 	gs_cluster_cancel(d);
+	gs_job_close(&d->job);
+	if (d->cluster.agree_timer.loop)
+		uv_close((uv_handle_t *)&d->cluster.agree_timer, NULL);
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	gs_worker_stop(&d->worker);

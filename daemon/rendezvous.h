@@ -58,12 +58,18 @@ int gs_rdv_store_set(void *client, const char *key, const void *value, size_t le
 int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
 		     int timeout_ms);
 
-/* Offers this node's layout for the job's round-th registration and waits
- * until every node has offered one. Returns GS_OK when they all agree,
- * GS_ELAYOUT with the nodes and the first differing tensor in why, or
- * another code (timed out, coordinator gone). */
-int gs_rdv_agree_layout(struct gs_rdv_client *c, uint64_t round,
-			const struct gs_layout *layout, uint64_t hash,
-			int timeout_ms, char *why, size_t n);
+/* The generation of the group the NodeWelcome asked for. */
+uint64_t gs_rdv_generation(const struct gs_rdv_client *c);
+
+/* Hands the joined connection over to the event loop: returns its
+ * descriptor (non-blocking now) and, in *pending, a malloc'd copy of any
+ * bytes already read but not yet a message. Frees c. */
+int gs_rdv_client_detach(struct gs_rdv_client *c, uint8_t **pending, size_t *len);
+
+/* A connection to the coordinator for the store alone (rebuilding the
+ * group while the loop keeps the node's connection). Retries until the
+ * join timeout. */
+int gs_rdv_store_connect(const struct gs_settings *s, int cancel_fd,
+			 struct gs_rdv_client **out, char *err, size_t errlen);
 
 #endif

@@ -3,6 +3,7 @@
  * used from the worker thread only, every wait bounded by a deadline.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 struct gs_rdv_client {
 	int fd;
 	int cancel_fd;
+	uint64_t generation;
 	struct gs_frame_reader reader;
 	int join_timeout_ms;
 };
@@ -58,7 +60,8 @@ void gs_rdv_client_close(struct gs_rdv_client *c)
 	if (!c)
 		return;
 	gs_frame_reader_destroy(&c->reader);
-	close(c->fd);
+	if (c->fd >= 0)
+		close(c->fd);
 	free(c);
 }
 
@@ -260,8 +263,10 @@ int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_f
 	if (rc == GS_ETIMEDOUT)
 		snprintf(err, errlen, "not every node joined within %llu s (--join-timeout)",
 			 (unsigned long long)s->join_timeout);
-	if (rc == GS_OK)
+	if (rc == GS_OK) {
 		rc = read_welcome(m->node_welcome, s, nodes, err, errlen);
+		c->generation = m->node_welcome->generation;
+	}
 	if (m)
 		gradsync__message__free_unpacked(m, NULL);
 	if (rc != GS_OK) {
@@ -313,38 +318,44 @@ int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
 	return *value ? GS_OK : GS_ENOMEM;
 }
 
-/* ---- Layout agreement ------------------------------------------------------------ */
+/* ---- Handing over --------------------------------------------------------------- */
 
-int gs_rdv_agree_layout(struct gs_rdv_client *c, uint64_t round,
-			const struct gs_layout *layout, uint64_t hash,
-			int timeout_ms, char *why, size_t n)
+uint64_t gs_rdv_generation(const struct gs_rdv_client *c)
 {
-	int64_t deadline = now_ms() + timeout_ms;
-	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
-	o.round = round;
-	o.hash = hash;
-	o.n_names = layout->n;
-	o.names = layout->names;
-	o.n_counts = layout->n;
-	o.counts = layout->counts;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_OFFER;
-	m.layout_offer = &o;
-	int rc = send_msg(c, &m, deadline);
-	if (rc != GS_OK) {
-		snprintf(why, n, "cannot offer the layout to the coordinator: %s", gs_strerror(rc));
-		return rc;
+	return c->generation;
+}
+
+int gs_rdv_client_detach(struct gs_rdv_client *c, uint8_t **pending, size_t *len)
+{
+	int fd = c->fd;
+	*pending = NULL;
+	*len = c->reader.len;
+	if (*len > 0 && (*pending = malloc(*len)) != NULL)
+		memcpy(*pending, c->reader.buf, *len);
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	c->fd = -1;
+	gs_rdv_client_close(c);
+	return fd;
+}
+
+int gs_rdv_store_connect(const struct gs_settings *s, int cancel_fd,
+			 struct gs_rdv_client **out, char *err, size_t errlen)
+{
+	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
+	struct gs_rdv_client *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return GS_ENOMEM;
 	}
-	Gradsync__Message *r;
-	rc = expect(c, GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT, deadline, &r, why, n);
-	if (rc == GS_ETIMEDOUT)
-		snprintf(why, n, "not every node registered its trainers' layout within %d s",
-			 timeout_ms / 1000);
-	if (rc != GS_OK)
-		return rc;
-	rc = r->layout_verdict->agreed ? GS_OK : GS_ELAYOUT;
-	if (rc != GS_OK)
-		snprintf(why, n, "%s", r->layout_verdict->message);
-	gradsync__message__free_unpacked(r, NULL);
-	return rc;
+	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
+	c->cancel_fd = cancel_fd;
+	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
+	c->fd = connect_with_backoff(s, cancel_fd, deadline, err, errlen);
+	if (c->fd < 0) {
+		gs_frame_reader_destroy(&c->reader);
+		free(c);
+		return GS_ETIMEDOUT;
+	}
+	*out = c;
+	return GS_OK;
 }

@@ -4,6 +4,7 @@
  * they say: joining, the key-value store and layout agreement.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +23,10 @@
 
 struct rdv_node {
 	struct gs_conn *conn; /* NULL until joined, and after it leaves */
+	bool welcomed;        /* is in the current Gloo group */
 	uint32_t local_size;
 	char host[256];
+	bool has_job;         /* offered a layout, not withdrawn */
 	struct gs_layout offer;
 	uint64_t offer_round; /* 0: none pending */
 };
@@ -47,6 +50,10 @@ struct gs_rdv_server {
 	uv_poll_t poll;
 	uint32_t nodes, joined;
 	struct rdv_node *node;
+	bool formed;          /* the group has been built once */
+	uint64_t generation;  /* of the current group */
+	bool has_agreed;      /* the job's layout, once every node agreed */
+	struct gs_layout agreed;
 	char settings[512];
 	struct rdv_entry *store;
 	struct rdv_wait *waits;
@@ -83,6 +90,15 @@ static struct rdv_node *node_of(struct gs_conn *c)
 
 /* ---- Joining ------------------------------------------------------------ */
 
+static void broadcast(struct gs_rdv_server *s, Gradsync__Message *m, const struct rdv_node *except)
+{
+	for (uint32_t r = 0; r < s->nodes; r++)
+		if (s->node[r].conn && &s->node[r] != except)
+			send_msg(s->node[r].conn, m);
+}
+
+/* Every node is here. The first time, all of them are welcomed; after a
+ * node came back, it is welcomed and the others rebuild the group. */
 static void welcome_all(struct gs_rdv_server *s)
 {
 	Gradsync__NodeInfo *info = calloc(s->nodes, sizeof(*info));
@@ -100,17 +116,32 @@ static void welcome_all(struct gs_rdv_server *s)
 		info[r].host = s->node[r].host;
 		ptrs[r] = &info[r];
 	}
+	if (s->formed)
+		s->generation++;
 	Gradsync__NodeWelcome w = GRADSYNC__NODE_WELCOME__INIT;
 	w.n_nodes = s->nodes;
 	w.nodes = ptrs;
+	w.generation = s->generation;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_WELCOME;
 	m.node_welcome = &w;
-	for (uint32_t r = 0; r < s->nodes; r++)
-		send_msg(s->node[r].conn, &m);
+	Gradsync__Regroup g = GRADSYNC__REGROUP__INIT;
+	g.generation = s->generation;
+	Gradsync__Message rm = GRADSYNC__MESSAGE__INIT;
+	rm.body_case = GRADSYNC__MESSAGE__BODY_REGROUP;
+	rm.regroup = &g;
+	for (uint32_t r = 0; r < s->nodes; r++) {
+		send_msg(s->node[r].conn, s->node[r].welcomed ? &rm : &m);
+		s->node[r].welcomed = true;
+	}
 	free(info);
 	free(ptrs);
-	gs_info("rendezvous: all %u nodes have joined", s->nodes);
+	if (s->formed)
+		gs_info("rendezvous: every node is back: rebuilding the group (generation %llu)",
+			(unsigned long long)s->generation);
+	else
+		gs_info("rendezvous: all %u nodes have joined", s->nodes);
+	s->formed = true;
 }
 
 static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__NodeHello *h)
@@ -232,24 +263,28 @@ static void handle_get(struct gs_rdv_server *s, struct gs_conn *c, const Gradsyn
 
 /* ---- Layout agreement ---------------------------------------------------- */
 
-static void send_verdict(struct gs_rdv_server *s, uint64_t round, const char *why)
+static void send_verdict(struct rdv_node *n, const char *why)
 {
 	Gradsync__LayoutVerdict v = GRADSYNC__LAYOUT_VERDICT__INIT;
-	v.round = round;
+	v.round = n->offer_round;
 	v.agreed = why == NULL;
 	v.message = (char *)(why ? why : "");
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT;
 	m.layout_verdict = &v;
-	for (uint32_t r = 0; r < s->nodes; r++) {
-		send_msg(s->node[r].conn, &m);
-		gs_layout_free(&s->node[r].offer);
-		s->node[r].offer_round = 0;
-	}
+	send_msg(n->conn, &m);
+	gs_layout_free(&n->offer);
+	n->offer_round = 0;
 }
 
-/* Every node has offered the same round: compare each with node 0's. */
-static void judge_round(struct gs_rdv_server *s, uint64_t round)
+static void verdict_all(struct gs_rdv_server *s, const char *why)
+{
+	for (uint32_t r = 0; r < s->nodes; r++)
+		send_verdict(&s->node[r], why);
+}
+
+/* Every node has offered a layout: compare each with node 0's. */
+static void judge_round(struct gs_rdv_server *s)
 {
 	for (uint32_t r = 1; r < s->nodes; r++) {
 		char mine[32], ref[32], diff[400], why[512];
@@ -259,18 +294,51 @@ static void judge_round(struct gs_rdv_server *s, uint64_t round)
 				      diff, sizeof(diff))) {
 			snprintf(why, sizeof(why), "layouts differ between node 0 and node %u: %s", r, diff);
 			gs_warn("rendezvous: %s", why);
-			send_verdict(s, round, why);
+			verdict_all(s, why);
 			return;
 		}
 	}
-	gs_info("rendezvous: all %u nodes registered the same layout (round %llu)", s->nodes,
-		(unsigned long long)round);
-	send_verdict(s, round, NULL);
+	gs_info("rendezvous: all %u nodes registered the same layout", s->nodes);
+	if (gs_layout_copy(&s->agreed, &s->node[0].offer) == 0)
+		s->has_agreed = true;
+	verdict_all(s, NULL);
+}
+
+/* A node whose trainers came back after the job's layout was agreed. */
+static void judge_late(struct gs_rdv_server *s, struct rdv_node *n)
+{
+	char mine[32], diff[400], why[512];
+	snprintf(mine, sizeof(mine), "node %ld", (long)(n - s->node));
+	if (gs_layout_compare(&n->offer, mine, &s->agreed, "the job", diff, sizeof(diff))) {
+		snprintf(why, sizeof(why), "layouts differ between %s and the job's other nodes: %s",
+			 mine, diff);
+		gs_warn("rendezvous: %s", why);
+		send_verdict(n, why);
+		return;
+	}
+	send_verdict(n, NULL);
+}
+
+static void withdraw(struct gs_rdv_server *s, struct rdv_node *n)
+{
+	n->has_job = false;
+	n->offer_round = 0;
+	gs_layout_free(&n->offer);
+	for (uint32_t r = 0; r < s->nodes; r++)
+		if (s->node[r].has_job)
+			return;
+	/* Every node's job has ended: the next job may have another layout. */
+	gs_layout_free(&s->agreed);
+	s->has_agreed = false;
 }
 
 static void handle_offer(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__LayoutOffer *o)
 {
 	struct rdv_node *n = node_of(c);
+	if (o->withdraw) {
+		withdraw(s, n);
+		return;
+	}
 	if (o->n_names != o->n_counts || o->round == 0 || n->offer_round) {
 		gs_conn_fail(c, GS_EPROTO, "malformed or repeated LayoutOffer");
 		return;
@@ -283,10 +351,15 @@ static void handle_offer(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 		}
 	}
 	n->offer_round = o->round;
+	n->has_job = true;
+	if (s->has_agreed) {
+		judge_late(s, n);
+		return;
+	}
 	for (uint32_t r = 0; r < s->nodes; r++)
-		if (!s->node[r].conn || s->node[r].offer_round != o->round)
+		if (!s->node[r].conn || !s->node[r].offer_round)
 			return;
-	judge_round(s, o->round);
+	judge_round(s);
 }
 
 /* ---- Connections ----------------------------------------------------------- */
@@ -294,7 +367,11 @@ static void handle_offer(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	struct gs_rdv_server *s = c->d->rdv_server;
-	if (!c->owner && m->body_case != GRADSYNC__MESSAGE__BODY_NODE_HELLO) {
+	/* A connection of its own may use the store without joining: a
+	 * node's worker rebuilds the group on one. */
+	bool store = m->body_case == GRADSYNC__MESSAGE__BODY_STORE_SET ||
+		     m->body_case == GRADSYNC__MESSAGE__BODY_STORE_GET;
+	if (!c->owner && !store && m->body_case != GRADSYNC__MESSAGE__BODY_NODE_HELLO) {
 		gs_conn_fail(c, GS_EPROTO, "expected NodeHello first");
 		return;
 	}
@@ -337,11 +414,22 @@ static void node_closed(struct gs_conn *c)
 	struct rdv_node *n = node_of(c);
 	if (!n)
 		return;
+	bool was_in_group = n->welcomed;
 	n->conn = NULL;
-	n->offer_round = 0;
-	gs_layout_free(&n->offer);
+	n->welcomed = false;
+	withdraw(s, n);
 	s->joined--;
-	gs_warn("rendezvous: node %ld left", (long)(n - s->node));
+	long rank = (long)(n - s->node);
+	gs_warn("rendezvous: node %ld left", rank);
+	if (!was_in_group)
+		return;
+	Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
+	lost.node_rank = (uint32_t)rank;
+	lost.reason = "its daemon stopped or lost its connection to the coordinator";
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_LOST;
+	m.node_lost = &lost;
+	broadcast(s, &m, n);
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)
@@ -425,6 +513,7 @@ static void free_server(uv_handle_t *h)
 	}
 	for (uint32_t r = 0; r < s->nodes; r++)
 		gs_layout_free(&s->node[r].offer);
+	gs_layout_free(&s->agreed);
 	free(s->node);
 	free(s);
 }

@@ -145,6 +145,17 @@ void gs_frame_reader_consume(struct gs_frame_reader *r)
 	}
 }
 
+int gs_frame_reader_prepend(struct gs_frame_reader *r, const uint8_t *data, size_t len)
+{
+	int err = reserve(r, r->len + len);
+	if (err < 0)
+		return err;
+	memmove(r->buf + len, r->buf, r->len);
+	memcpy(r->buf, data, len);
+	r->len += len;
+	return 0;
+}
+
 int gs_frame_reader_take_fds(struct gs_frame_reader *r, int *fds, size_t n)
 {
 	if (n > r->nfds)

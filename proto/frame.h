@@ -45,6 +45,10 @@ ssize_t gs_frame_reader_fill(struct gs_frame_reader *r, int fd);
  * its header announces more than max_frame. Checked before any allocation. */
 int gs_frame_reader_next(struct gs_frame_reader *r, const uint8_t **payload,
 			 size_t *len);
+/* Puts bytes read elsewhere (a connection changing hands) in front of
+ * what is buffered. Returns 0 or -ENOMEM. */
+int gs_frame_reader_prepend(struct gs_frame_reader *r, const uint8_t *data, size_t len);
+
 /* Drops the frame returned by the last gs_frame_reader_next. */
 void gs_frame_reader_consume(struct gs_frame_reader *r);
 

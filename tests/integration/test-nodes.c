@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #include <arpa/inet.h>
@@ -41,24 +42,30 @@ struct node {
 	const char *argv[12];
 };
 
+/* Starts the daemon of node `rank` of `nodes`. */
+static void spawn_node(struct node *n, unsigned nodes, unsigned rank, unsigned local,
+		       const char *const *extra, int port)
+{
+	snprintf(n->args[0], 64, "--nodes=%u", nodes);
+	snprintf(n->args[1], 64, "--node-rank=%u", rank);
+	snprintf(n->args[2], 64, "--coordinator=127.0.0.1:%d", port);
+	snprintf(n->args[3], 64, "--local-size=%u", local);
+	snprintf(n->args[4], 64, "--gloo-host=127.0.0.1");
+	snprintf(n->args[5], 64, "--join-timeout=30");
+	size_t k = 0;
+	for (; k < 6; k++)
+		n->argv[k] = n->args[k];
+	for (size_t i = 0; extra && extra[i]; i++)
+		n->argv[k++] = extra[i];
+	n->argv[k] = NULL;
+	harness_daemon_spawn(&n->d, n->argv);
+}
+
 static void spawn_nodes(struct node *n, unsigned nodes, const unsigned *local,
 			const char *const *extra, int port)
 {
-	for (unsigned r = 0; r < nodes; r++) {
-		snprintf(n[r].args[0], 64, "--nodes=%u", nodes);
-		snprintf(n[r].args[1], 64, "--node-rank=%u", r);
-		snprintf(n[r].args[2], 64, "--coordinator=127.0.0.1:%d", port);
-		snprintf(n[r].args[3], 64, "--local-size=%u", local[r]);
-		snprintf(n[r].args[4], 64, "--gloo-host=127.0.0.1");
-		snprintf(n[r].args[5], 64, "--join-timeout=30");
-		size_t k = 0;
-		for (; k < 6; k++)
-			n[r].argv[k] = n[r].args[k];
-		for (size_t i = 0; extra && extra[i]; i++)
-			n[r].argv[k++] = extra[i];
-		n[r].argv[k] = NULL;
-		harness_daemon_spawn(&n[r].d, n[r].argv);
-	}
+	for (unsigned r = 0; r < nodes; r++)
+		spawn_node(&n[r], nodes, r, local[r], extra, port);
 }
 
 static pid_t spawn_trainer(const struct node *n, unsigned rank, const char *layout,
@@ -276,6 +283,112 @@ static void wrong_world_size(void **state)
 	assert_int_equal(harness_daemon_stop(&d0), 0);
 }
 
+/* ---- Failures across nodes ------------------------------------------------ */
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static double wait_for_text(const char *path, const char *text, double limit_s)
+{
+	double t0 = now_s();
+	while (!harness_file_contains(path, text)) {
+		if (now_s() - t0 > limit_s) {
+			harness_dump(path);
+			fail_msg("'%s' did not appear in %s within %.0f s", text, path, limit_s);
+		}
+		usleep(10000);
+	}
+	return now_s() - t0;
+}
+
+static void expect_exit(pid_t pid, int status, const char *log)
+{
+	int got = harness_wait(pid, 120000);
+	if (got != status)
+		harness_dump(log);
+	assert_int_equal(got, status);
+}
+
+/* Node 1's trainer is killed mid-step: node 0's trainer hears of it
+ * through the next bucket's vote, naming node and rank; a restarted
+ * trainer on node 1 registers again (the job's layout is still agreed)
+ * and the next step is right on both nodes. */
+static void trainer_killed_on_other_node(void **state)
+{
+	(void)state;
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	spawn_nodes(n, 2, local, NULL, harness_free_port());
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200], log1b[200];
+	static const char *const a0[] = { "--expect-abort-at", "2", NULL };
+	static const char *const a1[] = { "--pause-at-step", "2", "--pause-after", "40", NULL };
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
+	wait_for_text(log1, "PAUSED in step 2", 120);
+	kill(t1, SIGKILL);
+	double took = wait_for_text(log0, "ABORTED step 2 as expected", 10);
+	print_message("node 0's trainer learned of it %.3f s after the kill\n", took);
+	assert_true(took < 3.0);
+	expect_in_log(log0, "trainer local rank 0 of node 1 went away during step 2");
+	harness_wait(t1, 5000);
+
+	static const char *const a1b[] = { "--first-step", "3", NULL };
+	pid_t t1b = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "1", a1b, log1b);
+	expect_exit(t0, 0, log0);
+	expect_exit(t1b, 0, log1b);
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+}
+
+/* Node 1's daemon is killed while node 0 waits for it in a collective:
+ * node 0's trainer gets the step aborted naming node 1, node 0's daemon
+ * stays up, and when node 1's daemon is started again the group is
+ * rebuilt and the next step is right. */
+static void peer_daemon_killed_and_back(void **state)
+{
+	(void)state;
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	int port = harness_free_port();
+	static const char *const extra[] = { "--peer-timeout=10", NULL };
+	spawn_nodes(n, 2, local, extra, port);
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200], log1b[200];
+	static const char *const a0[] = { "--expect-abort-at", "2", NULL };
+	static const char *const a1[] = { "--pause-at-step", "2", "--pause-after", "5", NULL };
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
+	wait_for_text(log1, "PAUSED in step 2", 120);
+	kill(n[1].d.pid, SIGKILL);
+	kill(t1, SIGKILL);
+	double took = wait_for_text(log0, "ABORTED step 2 as expected", 15);
+	print_message("node 0's trainer learned of it %.3f s after the kill\n", took);
+	assert_true(took < 5.0);
+	expect_in_log(log0, "node 1 went away");
+	harness_wait(n[1].d.pid, 5000);
+	harness_wait(t1, 5000);
+	assert_true(harness_daemon_alive(&n[0].d));
+
+	/* Node 1 comes back: a new daemon with the same rank. */
+	struct node back;
+	spawn_node(&back, 2, 1, 1, extra, port);
+	harness_daemon_wait_ready(&back.d, 30000);
+	static const char *const a1b[] = { "--first-step", "3", NULL };
+	pid_t t1b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", a1b, log1b);
+	expect_exit(t0, 0, log0);
+	expect_exit(t1b, 0, log1b);
+	expect_in_log(n[0].d.log, "rebuilding the group (generation 1)");
+	assert_int_equal(harness_daemon_stop(&n[0].d), 0);
+	assert_int_equal(harness_daemon_stop(&back.d), 0);
+}
+
 /* Once two nodes have joined, a third daemon claiming node rank 1 is
  * refused, and the job it tried to enter goes on. */
 static void clashing_node_rank(void **state)
@@ -381,6 +494,8 @@ int main(void)
 		cmocka_unit_test(three_nodes_uneven_bf16_sum),
 		cmocka_unit_test(layout_mismatch_between_nodes),
 		cmocka_unit_test(wrong_world_size),
+		cmocka_unit_test(trainer_killed_on_other_node),
+		cmocka_unit_test(peer_daemon_killed_and_back),
 		cmocka_unit_test(clashing_node_rank),
 		cmocka_unit_test(other_protocol_version),
 		cmocka_unit_test(coordinator_never_appears),
