@@ -92,8 +92,19 @@ int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
 		return -1;
 	}
 	if (j->attached > 0 && strcmp(j->id, id) != 0) {
-		gs_conn_fail(c, GS_EREFUSED, "this node is held by job '%s'; job '%s' must wait until it ends",
-			     j->id, id);
+		char holder_desc[192], pids[128];
+		size_t k = 0;
+		pids[0] = '\0';
+		for (unsigned r = 0; r < GS_MAX_LOCAL && k < sizeof(pids); r++)
+			if (j->slots[r])
+				k += (size_t)snprintf(pids + k, sizeof(pids) - k, "%s%d", k ? ", " : "",
+						      (int)j->slots[r]->pid);
+		if (j->id[0])
+			snprintf(holder_desc, sizeof(holder_desc), "job '%s' (trainer pid %s)", j->id, pids);
+		else
+			snprintf(holder_desc, sizeof(holder_desc), "an unnamed job (trainer pid %s)", pids);
+		gs_conn_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
+			     holder_desc, id);
 		return -1;
 	}
 	struct gs_trainer *t = gs_trainer_create(j, c, h->local_rank);

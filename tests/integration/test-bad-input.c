@@ -277,6 +277,53 @@ static void step_before_registration(void **state)
 	close(sock);
 }
 
+static void truncated_frame(void **state)
+{
+	(void)state;
+	/* A header promising 100 bytes, 40 of them, then the end: the daemon
+	 * drops the client and goes on (others_go_on checks). */
+	int sock = raw_connect(daemon_.socket);
+	uint8_t part[4 + 40] = { 0 };
+	gs_frame_put_len(part, 100);
+	raw_send_bytes(sock, part, sizeof(part));
+	close(sock);
+	usleep(100000);
+	assert_true(harness_daemon_alive(&daemon_));
+	assert_true(harness_log_contains(&daemon_, "closed mid-frame (44 bytes unread)"));
+}
+
+static void unknown_message(void **state)
+{
+	(void)state;
+	/* Field 99 is no message this daemon knows: the body is empty. */
+	int sock = raw_connect(daemon_.socket);
+	const uint8_t frame[] = { 3, 0, 0, 0, 0x98, 0x06, 0x01 };
+	raw_send_bytes(sock, frame, sizeof(frame));
+	raw_expect_error(sock, GS_EPROTO, "expected Hello, got an empty or unknown message");
+	close(sock);
+}
+
+static void second_job(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.protocol_version = GS_PROTOCOL_VERSION;
+	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
+	h.local_rank = 1;
+	h.job_id = "another-job";
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	raw_send(sock, &m, NULL, 0);
+	char want[160];
+	snprintf(want, sizeof(want),
+		 "this node is held by an unnamed job (trainer pid %d); job 'another-job' must wait until it ends",
+		 (int)getpid());
+	raw_expect_error(sock, GS_EREFUSED, want);
+	close(sock);
+}
+
 static void rank_taken(void **state)
 {
 	(void)state;
@@ -354,6 +401,9 @@ int main(void)
 		cmocka_unit_test(wrong_protocol_version),
 		cmocka_unit_test(step_before_registration),
 		cmocka_unit_test(rank_taken),
+		cmocka_unit_test(truncated_frame),
+		cmocka_unit_test(unknown_message),
+		cmocka_unit_test(second_job),
 		cmocka_unit_test(others_go_on),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
