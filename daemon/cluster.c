@@ -17,6 +17,7 @@
 
 /* ---- The Gloo group, built on the worker thread --------------------------- */
 
+#ifdef GS_HAVE_GLOO
 /* Store keys of one group generation, so that a rebuilt group never reads
  * a departed one's addresses. */
 struct prefixed_store {
@@ -39,6 +40,7 @@ static int prefixed_get(void *ctx, const char *key, void **value, size_t *len, i
 	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
 	return gs_rdv_store_get(p->rdv, k, value, len, timeout_ms);
 }
+#endif
 
 static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv, char *err, size_t n)
 {

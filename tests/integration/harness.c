@@ -99,6 +99,9 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 	argv[n++] = env_or_fail("GS_DAEMON");
 	argv[n++] = socket_arg;
 	argv[n++] = "--log-level=debug";
+	/* These tests hand over shared memory; on a GPU machine "auto" would
+	 * pick cuda. A test's own --backend comes later and wins. */
+	argv[n++] = "--backend=host";
 	for (size_t i = 0; args && args[i] && n < 31; i++)
 		argv[n++] = args[i];
 	argv[n] = NULL;
