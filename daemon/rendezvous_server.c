@@ -211,12 +211,24 @@ static void send_value(struct gs_conn *c, const struct rdv_entry *e)
 	send_msg(c, &m);
 }
 
+static void drop_key(struct gs_rdv_server *s, const char *key)
+{
+	for (struct rdv_entry **e = &s->store; *e; e = &(*e)->next) {
+		if (strcmp((*e)->key, key) == 0) {
+			struct rdv_entry *old = *e;
+			*e = old->next;
+			free(old->key);
+			free(old);
+			return;
+		}
+	}
+}
+
 static void handle_set(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__StoreSet *set)
 {
-	if (lookup(s, set->key)) {
-		gs_conn_fail(c, GS_EPROTO, "store key '%s' is already set", set->key);
-		return;
-	}
+	/* A node that comes back sets its keys again: the newest value wins
+	 * (Gloo's keys carry the group generation, so they never collide). */
+	drop_key(s, set->key);
 	struct rdv_entry *e = malloc(sizeof(*e) + set->value.len);
 	char *key = strdup(set->key);
 	if (!e || !key) {
