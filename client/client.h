@@ -89,6 +89,7 @@ struct gs_client {
 	size_t nbuffers;
 	struct gs_tensor *tensors;
 	size_t ntensors;
+	struct gs_cuda *cuda; /* CUDA tensors' state (cuda.c); NULL for memfds */
 	uint32_t nbuckets;
 	uint64_t layout_hash;
 
@@ -156,5 +157,12 @@ void gs_tensors_release(struct gs_client *c);
 int gs_session_handshake(struct gs_client *c, int64_t deadline);
 /* Sends the kept registration again and waits for Registered. */
 int gs_register_again(struct gs_client *c);
+
+/* ---- cuda.c ------------------------------------------------------------ */
+
+/* Destroys the CUDA tensors' events and forgets their handles. */
+void gs_cuda_release(struct gs_client *c);
+/* gs_register_again for a registration of CUDA tensors. */
+int gs_cuda_register_again(struct gs_client *c);
 
 #endif

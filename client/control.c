@@ -1,9 +1,12 @@
 /*
  * Control connections: what gradsyncctl asks the daemon. A control client
- * takes no trainer slot; it only asks for the status.
+ * takes no trainer slot; it asks for the status, the metrics or the list
+ * of connections, and starts and stops traces. Each request waits for its
+ * one reply.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "client.h"
 
@@ -105,13 +108,34 @@ static int convert_status(struct gs_client *c, const Gradsync__StatusReply *m,
 	return GS_OK;
 }
 
-static int send_request(struct gs_client *c, int timeout_ms)
+/* Sends one request (with fds) and waits for its reply, which is left in
+ * c->reply for the caller to take. */
+static int request(struct gs_client *c, Gradsync__Message *m, const int *fds, size_t nfds,
+		   Gradsync__Message__BodyCase expect, int timeout_ms)
 {
-	Gradsync__StatusRequest req = GRADSYNC__STATUS_REQUEST__INIT;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_STATUS_REQUEST;
-	m.status_request = &req;
-	return gs_conn_send(c, &m, NULL, 0, timeout_ms);
+	int r = gs_check_alive(c);
+	if (r < 0)
+		return r;
+	if (c->role != GRADSYNC__ROLE__ROLE_CONTROL)
+		return gs_fail(c, GS_ESTATE, "%s needs a control connection (gs_control_connect)",
+			       c->doing);
+	int64_t deadline = gs_deadline(timeout_ms);
+	c->expect = expect;
+	r = gs_conn_send(c, m, fds, nfds, timeout_ms);
+	if (r == GS_OK)
+		r = gs_conn_pump(c, gs_has_reply, gs_remaining(deadline));
+	if (r < 0) {
+		/* A late reply would come unasked: this session is over. */
+		gs_end_session(c, r);
+		return r;
+	}
+	return GS_OK;
+}
+
+static void drop_reply(struct gs_client *c)
+{
+	gradsync__message__free_unpacked(c->reply, NULL);
+	c->reply = NULL;
 }
 
 GS_EXPORT int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out)
@@ -120,26 +144,15 @@ GS_EXPORT int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out
 		return gs_fail(c, GS_EINVAL, "gs_status_get: NULL argument");
 	*out = NULL;
 	gs_doing(c, "the status request");
-	int r = gs_check_alive(c);
+	Gradsync__StatusRequest req = GRADSYNC__STATUS_REQUEST__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STATUS_REQUEST;
+	m.status_request = &req;
+	int r = request(c, &m, NULL, 0, GRADSYNC__MESSAGE__BODY_STATUS_REPLY, timeout_ms);
 	if (r < 0)
 		return r;
-	if (c->role != GRADSYNC__ROLE__ROLE_CONTROL)
-		return gs_fail(c, GS_ESTATE,
-			       "gs_status_get needs a control connection (gs_control_connect)");
-
-	int64_t deadline = gs_deadline(timeout_ms);
-	c->expect = GRADSYNC__MESSAGE__BODY_STATUS_REPLY;
-	r = send_request(c, timeout_ms);
-	if (r == GS_OK)
-		r = gs_conn_pump(c, gs_has_reply, gs_remaining(deadline));
-	if (r < 0) {
-		/* A late reply would come unasked: this session is over. */
-		gs_end_session(c, r);
-		return r;
-	}
 	r = convert_status(c, c->reply->status_reply, out);
-	gradsync__message__free_unpacked(c->reply, NULL);
-	c->reply = NULL;
+	drop_reply(c);
 	return r;
 }
 
@@ -150,4 +163,133 @@ GS_EXPORT void gs_status_free(struct gs_status *s)
 	free(s->trainers);
 	free(s->peers);
 	free(s);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+GS_EXPORT int gs_metrics_get(gs_client *c, int timeout_ms, char **text)
+{
+	if (!c || !text)
+		return gs_fail(c, GS_EINVAL, "gs_metrics_get: NULL argument");
+	*text = NULL;
+	gs_doing(c, "the metrics request");
+	Gradsync__MetricsRequest req = GRADSYNC__METRICS_REQUEST__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_METRICS_REQUEST;
+	m.metrics_request = &req;
+	int r = request(c, &m, NULL, 0, GRADSYNC__MESSAGE__BODY_METRICS_REPLY, timeout_ms);
+	if (r < 0)
+		return r;
+	const char *t = c->reply->metrics_reply->text;
+	*text = strdup(t ? t : "");
+	drop_reply(c);
+	return *text ? GS_OK : gs_fail(c, GS_ENOMEM, "out of memory");
+}
+
+GS_EXPORT void gs_metrics_free(char *text)
+{
+	free(text);
+}
+
+/* ---- clients ------------------------------------------------------------- */
+
+static void copy_connection(struct gs_connection_status *o, const Gradsync__ClientInfo *m)
+{
+	o->id = m->id;
+	COPY_STR(o->role, m->role);
+	o->pid = m->pid;
+	o->uid = m->uid;
+	o->gid = m->gid;
+	o->self = m->self;
+	o->local_rank = m->local_rank;
+	COPY_STR(o->state, m->state);
+	o->tensors = m->tensors;
+	o->bytes = m->bytes;
+	o->steps = m->steps;
+}
+
+GS_EXPORT int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_status **out,
+			     size_t *count)
+{
+	if (!c || !out || !count)
+		return gs_fail(c, GS_EINVAL, "gs_clients_get: NULL argument");
+	*out = NULL;
+	*count = 0;
+	gs_doing(c, "the clients request");
+	Gradsync__ClientsRequest req = GRADSYNC__CLIENTS_REQUEST__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_CLIENTS_REQUEST;
+	m.clients_request = &req;
+	int r = request(c, &m, NULL, 0, GRADSYNC__MESSAGE__BODY_CLIENTS_REPLY, timeout_ms);
+	if (r < 0)
+		return r;
+	const Gradsync__ClientsReply *reply = c->reply->clients_reply;
+	struct gs_connection_status *list = calloc(reply->n_clients + 1, sizeof(*list));
+	if (!list) {
+		drop_reply(c);
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < reply->n_clients; i++)
+		copy_connection(&list[i], reply->clients[i]);
+	*count = reply->n_clients;
+	*out = list;
+	drop_reply(c);
+	return GS_OK;
+}
+
+GS_EXPORT void gs_clients_free(struct gs_connection_status *list)
+{
+	free(list);
+}
+
+/* ---- trace --------------------------------------------------------------- */
+
+static void copy_trace(struct gs_trace_status *o, const Gradsync__TraceReply *m)
+{
+	if (!o)
+		return;
+	memset(o, 0, sizeof(*o));
+	o->active = m->active;
+	o->events = m->events;
+	o->bytes = m->bytes;
+	o->dropped = m->dropped;
+	COPY_STR(o->path, m->path);
+	COPY_STR(o->error, m->error);
+}
+
+static int trace_request(gs_client *c, Gradsync__Message *m, int fd, int timeout_ms,
+			 struct gs_trace_status *out)
+{
+	int r = request(c, m, &fd, fd >= 0 ? 1 : 0, GRADSYNC__MESSAGE__BODY_TRACE_REPLY,
+			timeout_ms);
+	if (r < 0)
+		return r;
+	copy_trace(out, c->reply->trace_reply);
+	drop_reply(c);
+	return GS_OK;
+}
+
+GS_EXPORT int gs_trace_start(gs_client *c, int fd, int timeout_ms, struct gs_trace_status *out)
+{
+	if (!c || fd < 0)
+		return gs_fail(c, GS_EINVAL, "gs_trace_start: %s",
+			       c ? "the descriptor is negative" : "NULL handle");
+	gs_doing(c, "the trace start");
+	Gradsync__TraceStart req = GRADSYNC__TRACE_START__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_TRACE_START;
+	m.trace_start = &req;
+	return trace_request(c, &m, fd, timeout_ms, out);
+}
+
+GS_EXPORT int gs_trace_stop(gs_client *c, int timeout_ms, struct gs_trace_status *out)
+{
+	if (!c)
+		return gs_fail(c, GS_EINVAL, "gs_trace_stop: NULL handle");
+	gs_doing(c, "the trace stop");
+	Gradsync__TraceStop req = GRADSYNC__TRACE_STOP__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_TRACE_STOP;
+	m.trace_stop = &req;
+	return trace_request(c, &m, -1, timeout_ms, out);
 }

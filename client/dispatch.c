@@ -24,6 +24,9 @@ static const char *body_name(Gradsync__Message__BodyCase body)
 	case GRADSYNC__MESSAGE__BODY_ERROR: return "Error";
 	case GRADSYNC__MESSAGE__BODY_STATUS_REQUEST: return "StatusRequest";
 	case GRADSYNC__MESSAGE__BODY_STATUS_REPLY: return "StatusReply";
+	case GRADSYNC__MESSAGE__BODY_METRICS_REPLY: return "MetricsReply";
+	case GRADSYNC__MESSAGE__BODY_CLIENTS_REPLY: return "ClientsReply";
+	case GRADSYNC__MESSAGE__BODY_TRACE_REPLY: return "TraceReply";
 	default: return "an empty message";
 	}
 }
@@ -119,6 +122,9 @@ int gs_dispatch(struct gs_client *c, Gradsync__Message *m)
 	case GRADSYNC__MESSAGE__BODY_WELCOME:
 	case GRADSYNC__MESSAGE__BODY_REGISTERED:
 	case GRADSYNC__MESSAGE__BODY_STATUS_REPLY:
+	case GRADSYNC__MESSAGE__BODY_METRICS_REPLY:
+	case GRADSYNC__MESSAGE__BODY_CLIENTS_REPLY:
+	case GRADSYNC__MESSAGE__BODY_TRACE_REPLY:
 		return on_reply(c, m);
 	case GRADSYNC__MESSAGE__BODY_BUCKET_DONE:
 		r = on_bucket_done(c, m->bucket_done);

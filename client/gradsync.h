@@ -259,6 +259,94 @@ int gs_control_connect(const char *socket_path, int timeout_ms, gs_client **out)
 int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out);
 void gs_status_free(struct gs_status *s);
 
+/* Asks for the daemon's figures in the Prometheus text exposition format.
+ * On success *text is a NUL-terminated string the caller owns and frees
+ * with gs_metrics_free(). */
+int gs_metrics_get(gs_client *c, int timeout_ms, char **text);
+void gs_metrics_free(char *text);
+
+/* One connection to the daemon, as gs_clients_get() lists them. */
+struct gs_connection_status {
+	uint64_t id;
+	char role[16];      /* "trainer", "control", "node", or "new" before hello */
+	uint32_t pid;       /* the peer's credentials */
+	uint32_t uid;
+	uint32_t gid;
+	bool self;          /* the connection that asked */
+	int32_t local_rank; /* -1 unless a trainer */
+	char state[48];
+	uint32_t tensors;   /* trainers: registered tensors, bytes, steps done */
+	uint64_t bytes;
+	uint64_t steps;
+};
+
+/* Lists every connection, oldest first. On success *out is an array of
+ * *count entries the caller owns and frees with gs_clients_free(). */
+int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_status **out,
+		   size_t *count);
+void gs_clients_free(struct gs_connection_status *list);
+
+/* What a trace has written. */
+struct gs_trace_status {
+	bool active;
+	uint64_t events;  /* complete events */
+	uint64_t bytes;   /* written to the file */
+	uint64_t dropped; /* events lost because the file did not keep up */
+	char path[256];   /* the file, as the daemon names it */
+	char error[256];  /* why writing stopped early; "" if it did not */
+};
+
+/* Starts a Chrome-trace timeline of every bucket's phases into fd, a
+ * regular file the caller opened for writing (as its own user: the daemon
+ * writes only where the caller may). The descriptor is sent to the daemon
+ * and stays the caller's to close. Returns GS_OK, or GS_ESTATE when a trace
+ * already runs. out may be NULL. */
+int gs_trace_start(gs_client *c, int fd, int timeout_ms, struct gs_trace_status *out);
+/* Completes and closes the trace file. Returns GS_OK with *out filled (out
+ * may be NULL), or GS_ESTATE when no trace runs. */
+int gs_trace_stop(gs_client *c, int timeout_ms, struct gs_trace_status *out);
+
+/* ---- CUDA tensors: gradsyncd's cuda backend ---------------------------
+ *
+ * With the cuda backend, gradients stay in the trainer's GPU memory: the
+ * daemon opens CUDA IPC handles of their allocations once, and each step
+ * its GPU waits for the trainer's kernels and the trainer's stream for the
+ * daemon's, through two interprocess events, without either host blocking.
+ * The library loads the CUDA driver (libcuda.so.1) on the first of these
+ * calls only; it has no link-time dependency on CUDA. Streams are
+ * cudaStream_t / CUstream values of the tensors' context (the CUDA
+ * runtime's primary context, as PyTorch uses); NULL is the legacy default
+ * stream. */
+
+/* One CUDA tensor: a device pointer, possibly inside a larger allocation
+ * (a caching allocator's block). The library sends the base allocation's
+ * IPC handle once, however many tensors it holds, and each tensor's offset. */
+struct gs_cuda_tensor_spec {
+	const char *name;
+	uint64_t count;      /* elements */
+	enum gs_dtype dtype; /* GS_FLOAT32 */
+	void *data;          /* device pointer */
+};
+
+/* Registers CUDA tensors in backpropagation order, once per connection;
+ * all must be on one GPU, the local rank's (gradsyncd reduces local rank r
+ * on the node's GPU r). Returns GS_OK or the daemon's error; GS_ESTATE when
+ * gradsyncd does not run the cuda backend; GS_ESYSTEM when the driver
+ * cannot be loaded; GS_EBUFFER for a pointer that is not device memory
+ * CUDA IPC can export (cudaMallocManaged, cuMemCreate). gs_last_error says
+ * which. gs_tensor_data() then returns each tensor's device pointer. */
+int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n);
+
+/* gs_mark_ready, after recording an event on stream: the daemon's GPU
+ * waits for the work queued there so far (the kernels that produced the
+ * gradients) before it reads them. */
+int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *stream);
+
+/* Makes stream wait, on the GPU, for every result gradsyncd has reported
+ * so far (StepDone, BucketDone): call it once gs_step_wait() or
+ * gs_step_poll() has returned, before work on stream reads the gradients. */
+int gs_cuda_stream_wait(gs_client *c, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,13 +1,19 @@
 /*
- * gradsyncctl: shows what the node's gradsyncd is doing. Built on
- * libgradsync's control connection; prints for people, or one JSON object
- * for scripts.
+ * gradsyncctl: shows what the node's gradsyncd is doing, and starts and
+ * stops its timeline. Built on libgradsync's control connection; prints
+ * for people, or JSON (status, clients) or the Prometheus text format
+ * (metrics) for programs. Exit codes are part of its interface.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gradsync.h"
 
@@ -16,24 +22,34 @@
 #endif
 
 enum {
-	EXIT_DAEMON = 1,      /* the daemon refused, or spoke nonsense */
+	EXIT_DAEMON = 1,      /* the request failed: refused, protocol, timeout, file */
 	EXIT_USAGE = 2,
-	EXIT_NOT_RUNNING = 3, /* nothing to connect to */
+	EXIT_NOT_RUNNING = 3, /* nothing listens on the socket */
+	EXIT_DENIED = 4,      /* not allowed to talk to gradsyncd */
 };
+
+enum command { CMD_STATUS, CMD_CLIENTS, CMD_METRICS, CMD_TRACE_START, CMD_TRACE_STOP };
 
 struct args {
 	const char *socket;
 	int timeout_ms;
 	bool json;
+	enum command cmd;
+	const char *file; /* trace start */
 };
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: gradsyncctl [--socket PATH] [--timeout MS] status [--json]\n"
+		"Usage: gradsyncctl [--socket PATH] [--timeout MS] COMMAND\n"
 		"\n"
 		"Commands:\n"
-		"  status          the daemon's settings, trainers and step figures\n"
+		"  status [--json]    the daemon's settings, trainers and step figures\n"
+		"  clients [--json]   every connection: trainers, control clients, nodes\n"
+		"  metrics            the daemon's figures in the Prometheus text format\n"
+		"  trace start FILE   write a Chrome-trace timeline of every bucket's\n"
+		"                     phases to FILE (created as the calling user)\n"
+		"  trace stop         complete and close the trace file\n"
 		"\n"
 		"Options:\n"
 		"  --socket PATH   gradsyncd's socket (default: $GRADSYNC_SOCKET,\n"
@@ -43,8 +59,10 @@ static void usage(FILE *f)
 		"  -h, --help      show this help\n"
 		"  --version       show the version\n"
 		"\n"
-		"Exit status: 0 ok, 1 daemon or protocol error, 2 usage error,\n"
-		"3 gradsyncd is not running (cannot connect).\n");
+		"Exit status: 0 done; 1 the request failed (gradsyncd refused it or\n"
+		"failed, or the trace file cannot be written); 2 usage error;\n"
+		"3 gradsyncd is not running (nothing listens on the socket);\n"
+		"4 permission denied (not root, not in gradsyncd's group).\n");
 }
 
 static int usage_error(const char *what, const char *arg)
@@ -63,6 +81,43 @@ static bool parse_ms(const char *s, int *out)
 		return false;
 	*out = (int)v;
 	return true;
+}
+
+/* The words after the options: COMMAND [SUBCOMMAND] [FILE]. */
+static int parse_command(int n, char **w, struct args *a)
+{
+	if (n == 0)
+		return usage_error("no command given", NULL);
+	int want = 1;
+	if (strcmp(w[0], "status") == 0) {
+		a->cmd = CMD_STATUS;
+	} else if (strcmp(w[0], "clients") == 0) {
+		a->cmd = CMD_CLIENTS;
+	} else if (strcmp(w[0], "metrics") == 0) {
+		a->cmd = CMD_METRICS;
+	} else if (strcmp(w[0], "trace") == 0) {
+		if (n < 2)
+			return usage_error("trace wants 'start FILE' or 'stop'", NULL);
+		if (strcmp(w[1], "start") == 0) {
+			if (n < 3)
+				return usage_error("trace start wants the FILE to write", NULL);
+			a->cmd = CMD_TRACE_START;
+			a->file = w[2];
+			want = 3;
+		} else if (strcmp(w[1], "stop") == 0) {
+			a->cmd = CMD_TRACE_STOP;
+			want = 2;
+		} else {
+			return usage_error("unknown trace command", w[1]);
+		}
+	} else {
+		return usage_error("unknown command", w[0]);
+	}
+	if (n > want)
+		return usage_error("unexpected argument", w[want]);
+	if (a->json && a->cmd != CMD_STATUS && a->cmd != CMD_CLIENTS)
+		return usage_error("--json goes with status and clients", NULL);
+	return -1;
 }
 
 /* Returns -1 when parsed, else the exit status. */
@@ -92,13 +147,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 		default: return usage_error("unknown or incomplete option", argv[optind - 1]);
 		}
 	}
-	if (optind >= argc)
-		return usage_error("no command given", NULL);
-	if (strcmp(argv[optind], "status") != 0)
-		return usage_error("unknown command", argv[optind]);
-	if (optind + 1 < argc)
-		return usage_error("unexpected argument", argv[optind + 1]);
-	return -1;
+	return parse_command(argc - optind, argv + optind, a);
 }
 
 /* ---- names and units --------------------------------------------------- */
@@ -382,35 +431,196 @@ static void print_json(const struct gs_status *s)
 	printf("}\n");
 }
 
-/* ---- main -------------------------------------------------------------- */
+/* ---- clients ----------------------------------------------------------- */
 
-static int status(const struct args *a)
+static void print_clients(const struct gs_connection_status *l, size_t n)
 {
-	gs_client *c;
-	int r = gs_control_connect(a->socket, a->timeout_ms, &c);
-	if (r < 0) {
-		fprintf(stderr, "gradsyncctl: %s\n", gs_last_error(NULL));
-		return r == GS_ECONNECT ? EXIT_NOT_RUNNING : EXIT_DAEMON;
+	printf("%5s  %-8s %8s %6s  %-10s %4s  %-24s %7s %11s %7s\n", "ID", "ROLE", "PID",
+	       "UID", "USER", "RANK", "STATE", "TENSORS", "BYTES", "STEPS");
+	for (size_t i = 0; i < n; i++) {
+		const struct gs_connection_status *c = &l[i];
+		char role[sizeof(c->role)], state[sizeof(c->state)], user[16] = "?", rank[16] = "-";
+		char tensors[16] = "-", bytes[32] = "-", steps[24] = "-";
+		struct passwd *pw = getpwuid(c->uid);
+		if (pw)
+			clean(pw->pw_name, user, sizeof(user));
+		if (c->local_rank >= 0) {
+			snprintf(rank, sizeof(rank), "%d", (int)c->local_rank);
+			snprintf(tensors, sizeof(tensors), "%u", c->tensors);
+			format_bytes(bytes, sizeof(bytes), c->bytes);
+			snprintf(steps, sizeof(steps), "%" PRIu64, c->steps);
+		}
+		printf("%5" PRIu64 "  %-8s %8u %6u  %-10s %4s  %-24s %7s %11s %7s%s\n", c->id,
+		       clean(c->role, role, sizeof(role)), c->pid, c->uid, user, rank,
+		       clean(c->state, state, sizeof(state)), tensors, bytes, steps,
+		       c->self ? "  (this gradsyncctl)" : "");
 	}
-	struct gs_status *s;
-	r = gs_status_get(c, a->timeout_ms, &s);
-	if (r < 0) {
-		fprintf(stderr, "gradsyncctl: %s\n", gs_last_error(c));
-		gs_close(c);
+}
+
+static void json_clients(const struct gs_connection_status *l, size_t n)
+{
+	printf("{\"clients\":[");
+	for (size_t i = 0; i < n; i++) {
+		const struct gs_connection_status *c = &l[i];
+		putchar('{');
+		json_key_u64("id", c->id, true);
+		json_key_str("role", c->role, true);
+		json_key_u64("pid", c->pid, true);
+		json_key_u64("uid", c->uid, true);
+		json_key_u64("gid", c->gid, true);
+		printf("\"self\":%s,", c->self ? "true" : "false");
+		if (c->local_rank >= 0)
+			printf("\"local_rank\":%d,", (int)c->local_rank);
+		else
+			printf("\"local_rank\":null,");
+		json_key_str("state", c->state, true);
+		json_key_u64("tensors", c->tensors, true);
+		json_key_u64("bytes", c->bytes, true);
+		json_key_u64("steps", c->steps, false);
+		printf("}%s", i + 1 < n ? "," : "");
+	}
+	printf("]}\n");
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+static const char *socket_path(const struct args *a)
+{
+	if (a->socket)
+		return a->socket;
+	const char *env = secure_getenv("GRADSYNC_SOCKET");
+	return env && *env ? env : GS_DEFAULT_SOCKET;
+}
+
+/* Not running, or not allowed: the socket's permissions or gradsyncd's
+ * check of this user's credentials say which. */
+static int connect_failed(const struct args *a, int r)
+{
+	fprintf(stderr, "gradsyncctl: %s\n", gs_last_error(NULL));
+	if (r == GS_EREFUSED)
+		return EXIT_DENIED;
+	if (r != GS_ECONNECT)
 		return EXIT_DAEMON;
-	}
+	if (access(socket_path(a), W_OK) < 0 && errno == EACCES)
+		return EXIT_DENIED;
+	return EXIT_NOT_RUNNING;
+}
+
+static int fail(gs_client *c)
+{
+	fprintf(stderr, "gradsyncctl: %s\n", gs_last_error(c));
+	return EXIT_DAEMON;
+}
+
+static int status(gs_client *c, const struct args *a)
+{
+	struct gs_status *s;
+	if (gs_status_get(c, a->timeout_ms, &s) < 0)
+		return fail(c);
 	if (a->json)
 		print_json(s);
 	else
 		print_text(s);
 	gs_status_free(s);
+	return 0;
+}
+
+static int clients(gs_client *c, const struct args *a)
+{
+	struct gs_connection_status *list;
+	size_t n;
+	if (gs_clients_get(c, a->timeout_ms, &list, &n) < 0)
+		return fail(c);
+	if (a->json)
+		json_clients(list, n);
+	else
+		print_clients(list, n);
+	gs_clients_free(list);
+	return 0;
+}
+
+static int metrics(gs_client *c, const struct args *a)
+{
+	char *text;
+	if (gs_metrics_get(c, a->timeout_ms, &text) < 0)
+		return fail(c);
+	fputs(text, stdout);
+	gs_metrics_free(text);
+	return 0;
+}
+
+/* The file is opened here, as the calling user, and handed to the daemon:
+ * it writes only where this user may. It is not truncated here either: the
+ * daemon truncates it once it accepts, so a refused start (a trace already
+ * running, perhaps into this very file) leaves it as it was. */
+static int trace_start(gs_client *c, const struct args *a)
+{
+	bool created = true;
+	int fd = open(a->file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0644);
+	if (fd < 0 && errno == EEXIST) {
+		created = false;
+		fd = open(a->file, O_WRONLY | O_CLOEXEC | O_NOCTTY);
+	}
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "gradsyncctl: cannot write the trace to %s: %s\n", a->file,
+			fd < 0 ? strerror(errno) : "not a regular file");
+		if (fd >= 0)
+			close(fd);
+		return EXIT_DAEMON;
+	}
+	struct gs_trace_status ts;
+	int r = gs_trace_start(c, fd, a->timeout_ms, &ts);
+	close(fd);
+	if (r < 0) {
+		if (created)
+			unlink(a->file);
+		return fail(c);
+	}
+	printf("tracing every bucket's phases to %s; 'gradsyncctl trace stop' completes the file\n",
+	       ts.path[0] ? ts.path : a->file);
+	return 0;
+}
+
+static int trace_stop(gs_client *c, const struct args *a)
+{
+	struct gs_trace_status ts;
+	if (gs_trace_stop(c, a->timeout_ms, &ts) < 0)
+		return fail(c);
+	printf("trace written to %s: %" PRIu64 " events, %" PRIu64 " bytes\n", ts.path,
+	       ts.events, ts.bytes);
+	if (ts.dropped)
+		fprintf(stderr, "gradsyncctl: %" PRIu64 " events were dropped: the file did not keep up\n",
+			ts.dropped);
+	if (ts.error[0]) {
+		fprintf(stderr, "gradsyncctl: the trace stopped early: %s\n", ts.error);
+		return EXIT_DAEMON;
+	}
+	return 0;
+}
+
+static int run(const struct args *a)
+{
+	gs_client *c;
+	int r = gs_control_connect(a->socket, a->timeout_ms, &c);
+	if (r < 0)
+		return connect_failed(a, r);
+	switch (a->cmd) {
+	case CMD_STATUS: r = status(c, a); break;
+	case CMD_CLIENTS: r = clients(c, a); break;
+	case CMD_METRICS: r = metrics(c, a); break;
+	case CMD_TRACE_START: r = trace_start(c, a); break;
+	case CMD_TRACE_STOP: r = trace_stop(c, a); break;
+	}
 	gs_close(c);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		perror("gradsyncctl: stdout");
 		return EXIT_DAEMON;
 	}
-	return 0;
+	return r;
 }
+
+/* ---- main -------------------------------------------------------------- */
 
 int main(int argc, char **argv)
 {
@@ -418,5 +628,5 @@ int main(int argc, char **argv)
 	int r = parse_args(argc, argv, &a);
 	if (r >= 0)
 		return r;
-	return status(&a);
+	return run(&a);
 }

@@ -171,6 +171,7 @@ static int adopt(struct gs_client *c, int fd, uint32_t *index)
 
 void gs_tensors_release(struct gs_client *c)
 {
+	gs_cuda_release(c);
 	for (size_t b = 0; b < c->nbuffers; b++) {
 		struct gs_buffer *buf = &c->buffers[b];
 		if (buf->addr)
@@ -377,6 +378,8 @@ static int keep_registration(struct gs_client *c, const struct gs_tensor_spec *s
 
 int gs_register_again(struct gs_client *c)
 {
+	if (c->cuda)
+		return gs_cuda_register_again(c);
 	gs_doing(c, "registration");
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	int r = send_registration(c, c->reg_specs, c->ntensors, c->reg_pl);

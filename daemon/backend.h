@@ -5,7 +5,9 @@
  * local rank's fusion buffer (gather, clip, scale, cast), all-reduce the
  * packed buffers, and unpack the result into every local rank's tensors
  * (cast, scale, count non-finite values, scatter). pack, allreduce and
- * unpack run on the worker thread, one chunk at a time.
+ * unpack run on the worker thread, one chunk at a time; a backend that
+ * does a whole bucket at once (the CUDA backend: one kernel launch per
+ * bucket, not per tensor) provides reduce_bucket instead.
  */
 #ifndef GS_BACKEND_H
 #define GS_BACKEND_H
@@ -18,13 +20,66 @@
 
 struct gs_backend;
 
+/* What a trainer's buffer is, as its RegisterTensors frame says. */
+enum gs_buffer_kind {
+	GS_BUFFER_MEMFD,       /* sealed memfd shared memory (host backend) */
+	GS_BUFFER_CUDA,        /* a device allocation's CUDA IPC handle */
+	GS_BUFFER_CUDA_EVENTS, /* the trainer's CUDA IPC events; holds no tensor */
+};
+
+#define GS_CUDA_IPC_HANDLE_SIZE 64 /* cudaIpcMemHandle_t, cudaIpcEventHandle_t */
+
+struct gs_buffer_desc {
+	enum gs_buffer_kind kind;
+	uint32_t rank;       /* local rank of the trainer that hands it over */
+	uint64_t size;       /* bytes, as the trainer claims */
+	int fd;              /* GS_BUFFER_MEMFD; stays the caller's */
+	int32_t device;      /* CUDA: the trainer's device ordinal */
+	const char *pci_bus_id; /* CUDA: that device's PCI bus id, or "" */
+	const uint8_t *handle;  /* GS_BUFFER_CUDA: GS_CUDA_IPC_HANDLE_SIZE bytes */
+	const uint8_t *ready_event, *done_event; /* GS_BUFFER_CUDA_EVENTS: likewise */
+};
+
+/* One bucket for reduce_bucket: what the chunk-by-chunk path reads, and
+ * where the results go (added to). */
+struct gs_bucket_io {
+	const struct gs_plan *plan;
+	const uint64_t *counts;
+	uint32_t bucket;
+	unsigned nranks;
+	float *const *const *tensors;       /* [rank][tensor] base pointers */
+	const struct gs_pack_params *pack;  /* [rank] */
+	float postscale;
+	uint64_t *clipped;                  /* [rank] */
+	uint64_t *nonfinite;
+	/* Optional, for the trace and the metrics: the backend marks when each
+	 * chunk's pack, all-reduce and unpack begin and when the chunk is done
+	 * (gs_io_mark); ctx is the caller's. */
+	void (*mark)(const struct gs_bucket_io *io, int mark, uint64_t first, uint64_t len);
+	void *ctx;
+};
+
+enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };
+
+static inline void gs_io_mark(const struct gs_bucket_io *io, enum gs_chunk_mark m,
+			      uint64_t first, uint64_t len)
+{
+	if (io->mark)
+		io->mark(io, m, first, len);
+}
+
 struct gs_backend_ops {
-	/* Validates a trainer's buffer (fd, claimed size) and maps it; the fd
-	 * stays the caller's. On failure writes a reason naming what is wrong
-	 * to err and returns a GS_E* code. */
-	int (*import_buffer)(struct gs_backend *b, int fd, uint64_t size,
+	/* Validates a trainer's buffer and makes it usable here (maps a
+	 * memfd, opens a CUDA IPC handle); *addr is where its bytes are (for
+	 * CUDA, a device address). On failure writes a reason naming what is
+	 * wrong to err and returns a GS_E* code. */
+	int (*import_buffer)(struct gs_backend *b, const struct gs_buffer_desc *desc,
 			     void **addr, char *err, size_t errlen);
 	void (*release_buffer)(struct gs_backend *b, void *addr, uint64_t size);
+	/* Optional: reduces a whole bucket, every chunk of it (pack, all-reduce,
+	 * unpack). When set, the per-chunk calls below are not used. Returns 0
+	 * or a GS_E* code with the reason in error. */
+	int (*reduce_bucket)(struct gs_backend *b, const struct gs_bucket_io *io);
 	/* Packs spans of local rank `rank` (tensor base pointers `tensors`)
 	 * into its fusion buffer, back to back. Returns elements clipped. */
 	uint64_t (*pack)(struct gs_backend *b, unsigned rank,

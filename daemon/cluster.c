@@ -14,6 +14,9 @@
 #ifdef GS_HAVE_GLOO
 #include "gloo_comm.h"
 #endif
+#ifdef GS_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
 
 /* ---- The Gloo group, built on the worker thread --------------------------- */
 
@@ -84,6 +87,14 @@ static void join_run(struct gs_work *w)
 			     sizeof(jw->err));
 	if (jw->rc != GS_OK)
 		return;
+#ifdef GS_HAVE_CUDA
+	/* The NCCL unique id: node 0 makes it, the rendezvous store shares it
+	 * ("nccl/uid"), then every node makes its communicators. */
+	jw->rc = gs_cuda_join(d->backend, c->rdv, s, c->node, c->cancel_fd, jw->err,
+			      sizeof(jw->err));
+	if (jw->rc != GS_OK)
+		return;
+#endif
 	c->generation = gs_rdv_generation(c->rdv);
 	jw->rc = build_group(d, c->rdv, jw->err, sizeof(jw->err));
 }

@@ -16,8 +16,13 @@
 #include "worker.h"
 
 #define GS_STEP_HISTORY 1024
+/* Upper bounds of the step-time histogram's buckets (metrics). */
+#define GS_STEP_BUCKETS 15
+extern const uint64_t gs_step_bounds_ns[GS_STEP_BUCKETS];
 
 struct gs_conn;
+struct gs_notifier;
+struct gs_trace;
 
 struct gs_stats {
 	uint64_t steps_completed;
@@ -27,6 +32,8 @@ struct gs_stats {
 	uint64_t bytes_reduced;
 	uint64_t elements_clipped;
 	uint64_t nonfinite;
+	uint64_t step_ns_sum;                /* of completed steps */
+	uint64_t step_le[GS_STEP_BUCKETS];   /* steps no longer than each bound */
 };
 
 struct gs_daemon {
@@ -44,6 +51,8 @@ struct gs_daemon {
 	struct gs_conn *conns; /* doubly linked through gs_conn.next/prev */
 	unsigned nconns;
 	struct gs_access access;
+	struct gs_trace *trace;       /* bucket phases: trace file, metrics */
+	struct gs_notifier *notifier; /* under systemd: status lines */
 	uint64_t start_ns;
 	uint64_t next_conn_id;
 	int stopping;

@@ -4,15 +4,30 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static enum gs_log_level max_level = GS_LOG_INFO;
 static bool journal;
 
+/* systemd sets JOURNAL_STREAM to the device and inode of the journal
+ * stream it gave us; stderr is still that stream unless redirected since
+ * (then the variable was inherited, and prefixes would be noise). */
+static bool stderr_is_journal(void)
+{
+	const char *e = getenv("JOURNAL_STREAM");
+	unsigned long long dev, ino;
+	struct stat st;
+	if (!e || sscanf(e, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) < 0)
+		return false;
+	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+}
+
 void gs_log_init(enum gs_log_level level)
 {
 	max_level = level;
-	journal = getenv("JOURNAL_STREAM") != NULL;
+	journal = stderr_is_journal();
 }
 
 static const char *level_name(enum gs_log_level level)

@@ -1,6 +1,7 @@
 /*
- * Logging to stderr with levels. Under systemd (JOURNAL_STREAM set) each
- * line starts with a "<N>" priority prefix that journald understands;
+ * Logging to stderr with levels. Under systemd (stderr is the journal
+ * stream JOURNAL_STREAM names) each line starts with a "<N>" syslog
+ * priority prefix that journald stores as the message's priority;
  * otherwise with a timestamp.
  */
 #ifndef GS_LOG_H

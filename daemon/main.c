@@ -11,8 +11,13 @@
 
 #include "daemon.h"
 #include "log.h"
+#ifdef GS_HAVE_CUDA
+#include "backend_cuda.h"
+#endif
+#include "notify.h"
 #include "rendezvous.h"
 #include "server.h"
+#include "trace.h"
 
 void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 {
@@ -20,6 +25,10 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 		return;
 	d->stopping = 1;
 	d->exit_code = exit_code;
+	gs_notify_stopping(d);
+	/* systemd owns an activated socket's file: it must outlive us. */
+	if (gs_notify_socket_activated())
+		d->settings.socket_path[0] = '\0';
 	gs_server_close(d);
 	gs_rdv_server_stop(d);
 	gs_cluster_cancel(d);
@@ -29,6 +38,7 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	uv_close((uv_handle_t *)&d->sigint, NULL);
 	uv_close((uv_handle_t *)&d->sigterm, NULL);
 	gs_worker_stop(&d->worker);
+	gs_trace_close(d->trace);
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -40,6 +50,23 @@ static void on_signal(uv_signal_t *s, int signum)
 
 static struct gs_backend *choose_backend(const struct gs_settings *s)
 {
+#ifdef GS_HAVE_CUDA
+	if (s->backend != GS_BACKEND_HOST) {
+		char why[400];
+		struct gs_backend *cb = NULL;
+		if (gs_cuda_usable(s->local_size, why, sizeof(why)))
+			cb = gs_backend_cuda_open(s, why, sizeof(why));
+		if (cb && s->backend == GS_BACKEND_AUTO)
+			gs_info("backend auto: using cuda (one GPU per local rank)");
+		if (cb)
+			return cb;
+		if (s->backend == GS_BACKEND_CUDA) {
+			gs_error("--backend cuda: the CUDA backend cannot run here: %s", why);
+			return NULL;
+		}
+		gs_info("backend auto: using host, since the CUDA backend cannot run here: %s", why);
+	}
+#else
 	if (s->backend == GS_BACKEND_CUDA) {
 		gs_error("--backend cuda: this gradsyncd was built without the CUDA backend; "
 			 "use --backend host or --backend auto");
@@ -47,6 +74,7 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 	}
 	if (s->backend == GS_BACKEND_AUTO)
 		gs_info("backend auto: using host (this build has no CUDA backend)");
+#endif
 	struct gs_backend *b = gs_backend_host_create(s->local_size, (enum gs_wire)s->wire,
 						      s->fusion_elements);
 	if (!b)
@@ -70,6 +98,7 @@ static void on_ready(struct gs_daemon *d, bool ok)
 		gs_daemon_shutdown(d, 1);
 		return;
 	}
+	gs_notify_ready(d);
 	const struct gs_settings *s = &d->settings;
 	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, node %u of %u, %u trainers here of %u, wire %s, threshold %llu elements",
 		GS_VERSION, s->socket_path, d->backend->name, gs_isa_name(gs_isa_active()),
@@ -88,6 +117,12 @@ static int run(struct gs_daemon *d)
 		return 1;
 	gs_job_init(&d->job, d);
 	gs_access_init(&d->access, &d->settings);
+	d->trace = gs_trace_create(d->loop);
+	if (!d->trace || gs_notify_start(d) < 0) {
+		gs_error("out of memory starting");
+		d->backend->ops->destroy(d->backend);
+		return 1;
+	}
 	int r = gs_worker_start(&d->worker, d->loop);
 	if (r < 0) {
 		gs_error("cannot start the worker thread: %s", strerror(-r));
@@ -104,6 +139,7 @@ static int run(struct gs_daemon *d)
 
 	uv_run(d->loop, UV_RUN_DEFAULT);
 
+	gs_trace_destroy(d->trace);
 	gs_job_destroy(&d->job);
 	gs_cluster_destroy(d);
 	d->backend->ops->destroy(d->backend);

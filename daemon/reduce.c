@@ -2,9 +2,11 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "daemon.h"
 #include "gradsync.h"
+#include "trace.h"
 #include "trainer.h"
 
 static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
@@ -13,17 +15,63 @@ static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
 	const struct gs_bucket *bk = &run->plan->buckets[run->bucket];
 	size_t nspans = gs_plan_chunk_spans(run->plan, run->counts, run->bucket,
 					    start, len, run->spans, bk->count);
+	uint64_t ns[4] = { gs_now_ns(), 0, 0, 0 }; /* phase starts, for the trace */
 	for (unsigned r = 0; r < run->nranks; r++)
 		run->clipped[r] += b->ops->pack(b, r, run->tensors[r], run->spans,
 						nspans, &run->pack[r]);
+	ns[1] = gs_now_ns();
 	int err = b->ops->allreduce(b, len);
+	ns[2] = gs_now_ns();
 	if (err != GS_OK) {
 		run->status = err;
 		snprintf(run->error, sizeof(run->error), "%s", b->error);
+		gs_trace_chunk(run, start, len, ns);
 		return;
 	}
 	run->nonfinite += b->ops->unpack(b, (float *const *const *)run->tensors,
 					 run->spans, nspans, run->postscale);
+	ns[3] = gs_now_ns();
+	gs_trace_chunk(run, start, len, ns);
+}
+
+/* The backend's marks, turned into the trace's phases chunk by chunk. */
+static void on_mark(const struct gs_bucket_io *io, int mark, uint64_t first, uint64_t len)
+{
+	struct gs_bucket_run *run = io->ctx;
+	run->marked = true;
+	run->mark_ns[mark] = gs_now_ns();
+	run->mark_first = first;
+	run->mark_len = len;
+	if (mark == GS_MARK_DONE) {
+		gs_trace_chunk(run, first, len, run->mark_ns);
+		memset(run->mark_ns, 0, sizeof(run->mark_ns));
+	}
+}
+
+/* A backend that reduces a bucket at once (CUDA: one kernel launch per
+ * bucket, chunked only where the bucket passes the fusion buffer). */
+static void run_whole(struct gs_bucket_run *run)
+{
+	struct gs_backend *b = run->backend;
+	struct gs_bucket_io io = {
+		run->plan, run->counts, run->bucket, run->nranks,
+		(float *const *const *)run->tensors, run->pack, run->postscale,
+		run->clipped, &run->nonfinite, on_mark, run,
+	};
+	uint64_t start = gs_now_ns();
+	int err = b->ops->reduce_bucket(b, &io);
+	if (err != GS_OK) {
+		run->status = err;
+		snprintf(run->error, sizeof(run->error), "%s", b->error);
+	}
+	if (run->mark_ns[0]) { /* a chunk that failed: the phase it failed in ends now */
+		int m = 1;
+		while (m < 3 && run->mark_ns[m])
+			m++;
+		run->mark_ns[m] = gs_now_ns();
+		gs_trace_chunk(run, run->mark_first, run->mark_len, run->mark_ns);
+	} else if (!run->marked)
+		gs_trace_whole(run, start, gs_now_ns());
 }
 
 /* Every node says whether it goes on with this bucket; one vote to abort
@@ -85,10 +133,14 @@ static void bucket_work(struct gs_work *w)
 	}
 	uint64_t total = run->plan->buckets[run->bucket].elements;
 	uint64_t chunk = run->backend->fusion_elements;
+	gs_trace_bucket_start(run, gs_now_ns());
 	/* A failed chunk stops the bucket: later chunks keep the trainers'
 	 * own gradients, and the step reports the bucket as not done. */
-	for (uint64_t start = 0; start < total && run->status == GS_OK; start += chunk)
-		run_chunk(run, start, total - start < chunk ? total - start : chunk);
+	if (run->backend->ops->reduce_bucket)
+		run_whole(run);
+	else
+		for (uint64_t start = 0; start < total && run->status == GS_OK; start += chunk)
+			run_chunk(run, start, total - start < chunk ? total - start : chunk);
 	if (run->status != GS_OK)
 		j->worker_stopped_step = run->step;
 }
@@ -122,6 +174,8 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 	run->postscale = j->postscale;
 	run->nodes = j->d->cluster.nodes;
 	run->node_rank = j->d->cluster.node_rank;
+	run->ready_ns = j->step_start_ns;
+	run->launch_ns = gs_now_ns();
 	for (unsigned r = 0; r < run->nranks; r++) {
 		struct gs_trainer *t = j->slots[r];
 		run->tensors[r] = t->tensors;

@@ -36,6 +36,11 @@ struct gs_bucket_run {
 	uint32_t nodes, node_rank;
 	int abort_reason; /* 0: go on */
 	uint32_t abort_rank;
+	/* For the trace: the step's first readiness and this launch, and the
+	 * backend's marks of the chunk in progress (gs_io_mark). */
+	uint64_t ready_ns, launch_ns;
+	uint64_t mark_ns[4], mark_first, mark_len;
+	bool marked;
 	/* Results. */
 	uint64_t clipped[GS_MAX_LOCAL];
 	uint64_t nonfinite;

@@ -15,6 +15,7 @@
 #include "daemon.h"
 #include "gradsync.h"
 #include "log.h"
+#include "notify.h"
 #include "session.h"
 
 /* Limits first, before anything is allocated for the client; then its
@@ -87,8 +88,28 @@ static bool make_parent_dir(const char *path)
 	return false;
 }
 
+/* Socket activation: systemd made the socket, its mode and its group
+ * (gradsyncd.socket); the daemon only accepts on it. */
+static int listen_activated(struct gs_daemon *d, int fd)
+{
+	int r = uv_poll_init(d->loop, &d->listen_poll, fd);
+	if (r < 0) {
+		gs_error("cannot watch the socket from systemd: %s", uv_strerror(r));
+		close(fd);
+		return r;
+	}
+	gs_info("listening on %s, a socket passed by systemd", d->settings.socket_path);
+	d->listen_fd = fd;
+	d->listen_poll.data = d;
+	uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	return 0;
+}
+
 int gs_server_listen(struct gs_daemon *d)
 {
+	int sd_fd = gs_notify_listen_fd(d->settings.socket_path, sizeof(d->settings.socket_path));
+	if (sd_fd != -ENOENT)
+		return sd_fd < 0 ? sd_fd : listen_activated(d, sd_fd);
 	const char *path = d->settings.socket_path;
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);

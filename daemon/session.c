@@ -1,5 +1,6 @@
 #include "session.h"
 
+#include "control.h"
 #include "daemon.h"
 #include "gradsync.h"
 #include "job.h"
@@ -118,12 +119,9 @@ void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	case GS_CONN_NODE:
 		return; /* node connections have a dispatcher of their own */
 	case GS_CONN_CONTROL:
-		if (m->body_case != GRADSYNC__MESSAGE__BODY_STATUS_REQUEST) {
+		if (!gs_control_dispatch(c, m))
 			gs_conn_fail(c, GS_EPROTO, "unexpected %s from a control client",
 				     message_name(m->body_case));
-			return;
-		}
-		gs_status_reply(c);
 		return;
 	}
 }

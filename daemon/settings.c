@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config_file.h"
 #include "gradsync.h"
 #include "log.h"
 
@@ -45,6 +46,8 @@ static const struct choice log_choices[] = {
 #define OFF(field) offsetof(struct gs_settings, field)
 
 static const struct setting table[] = {
+	{ "config", K_TEXT, OFF(config_path), GS_DEFAULT_CONFIG, 0, 255, NULL,
+	  "configuration file read at start (gradsync.conf(5)); a missing default file is no error; empty: read none" },
 	{ "socket", K_TEXT, OFF(socket_path), GS_DEFAULT_SOCKET, 1, 107, NULL,
 	  "Unix socket to listen on" },
 	{ "local-size", K_UINT, OFF(local_size), "1", 1, 64, NULL,
@@ -96,6 +99,7 @@ static const struct setting table[] = {
 #define NSETTINGS (sizeof(table) / sizeof(table[0]))
 
 static const char *sources[NSETTINGS];
+static char file_sources[NSETTINGS][300]; /* "file PATH:LINE" */
 
 static void env_name(const struct setting *st, char *out, size_t n)
 {
@@ -246,7 +250,57 @@ static void print_help(FILE *f)
 			table[i].name, table[i].help, range, table[i].def, env);
 	}
 	fprintf(f, "  --print-config\n      print the effective settings and where each came from, then exit.\n"
-		   "  --help, --version\n");
+		   "  --print-example-config\n      print a configuration file with every setting commented, then exit.\n"
+		   "  --help, --version\n\n"
+		   "A flag beats its GRADSYNC_* variable, which beats the configuration file\n"
+		   "(key = value, the flag's name as key), which beats the default.\n");
+}
+
+/* "# text", wrapped at 76 columns, its first letter upper case. */
+static void print_comment(FILE *f, const char *text)
+{
+	size_t col = 0;
+	for (const char *p = text; *p;) {
+		size_t word = strcspn(p, " ");
+		if (col == 0)
+			col = (size_t)fprintf(f, "#");
+		else if (col + 1 + word > 76)
+			col = (size_t)fprintf(f, "\n#");
+		col += (size_t)fprintf(f, " %c%.*s", p == text ? toupper((unsigned char)*p) : *p,
+				       (int)word - 1, p + 1);
+		p += word;
+		p += strspn(p, " ");
+	}
+	fputc('\n', f);
+}
+
+/* The installed example: every setting but config, documented, commented
+ * out at its default. */
+static void print_example(FILE *f)
+{
+	fprintf(f, "# gradsyncd's configuration: gradsync.conf(5).\n"
+		   "#\n"
+		   "# One setting a line, \"key = value\"; lines starting with '#' or ';' are\n"
+		   "# comments. Each key is the name of a gradsyncd flag; a flag on the\n"
+		   "# command line and its GRADSYNC_* environment variable override the\n"
+		   "# value here. Every setting below is commented out at its default.\n"
+		   "# An invalid value stops gradsyncd at start, naming the setting and its\n"
+		   "# allowed range; `gradsyncd --print-config` shows the effective settings\n"
+		   "# and where each came from.\n");
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const struct setting *st = &table[i];
+		if (st->offset == OFF(config_path))
+			continue;
+		char env[64], range[160];
+		env_name(st, env, sizeof(env));
+		describe_range(st, range, sizeof(range));
+		char text[512];
+		snprintf(text, sizeof(text), "%s. Allowed: %s. Flag --%s, environment %s.",
+			 st->help, range, st->name, env);
+		fputc('\n', f);
+		print_comment(f, text);
+		fprintf(f, "#%s = %s\n", st->name, st->def);
+	}
 }
 
 static void print_config(const struct gs_settings *s)
@@ -258,14 +312,21 @@ static void print_config(const struct gs_settings *s)
 	}
 }
 
-enum { OPT_HELP = 256, OPT_VERSION, OPT_PRINT_CONFIG, OPT_SETTING };
+enum { OPT_HELP = 256, OPT_VERSION, OPT_PRINT_CONFIG, OPT_PRINT_EXAMPLE, OPT_SETTING };
 
-static int load_defaults_and_env(struct gs_settings *s)
+#define CONFIG_INDEX 0 /* table[0] is --config */
+
+static int load_defaults(struct gs_settings *s)
 {
 	for (size_t i = 0; i < NSETTINGS; i++)
 		if (apply_from(&table[i], table[i].def, "default", s) < 0)
 			return -EINVAL;
-	for (size_t i = 0; i < NSETTINGS; i++) {
+	return 0;
+}
+
+static int load_env(struct gs_settings *s, size_t first, size_t end)
+{
+	for (size_t i = first; i < end; i++) {
 		char env[64];
 		env_name(&table[i], env, sizeof(env));
 		const char *v = getenv(env);
@@ -275,21 +336,94 @@ static int load_defaults_and_env(struct gs_settings *s)
 	return 0;
 }
 
+/* A first pass over the flags: the file is named before it is read
+ * (--config beats GRADSYNC_CONFIG), and the options that only print work
+ * whatever the file holds. Returns 0, 1 when such an option printed, or
+ * -EINVAL; other options wait for the second pass, which reports errors. */
+static int load_config_path(struct gs_settings *s, int argc, char **argv,
+			    const struct option *opts)
+{
+	if (load_env(s, CONFIG_INDEX, CONFIG_INDEX + 1) < 0)
+		return -EINVAL;
+	int saved = opterr, c, r = 0;
+	opterr = 0;
+	optind = 0;
+	while (r == 0 && (c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		if (c == OPT_SETTING + CONFIG_INDEX)
+			r = apply_from(&table[CONFIG_INDEX], optarg, "command line", s);
+		else if (c == OPT_HELP)
+			print_help(stdout);
+		else if (c == OPT_VERSION)
+			printf("gradsyncd %s\n", GS_VERSION);
+		else if (c == OPT_PRINT_EXAMPLE)
+			print_example(stdout);
+		r = r < 0 ? r : c == OPT_HELP || c == OPT_VERSION || c == OPT_PRINT_EXAMPLE;
+	}
+	opterr = saved;
+	return r;
+}
+
+struct file_ctx {
+	struct gs_settings *s;
+	const char *path;
+};
+
+static int file_setting(void *ctx, const char *key, const char *value, unsigned line)
+{
+	struct file_ctx *fc = ctx;
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		if (strcmp(table[i].name, key) != 0)
+			continue;
+		if (i == CONFIG_INDEX) {
+			fprintf(stderr, "gradsyncd: %s:%u: 'config' names the file to read and cannot be set in it\n",
+				fc->path, line);
+			return -EINVAL;
+		}
+		snprintf(file_sources[i], sizeof(file_sources[i]), "file %s:%u", fc->path, line);
+		return apply_from(&table[i], value, file_sources[i], fc->s);
+	}
+	fprintf(stderr, "gradsyncd: %s:%u: unknown setting '%s' (gradsyncd --help lists them)\n",
+		fc->path, line, key);
+	return -EINVAL;
+}
+
+static int load_file(struct gs_settings *s)
+{
+	if (!s->config_path[0])
+		return 0;
+	/* Only the default file may be absent; one that was asked for must be there. */
+	bool optional = strcmp(sources[CONFIG_INDEX], "default") == 0;
+	char path[sizeof(s->config_path)];
+	snprintf(path, sizeof(path), "%s", s->config_path);
+	struct file_ctx fc = { s, path };
+	int r = gs_config_file_read(path, optional, file_setting, &fc);
+	if (r == -ENOENT && optional) {
+		sources[CONFIG_INDEX] = "default, absent";
+		return 0;
+	}
+	return r;
+}
+
 enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 					 char **argv)
 {
 	memset(s, 0, sizeof(*s));
-	if (load_defaults_and_env(s) < 0)
-		return GS_SETTINGS_EXIT_USAGE;
-
-	struct option opts[NSETTINGS + 4];
+	struct option opts[NSETTINGS + 5];
 	for (size_t i = 0; i < NSETTINGS; i++)
 		opts[i] = (struct option){ table[i].name, required_argument, NULL,
 					   OPT_SETTING + (int)i };
 	opts[NSETTINGS] = (struct option){ "help", no_argument, NULL, OPT_HELP };
 	opts[NSETTINGS + 1] = (struct option){ "version", no_argument, NULL, OPT_VERSION };
 	opts[NSETTINGS + 2] = (struct option){ "print-config", no_argument, NULL, OPT_PRINT_CONFIG };
-	opts[NSETTINGS + 3] = (struct option){ NULL, 0, NULL, 0 };
+	opts[NSETTINGS + 3] = (struct option){ "print-example-config", no_argument, NULL,
+					       OPT_PRINT_EXAMPLE };
+	opts[NSETTINGS + 4] = (struct option){ NULL, 0, NULL, 0 };
+	/* Default < file < environment < flag. */
+	int r = load_defaults(s) < 0 ? -EINVAL : load_config_path(s, argc, argv, opts);
+	if (r > 0)
+		return GS_SETTINGS_EXIT_OK;
+	if (r < 0 || load_file(s) < 0 || load_env(s, CONFIG_INDEX + 1, NSETTINGS) < 0)
+		return GS_SETTINGS_EXIT_USAGE;
 
 	bool want_config = false;
 	int c;

@@ -1,8 +1,9 @@
 /*
  * gradsyncd's settings. One table (settings.c) drives the command-line
- * flags, the GRADSYNC_* environment variables, --help and --print-config,
- * so they cannot drift apart. A flag beats the environment, which beats
- * the default.
+ * flags, the GRADSYNC_* environment variables, the configuration file
+ * (gradsync.conf(5)), --help, --print-config and the example file, so they
+ * cannot drift apart. A flag beats the environment, which beats the file,
+ * which beats the default.
  */
 #ifndef GS_SETTINGS_H
 #define GS_SETTINGS_H
@@ -14,10 +15,17 @@
 
 #include "convert.h"
 
+/* Read at start unless --config or GRADSYNC_CONFIG say otherwise; the
+ * build sets it from its sysconfdir. */
+#ifndef GS_DEFAULT_CONFIG
+#define GS_DEFAULT_CONFIG "/etc/gradsync/gradsyncd.conf"
+#endif
+
 enum gs_reduce { GS_REDUCE_AVERAGE = 1, GS_REDUCE_SUM = 2 };
 enum gs_backend_choice { GS_BACKEND_AUTO = 0, GS_BACKEND_HOST = 1, GS_BACKEND_CUDA = 2 };
 
 struct gs_settings {
+	char config_path[256];  /* the configuration file; "": none */
 	char socket_path[108]; /* sizeof(sun_path) */
 	uint32_t local_size;
 	uint64_t threshold;       /* elements */
@@ -45,7 +53,7 @@ struct gs_settings {
 
 enum gs_settings_result {
 	GS_SETTINGS_RUN = 0,
-	GS_SETTINGS_EXIT_OK = 1,    /* --help, --version, --print-config */
+	GS_SETTINGS_EXIT_OK = 1,    /* --help, --version, --print-config, --print-example-config */
 	GS_SETTINGS_EXIT_USAGE = 2, /* message already printed */
 };
 

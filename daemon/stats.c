@@ -11,8 +11,17 @@ uint64_t gs_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+const uint64_t gs_step_bounds_ns[GS_STEP_BUCKETS] = {
+	1000000, 2500000, 5000000, 10000000, 25000000, 50000000, 100000000, 250000000,
+	500000000, 1000000000, 2500000000u, 5000000000u, 10000000000u, 30000000000u,
+	60000000000u,
+};
+
 void gs_stats_record_step(struct gs_stats *s, uint64_t duration_ns)
 {
+	s->step_ns_sum += duration_ns;
+	for (size_t i = 0; i < GS_STEP_BUCKETS; i++)
+		s->step_le[i] += duration_ns <= gs_step_bounds_ns[i];
 	s->history[s->steps_completed % GS_STEP_HISTORY] = duration_ns;
 	s->steps_completed++;
 	s->last_step_ns = duration_ns;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "buffer_desc.h"
 #include "conn.h"
 #include "daemon.h"
 #include "frame.h"
@@ -77,29 +78,32 @@ static const char *dtype_name(Gradsync__Dtype d)
 	}
 }
 
-/* Takes the frame's descriptors and maps each buffer. On failure the
- * client is dropped and -1 returned. */
+/* Takes the frame's descriptors (one per memfd buffer; CUDA buffers carry
+ * handles instead) and imports each buffer. On failure the client is
+ * dropped and -1 returned. */
 static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors *r)
 {
 	struct gs_conn *c = t->conn;
 	const struct gs_settings *s = &t->job->d->settings;
 	struct gs_backend *b = t->job->d->backend;
-	size_t n = r->n_buffers;
+	size_t n = r->n_buffers, nfds = 0, next_fd = 0;
 	int fds[GS_FRAME_MAX_FDS];
 	if (n > GS_FRAME_MAX_FDS) {
 		gs_conn_fail(c, GS_ELIMIT, "RegisterTensors lists %zu buffers; at most %d per frame",
 			     n, GS_FRAME_MAX_FDS);
 		return -1;
 	}
-	if (gs_frame_reader_take_fds(&c->reader, fds, n) < 0) {
+	for (size_t i = 0; i < n; i++)
+		nfds += gs_buffer_kind_of(r->buffers[i]) == GS_BUFFER_MEMFD;
+	if (gs_frame_reader_take_fds(&c->reader, fds, nfds) < 0) {
 		gs_conn_fail(c, GS_EPROTO, "RegisterTensors lists %zu buffers but only %zu descriptors arrived",
-			     n, c->reader.nfds);
+			     nfds, c->reader.nfds);
 		return -1;
 	}
 	struct gs_trainer_buffer *grown =
 		realloc(t->buffers, (t->nbuffers + n + 1) * sizeof(*grown));
 	if (!grown) {
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
 		gs_conn_fail(c, GS_ENOMEM, "out of memory registering buffers");
 		return -1;
@@ -107,7 +111,9 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 	t->buffers = grown;
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
-		uint64_t size = r->buffers[i]->size;
+		const Gradsync__Buffer *m = r->buffers[i];
+		int fd = gs_buffer_kind_of(m) == GS_BUFFER_MEMFD ? fds[next_fd++] : -1;
+		uint64_t size = m->size;
 		char why[256];
 		if (rc == 0 && size > s->max_bytes - t->buffer_bytes) {
 			gs_conn_fail(c, GS_ELIMIT, "buffer %u of %llu bytes passes the limit of %llu registered bytes (--max-bytes)",
@@ -115,13 +121,17 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 				     (unsigned long long)s->max_bytes);
 			rc = -1;
 		}
+		struct gs_buffer_desc desc;
 		void *addr = NULL;
-		int err = rc == 0 ? b->ops->import_buffer(b, fds[i], size, &addr, why, sizeof(why)) : GS_OK;
+		int err = rc == 0 ? gs_buffer_desc_parse(m, t->rank, fd, &desc, why, sizeof(why)) : GS_OK;
+		if (rc == 0 && err == GS_OK)
+			err = b->ops->import_buffer(b, &desc, &addr, why, sizeof(why));
 		if (rc == 0 && err != GS_OK) {
 			gs_conn_fail(c, err, "buffer %u: %s", t->nbuffers, why);
 			rc = -1;
 		}
-		close(fds[i]); /* the mapping keeps the memory */
+		if (fd >= 0)
+			close(fd); /* the mapping keeps the memory */
 		if (rc == 0) {
 			t->buffers[t->nbuffers++] = (struct gs_trainer_buffer){ addr, size };
 			t->buffer_bytes += size;

@@ -173,6 +173,67 @@ void gs_reduce_sum(enum gs_wire w, void *dst, const void *const *srcs,
 	ops()->reduce_sum(w, dst, srcs, nsrc, n);
 }
 
+/* Bytes of packed sources a gs_pack_sum tile holds: well inside the L1
+ * data cache of current x86 cores, next to the streams it reads. */
+#define PACK_SUM_TILE_BYTES 16384
+
+/* One tile: pack every source into its row of the scratch, then sum the
+ * rows into dst. Being gs_pack and gs_reduce_sum themselves, tile by
+ * tile, it gives their bits by construction. */
+static void pack_sum_tile(const struct gs_convert_ops *o, enum gs_wire w,
+			  char *dst, const float *const *srcs, size_t nsrc,
+			  size_t from, size_t n, const struct gs_pack_params *p,
+			  uint64_t *clipped, char *scratch, size_t row,
+			  const void **rows)
+{
+	static const struct gs_pack_params plain = { .prescale = 1.0f };
+
+	for (size_t k = 0; k < nsrc; k++) {
+		uint64_t c = o->pack(w, scratch + k * row, srcs[k] + from, n,
+				     p ? &p[k] : &plain);
+
+		if (clipped)
+			clipped[k] += c;
+		rows[k] = scratch + k * row;
+	}
+	o->reduce_sum(w, dst + from * gs_wire_size(w), rows, nsrc, n);
+}
+
+int gs_pack_sum(enum gs_wire w, void *dst, const float *const *srcs,
+		size_t nsrc, size_t n, const struct gs_pack_params *p,
+		uint64_t *clipped)
+{
+	size_t size = gs_wire_size(w);
+
+	if (!size || nsrc > GS_PACK_SUM_MAX_SOURCES)
+		return -1;
+	if (nsrc == 0) {
+		memset(dst, 0, n * size);
+		return 0;
+	}
+	/* One source: round(widen(round(x))) is round(x), NaN payloads
+	 * included, so the sum is the pack itself. */
+	if (nsrc == 1) {
+		uint64_t c = gs_pack(w, dst, srcs[0], n, p);
+
+		if (clipped)
+			clipped[0] += c;
+		return 0;
+	}
+	/* Elements per tile, a multiple of 64 so that the vector loops have
+	 * no tail but the last; with at most 64 sources of at most 4 bytes
+	 * a tile holds at least 64 elements. */
+	size_t tile = (PACK_SUM_TILE_BYTES / (nsrc * size)) & ~(size_t)63;
+	_Alignas(64) char scratch[PACK_SUM_TILE_BYTES];
+	const void *rows[GS_PACK_SUM_MAX_SOURCES];
+
+	for (size_t i = 0; i < n; i += tile)
+		pack_sum_tile(ops(), w, dst, srcs, nsrc, i,
+			      n - i < tile ? n - i : tile, p, clipped, scratch,
+			      tile * size, rows);
+	return 0;
+}
+
 uint64_t gs_unpack(enum gs_wire w, float *const *dsts, size_t ndst,
 		   const void *src, size_t n, float postscale)
 {

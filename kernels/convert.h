@@ -61,9 +61,27 @@ uint64_t gs_pack(enum gs_wire w, void *dst, const float *src, size_t n,
 void gs_reduce_sum(enum gs_wire w, void *dst, const void *const *srcs,
 		   size_t nsrc, size_t n);
 
+/* Packs nsrc fp32 sources and sums them in one pass: bit for bit what
+ * gs_pack of each source into a buffer of its own followed by gs_reduce_sum
+ * of those buffers gives, i.e. dst[i] = round_wire(sum over k < nsrc of
+ * widen(round_wire(clip_k(srcs[k][i]) * prescale_k))), summing in fp32 in
+ * order k = 0, 1, ..., but reading each source once and writing only dst
+ * (the packed sources live in a small cache-resident tile). p[k] are
+ * source k's parameters (p NULL: no clipping, prescale 1, for all);
+ * clipped[k] (when clipped is not NULL) is increased by the number of
+ * elements of source k that were clipped. dst must not overlap a source.
+ * nsrc == 0 writes zeros. Returns 0, or -1 (changing nothing) for an
+ * unknown wire dtype or more than GS_PACK_SUM_MAX_SOURCES sources. */
+#define GS_PACK_SUM_MAX_SOURCES 64
+int gs_pack_sum(enum gs_wire w, void *dst, const float *const *srcs,
+		size_t nsrc, size_t n, const struct gs_pack_params *p,
+		uint64_t *clipped);
+
 /* For every d < ndst: dsts[d][i] = widen(src[i]) * postscale, i < n.
  * Returns how many of the n results are not finite (counted once, not per
- * destination). */
+ * destination). From 65536 elements on, the vector paths write with
+ * streaming stores that bypass the cache, then fence (see convert_impl.h):
+ * the destinations are not in this core's cache afterwards. */
 uint64_t gs_unpack(enum gs_wire w, float *const *dsts, size_t ndst,
 		   const void *src, size_t n, float postscale);
 

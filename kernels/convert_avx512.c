@@ -222,14 +222,38 @@ GS_ALWAYS_INLINE unsigned unpack16_at(enum gs_wire w, float *const *dsts,
 	return (unsigned)_mm_popcnt_u32(_mm512_mask_cmpeq_epi32_mask(m, x, e));
 }
 
+/* unpack16_at on all lanes with streaming stores; every dsts[d] + i is
+ * 64-byte aligned. */
+GS_ALWAYS_INLINE unsigned unpack16_stream(enum gs_wire w, float *const *dsts,
+					  size_t ndst, const void *src,
+					  size_t i, __m512 s)
+{
+	__m512 y = _mm512_mul_ps(load16(w, src, i, ALL), s);
+	__m512i e = _mm512_set1_epi32(0x7f800000);
+	__m512i x = _mm512_and_si512(_mm512_castps_si512(y), e);
+
+	for (size_t d = 0; d < ndst; d++)
+		_mm512_stream_ps(dsts[d] + i, y);
+	return (unsigned)_mm_popcnt_u32(_mm512_cmpeq_epi32_mask(x, e));
+}
+
 GS_ALWAYS_INLINE uint64_t unpack_loop(enum gs_wire w, float *const *dsts,
 				      size_t ndst, const void *src, size_t n,
 				      float postscale)
 {
 	__m512 s = _mm512_set1_ps(postscale);
 	uint64_t nonfinite = 0;
-	size_t i = 0;
+	size_t i = 0, head;
 
+	/* See GS_UNPACK_STREAM_MIN. */
+	if (gs_unpack_streams(dsts, ndst, n, &head)) {
+		if (head)
+			nonfinite += unpack16_at(w, dsts, ndst, src, 0,
+						 tail_mask(head), s);
+		for (i = head; i + 16 <= n; i += 16)
+			nonfinite += unpack16_stream(w, dsts, ndst, src, i, s);
+		_mm_sfence();
+	}
 	for (; i + 32 <= n; i += 32) {
 		nonfinite += unpack16_at(w, dsts, ndst, src, i, ALL, s);
 		nonfinite += unpack16_at(w, dsts, ndst, src, i + 16, ALL, s);

@@ -248,8 +248,22 @@ GS_ALWAYS_INLINE uint64_t unpack_loop(enum gs_wire w, float *const *dsts,
 {
 	__m256 s = _mm256_set1_ps(postscale);
 	uint64_t nonfinite = 0;
-	size_t i = 0;
+	size_t i = 0, head;
 
+	/* See GS_UNPACK_STREAM_MIN: a head up to the cache line, then
+	 * streaming stores. */
+	if (gs_unpack_streams(dsts, ndst, n, &head)) {
+		nonfinite += gs_unpack_scalar_from(w, dsts, ndst, src, 0, head,
+						   postscale);
+		for (i = head; i + 8 <= n; i += 8) {
+			__m256 a = _mm256_mul_ps(load8(w, src, i), s);
+
+			nonfinite += nonfinite8(a);
+			for (size_t d = 0; d < ndst; d++)
+				_mm256_stream_ps(dsts[d] + i, a);
+		}
+		_mm_sfence();
+	}
 	for (; i + 16 <= n; i += 16) {
 		__m256 a = _mm256_mul_ps(load8(w, src, i), s);
 		__m256 b = _mm256_mul_ps(load8(w, src, i + 8), s);

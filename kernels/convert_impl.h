@@ -6,6 +6,9 @@
 #ifndef GS_CONVERT_IMPL_H
 #define GS_CONVERT_IMPL_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include "convert.h"
 
 struct gs_convert_ops {
@@ -38,5 +41,37 @@ void gs_reduce_sum_scalar_from(enum gs_wire w, void *dst,
 uint64_t gs_unpack_scalar_from(enum gs_wire w, float *const *dsts,
 			       size_t ndst, const void *src, size_t from,
 			       size_t n, float postscale);
+
+/*
+ * Large unpacks write their destinations with streaming (non-temporal)
+ * stores: a reduced bucket goes back into trainer memory that nothing on
+ * this core reads again soon, and ordinary stores would first read every
+ * destination line into the cache (read for ownership), a third more
+ * memory traffic per destination. Measured in bench/ (RESULTS.md): the
+ * daemon's unpack, to trainer buffers that are not in cache, takes about
+ * half the time. Below GS_UNPACK_STREAM_MIN elements (256 KiB a
+ * destination) ordinary stores keep small tensors cached for the trainer.
+ * Streaming needs every destination at the same offset in a cache line;
+ * the vector paths store a head with ordinary stores up to the line, then
+ * stream, then fence (SFENCE), so the results are visible to whoever the
+ * caller tells next. Values are the same bits either way.
+ */
+#define GS_UNPACK_STREAM_MIN 65536
+
+/* Whether an unpack of n elements into dsts streams, and if so, how many
+ * elements (*head) precede the first cache-line boundary of dsts[0]. */
+static inline bool gs_unpack_streams(float *const *dsts, size_t ndst, size_t n,
+				     size_t *head)
+{
+	uintptr_t a = (uintptr_t)dsts[0] & 63;
+
+	if (n < GS_UNPACK_STREAM_MIN || (a & 3))
+		return false;
+	for (size_t d = 1; d < ndst; d++)
+		if (((uintptr_t)dsts[d] & 63) != a)
+			return false;
+	*head = ((64 - a) & 63) / sizeof(float);
+	return true;
+}
 
 #endif

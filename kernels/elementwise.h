@@ -8,7 +8,10 @@
  * Everything here is integer arithmetic or a single IEEE operation (one
  * multiply, one add), so the result does not depend on the compiler, on
  * FMA contraction (the project builds with -ffp-contract=off) or on the
- * host/device split.
+ * host/device split. One exception: which NaN comes out of an operation on
+ * a NaN. The x86 multiply passes the input NaN's bits on, a GPU returns its
+ * own canonical NaN; daemon/cuda/kernels.cu copies the host's behaviour
+ * explicitly, and the tests compare NaNs as NaNs.
  */
 #ifndef GS_ELEMENTWISE_H
 #define GS_ELEMENTWISE_H

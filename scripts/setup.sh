@@ -8,6 +8,8 @@ packages=(
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev
   g++ libgloo-dev
+  clang libclang-rt-14-dev
+  systemd groff-base python3
 )
 
 missing=()

@@ -39,10 +39,28 @@ static long now_ms(void)
 	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
 }
 
+/* Every process a test started, so that none outlives a failed test. */
+static pid_t spawned[256];
+static size_t nspawned;
+
+static void kill_leftovers(void)
+{
+	for (size_t i = 0; i < nspawned; i++) {
+		if (waitpid(spawned[i], NULL, WNOHANG) == 0) {
+			kill(spawned[i], SIGKILL);
+			waitpid(spawned[i], NULL, 0);
+		}
+	}
+}
+
 pid_t harness_spawn(const char *const *argv, const char *log)
 {
+	if (nspawned == 0)
+		atexit(kill_leftovers);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
+	if (pid > 0 && nspawned < sizeof(spawned) / sizeof(spawned[0]))
+		spawned[nspawned++] = pid;
 	if (pid == 0) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
 		if (fd >= 0) {

@@ -713,6 +713,74 @@ static void test_reduce_sum(void **state)
 	free(alias);
 }
 
+/* The fused pack and local sum against the independent references of
+ * both steps: every source packed on its own (ref_pack, each source with
+ * its own parameters), then summed (ref_reduce). */
+static void test_pack_sum(void **state)
+{
+	enum { NSRC = 5 };
+	size_t n = 100003;
+	size_t npc = sizeof(pack_cases) / sizeof(*pack_cases);
+	float *in[NSRC];
+	void *packed[NSRC], *want, *got;
+
+	if (!have_f16c())
+		skip();
+	want = xmalloc(n * 4);
+	got = xmalloc((n + 1) * 4);
+	rng_seed(7);
+	for (size_t k = 0; k < NSRC; k++) {
+		in[k] = xmalloc((n + 1) * sizeof(float));
+		packed[k] = xmalloc(n * 4);
+		for (size_t i = 0; i < n + 1; i++)
+			in[k][i] = rnd_gradient();
+	}
+	for (size_t j = 0; j < NWIRES; j++) {
+		enum gs_wire w = wires[j];
+		size_t wsz = gs_wire_size(w);
+
+		for (size_t nsrc = 1; nsrc <= NSRC; nsrc++) {
+			const float *srcs[NSRC];
+			struct gs_pack_params p[NSRC];
+			uint64_t want_clip[NSRC];
+
+			for (size_t k = 0; k < nsrc; k++) {
+				/* Odd addresses for some sources, and each
+				 * source its own clipping and scale. */
+				srcs[k] = in[k] + (k & 1);
+				p[k] = pack_cases[(j + nsrc + k) % npc];
+				want_clip[k] = ref_pack(w, packed[k], srcs[k], n, &p[k]);
+			}
+			ref_reduce(w, want, (const void *const *)packed, nsrc, n);
+			FOR_EACH_ISA(isa) {
+				uint64_t clip[NSRC] = { 0 };
+				char *dst = (char *)got + wsz; /* unaligned */
+
+				assert_int_equal(gs_pack_sum(w, dst, srcs, nsrc, n, p,
+							     clip), 0);
+				check_wire(w, dst, want, n, nsrc > 1, NULL,
+					   "pack_sum", isa);
+				for (size_t k = 0; k < nsrc; k++)
+					assert_int_equal(clip[k], want_clip[k]);
+			}
+		}
+	}
+	/* Too many sources: refused, nothing written. */
+	const float *many[GS_PACK_SUM_MAX_SOURCES + 1];
+	for (size_t k = 0; k <= GS_PACK_SUM_MAX_SOURCES; k++)
+		many[k] = in[0];
+	memset(got, 0x5a, 4);
+	assert_int_equal(gs_pack_sum(GS_WIRE_F16, got, many,
+				     GS_PACK_SUM_MAX_SOURCES + 1, 2, NULL, NULL), -1);
+	assert_int_equal(((unsigned char *)got)[0], 0x5a);
+	for (size_t k = 0; k < NSRC; k++) {
+		free(in[k]);
+		free(packed[k]);
+	}
+	free(want);
+	free(got);
+}
+
 static const float postscales[] = { 1.0f, 0.125f, 1.0f / 3.0f, 1e36f,
 				    3e38f };
 
@@ -760,6 +828,70 @@ static void test_unpack(void **state)
 	}
 	for (size_t d = 0; d < NDST; d++)
 		free(dst[d]);
+	free(src);
+	free(want);
+}
+
+/* Large unpacks take the streaming-store path when every destination sits
+ * at the same offset in a cache line: each offset of a line, sizes on both
+ * sides of the threshold, one to three destinations, and destinations at
+ * different offsets (no streaming); the floats around each destination must
+ * stay untouched. */
+static void test_unpack_stream(void **state)
+{
+	enum { NDST = 3, GUARD = 16 };
+	static const size_t sizes[] = { 65535, 65536, 100003 };
+	size_t most = 100003;
+	float *want, *buf[NDST];
+	void *src;
+
+	if (!have_f16c())
+		skip();
+	src = xmalloc(most * 2);
+	want = xmalloc(most * sizeof(float));
+	for (size_t d = 0; d < NDST; d++)
+		buf[d] = aligned_alloc(64, ((most + 2 * GUARD + 64) * sizeof(float) + 63) & ~(size_t)63);
+	rng_seed(6);
+	fill_wire(GS_WIRE_F16, src, most);
+	for (size_t i = 0; i < most; i++)
+		want[i] = ref_widen(GS_WIRE_F16, src, i) * 0.25f;
+	for (size_t z = 0; z < sizeof(sizes) / sizeof(*sizes); z++) {
+		size_t n = sizes[z];
+		uint64_t bad = 0;
+
+		for (size_t i = 0; i < n; i++)
+			bad += !isfinite(want[i]);
+		for (size_t off = 0; off < 16; off++) {
+			for (size_t ndst = 1; ndst <= NDST; ndst++) {
+				for (int mixed = 0; mixed < 2; mixed++) {
+					float *d[NDST];
+
+					for (size_t k = 0; k < ndst; k++)
+						d[k] = buf[k] + GUARD + off +
+						       (mixed && k == 1 ? 3 : 0);
+					FOR_EACH_ISA(isa) {
+						for (size_t k = 0; k < ndst; k++)
+							memset(buf[k], 0xff, (most + 2 * GUARD + 64) * 4);
+						assert_int_equal(gs_unpack(GS_WIRE_F16, d, ndst,
+									   src, n, 0.25f),
+								 bad);
+						for (size_t k = 0; k < ndst; k++) {
+							check_wire(GS_WIRE_F32, d[k], want, n, false,
+								   NULL, "unpack (streaming)", isa);
+							for (size_t g = 1; g <= GUARD; g++) {
+								assert_int_equal(f2u(d[k][-(ptrdiff_t)g]),
+										 0xffffffffu);
+								assert_int_equal(f2u(d[k][n - 1 + g]),
+										 0xffffffffu);
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	for (size_t d = 0; d < NDST; d++)
+		free(buf[d]);
 	free(src);
 	free(want);
 }
@@ -875,7 +1007,9 @@ int main(void)
 		cmocka_unit_test(test_pack),
 		cmocka_unit_test(test_pack_clip_specials),
 		cmocka_unit_test(test_reduce_sum),
+		cmocka_unit_test(test_pack_sum),
 		cmocka_unit_test(test_unpack),
+		cmocka_unit_test(test_unpack_stream),
 		cmocka_unit_test(test_isas_identical),
 	};
 	int r;

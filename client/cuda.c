@@ -1,0 +1,509 @@
+/*
+ * CUDA tensors, for gradsyncd's cuda backend. Caching allocators hand out
+ * pieces of larger allocations, and CUDA IPC exports whole allocations:
+ * so each tensor is sent as (base allocation, offset), and each base
+ * allocation once, as a Buffer holding its IPC handle, its size and its
+ * device. Buffer 0 of the registration is the trainer's pair of
+ * interprocess events: "ready", which the trainer records before marking
+ * gradients ready and the daemon's stream waits on before reading them,
+ * and "done", which the daemon records after writing the results and the
+ * trainer's stream waits on (gs_cuda_stream_wait).
+ */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+#include "cuda_driver.h"
+
+#define FRAME_MAX_TENSORS 1024
+#define FRAME_MAX_BYTES (1u << 20)
+#define NAME_MAX_BYTES 4096
+#define EVENTS_BUFFER 0
+
+struct cuda_alloc {
+	gs_cu_ptr base;
+	uint64_t size;
+	gs_cu_ipc_handle handle;
+};
+
+/* A tensor as sent, kept for gs_reconnect. */
+struct cuda_tensor {
+	char *name;
+	uint64_t count;
+	enum gs_dtype dtype;
+	uint32_t buffer; /* allocation k is buffer k + 1 */
+	uint64_t offset;
+};
+
+struct gs_cuda {
+	const struct gs_cu *cu;
+	void *ctx; /* the tensors' context */
+	int device;
+	char pci[32];
+	void *ready, *done;
+	gs_cu_ipc_handle ready_handle, done_handle;
+	struct cuda_alloc *allocs;
+	size_t nallocs;
+	struct cuda_tensor *tensors;
+	size_t ntensors;
+};
+
+static size_t dtype_size(enum gs_dtype d)
+{
+	switch (d) {
+	case GS_UINT8: return 1;
+	case GS_FLOAT16:
+	case GS_BFLOAT16: return 2;
+	case GS_FLOAT32:
+	case GS_INT32: return 4;
+	case GS_FLOAT64:
+	case GS_INT64: return 8;
+	}
+	return 0;
+}
+
+static int driver_fail(struct gs_client *c, struct gs_cuda *g, int code, const char *what,
+		       gs_cu_result r)
+{
+	return gs_fail(c, code, "%s: %s", what, gs_cu_error(g->cu, r));
+}
+
+static int push(struct gs_client *c, struct gs_cuda *g)
+{
+	gs_cu_result r = g->cu->ctx_push_current(g->ctx);
+	return r == GS_CU_SUCCESS ? GS_OK
+				  : driver_fail(c, g, GS_ESYSTEM, "cannot make the tensors' CUDA context current", r);
+}
+
+static void pop(struct gs_cuda *g)
+{
+	void *ctx;
+	g->cu->ctx_pop_current(&ctx);
+}
+
+static void free_state(struct gs_cuda *g)
+{
+	if (!g)
+		return;
+	if ((g->ready || g->done) && g->cu->ctx_push_current(g->ctx) == GS_CU_SUCCESS) {
+		if (g->ready)
+			g->cu->event_destroy(g->ready);
+		if (g->done)
+			g->cu->event_destroy(g->done);
+		pop(g);
+	}
+	for (size_t i = 0; i < g->ntensors; i++)
+		free(g->tensors[i].name);
+	free(g->tensors);
+	free(g->allocs);
+	free(g);
+}
+
+void gs_cuda_release(struct gs_client *c)
+{
+	free_state(c->cuda);
+	c->cuda = NULL;
+}
+
+/* ---- Where each tensor lives ----------------------------------------------- */
+
+static int check_spec(struct gs_client *c, const struct gs_cuda_tensor_spec *s, size_t i)
+{
+	if (!s->name || !*s->name)
+		return gs_fail(c, GS_EINVAL, "tensor %zu has no name", i);
+	if (strlen(s->name) > NAME_MAX_BYTES)
+		return gs_fail(c, GS_ELIMIT, "tensor %zu's name is longer than %d bytes", i,
+			       NAME_MAX_BYTES);
+	size_t esize = dtype_size(s->dtype);
+	if (esize == 0)
+		return gs_fail(c, GS_EDTYPE, "tensor '%s' has unknown dtype %d", s->name,
+			       (int)s->dtype);
+	if (s->count == 0)
+		return gs_fail(c, GS_EINVAL, "tensor '%s' has no elements", s->name);
+	if (s->count > (UINT64_C(1) << 62) / esize)
+		return gs_fail(c, GS_ELIMIT, "tensor '%s' has too many elements (%" PRIu64 ")",
+			       s->name, s->count);
+	if (!s->data || (uintptr_t)s->data % esize)
+		return gs_fail(c, GS_EINVAL, "tensor '%s': device pointer %p is NULL or misaligned",
+			       s->name, s->data);
+	return GS_OK;
+}
+
+/* The device and context of the first tensor; every other must match. */
+static int check_device(struct gs_client *c, struct gs_cuda *g,
+			const struct gs_cuda_tensor_spec *s, size_t i, gs_cu_ptr p)
+{
+	const struct gs_cu *cu = g->cu;
+	unsigned type = 0;
+	int ordinal = -1, ipc = 0;
+	void *ctx = NULL;
+	gs_cu_result r = cu->pointer_get_attribute(&type, GS_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+	if (r != GS_CU_SUCCESS || type != GS_CU_MEMORYTYPE_DEVICE)
+		return gs_fail(c, GS_EBUFFER, "tensor '%s': %p is not CUDA device memory", s->name,
+			       s->data);
+	r = cu->pointer_get_attribute(&ordinal, GS_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+	if (r == GS_CU_SUCCESS)
+		r = cu->pointer_get_attribute(&ctx, GS_CU_POINTER_ATTRIBUTE_CONTEXT, p);
+	if (r != GS_CU_SUCCESS)
+		return driver_fail(c, g, GS_ESYSTEM, "cuPointerGetAttribute", r);
+	if (cu->pointer_get_attribute(&ipc, GS_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+				      p) == GS_CU_SUCCESS && !ipc)
+		return gs_fail(c, GS_EBUFFER,
+			       "tensor '%s' is in memory that CUDA IPC handles cannot export (cudaMallocManaged, or cuMemCreate as PyTorch's expandable_segments uses)",
+			       s->name);
+	if (i == 0) {
+		g->device = ordinal;
+		g->ctx = ctx;
+	} else if (ordinal != g->device) {
+		return gs_fail(c, GS_EINVAL,
+			       "tensor '%s' is on GPU %d, tensor '%s' on GPU %d: register one GPU's tensors per connection",
+			       s->name, ordinal, g->tensors[0].name, g->device);
+	}
+	return GS_OK;
+}
+
+/* Allocations are numbered by first use, so a tensor's allocation is sent
+ * with it or before it; n tensors have at most n allocations. */
+static uint32_t find_alloc(struct gs_cuda *g, gs_cu_ptr base, uint64_t size)
+{
+	for (size_t a = 0; a < g->nallocs; a++)
+		if (g->allocs[a].base == base)
+			return (uint32_t)a;
+	g->allocs[g->nallocs].base = base;
+	g->allocs[g->nallocs].size = size;
+	return (uint32_t)g->nallocs++;
+}
+
+static int locate(struct gs_client *c, struct gs_cuda *g, const struct gs_cuda_tensor_spec *s,
+		  size_t i)
+{
+	gs_cu_ptr p = (gs_cu_ptr)(uintptr_t)s->data;
+	int r = check_device(c, g, s, i, p);
+	if (r < 0)
+		return r;
+	gs_cu_ptr base = 0;
+	size_t size = 0;
+	gs_cu_result res = g->cu->mem_get_address_range(&base, &size, p);
+	if (res != GS_CU_SUCCESS)
+		return driver_fail(c, g, GS_EBUFFER, "cuMemGetAddressRange", res);
+	uint64_t bytes = s->count * dtype_size(s->dtype);
+	if (p < base || p - base > size || bytes > size - (p - base))
+		return gs_fail(c, GS_EBUFFER,
+			       "tensor '%s' (%" PRIu64 " bytes at %p) runs past the end of its allocation of %zu bytes",
+			       s->name, bytes, s->data, size);
+	uint32_t a = find_alloc(g, base, size);
+	struct cuda_tensor *t = &g->tensors[i];
+	t->count = s->count;
+	t->dtype = s->dtype;
+	t->buffer = a + 1;
+	t->offset = p - base;
+	t->name = strdup(s->name);
+	return t->name ? GS_OK : gs_fail(c, GS_ENOMEM, "out of memory");
+}
+
+static gs_cu_result make_events(struct gs_cuda *g, const char **what)
+{
+	const struct gs_cu *cu = g->cu;
+	unsigned flags = GS_CU_EVENT_DISABLE_TIMING | GS_CU_EVENT_INTERPROCESS;
+	*what = "cuEventCreate";
+	gs_cu_result r = cu->event_create(&g->ready, flags);
+	if (r == GS_CU_SUCCESS)
+		r = cu->event_create(&g->done, flags);
+	if (r != GS_CU_SUCCESS)
+		return r;
+	*what = "cuIpcGetEventHandle";
+	r = cu->ipc_get_event_handle(&g->ready_handle, g->ready);
+	if (r == GS_CU_SUCCESS)
+		r = cu->ipc_get_event_handle(&g->done_handle, g->done);
+	return r;
+}
+
+/* The allocations' IPC handles, the events and the device's PCI bus id. */
+static int make_handles(struct gs_client *c, struct gs_cuda *g)
+{
+	const struct gs_cu *cu = g->cu;
+	int r = push(c, g);
+	if (r < 0)
+		return r;
+	const char *what = "cuIpcGetMemHandle";
+	gs_cu_result res = GS_CU_SUCCESS;
+	for (size_t a = 0; a < g->nallocs && res == GS_CU_SUCCESS; a++)
+		res = cu->ipc_get_mem_handle(&g->allocs[a].handle, g->allocs[a].base);
+	if (res == GS_CU_SUCCESS)
+		res = make_events(g, &what);
+	int dev = 0;
+	if (res == GS_CU_SUCCESS) {
+		what = "cuDeviceGetPCIBusId";
+		res = cu->device_get(&dev, g->device);
+	}
+	if (res == GS_CU_SUCCESS)
+		res = cu->device_get_pci_bus_id(g->pci, (int)sizeof(g->pci), dev);
+	pop(g);
+	return res == GS_CU_SUCCESS ? GS_OK : driver_fail(c, g, GS_ESYSTEM, what, res);
+}
+
+/* ---- The RegisterTensors frames ------------------------------------------------- */
+
+struct cuda_frame {
+	Gradsync__Buffer buf_msgs[GS_FRAME_MAX_FDS];
+	Gradsync__Buffer *bufs[GS_FRAME_MAX_FDS];
+	size_t nbufs;
+	Gradsync__TensorSpec spec_msgs[FRAME_MAX_TENSORS];
+	Gradsync__TensorSpec *specs[FRAME_MAX_TENSORS];
+	size_t nspecs;
+	size_t bytes;
+};
+
+static int send_frame(struct gs_client *c, struct cuda_frame *f, bool last)
+{
+	Gradsync__RegisterTensors reg = GRADSYNC__REGISTER_TENSORS__INIT;
+	reg.n_buffers = f->nbufs;
+	reg.buffers = f->bufs;
+	reg.n_tensors = f->nspecs;
+	reg.tensors = f->specs;
+	reg.last = last;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
+	m.register_tensors = &reg;
+	int r = gs_conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
+	f->nbufs = 0;
+	f->nspecs = 0;
+	f->bytes = 0;
+	return r;
+}
+
+static Gradsync__Buffer *frame_buffer(struct cuda_frame *f, const struct gs_cuda *g)
+{
+	Gradsync__Buffer *m = &f->buf_msgs[f->nbufs];
+	gradsync__buffer__init(m);
+	m->device = g->device;
+	m->pci_bus_id = (char *)g->pci;
+	f->bufs[f->nbufs++] = m;
+	return m;
+}
+
+static void frame_add_events(struct cuda_frame *f, struct gs_cuda *g)
+{
+	Gradsync__Buffer *m = frame_buffer(f, g);
+	m->size = 0;
+	m->cuda_ready_event.len = sizeof(g->ready_handle);
+	m->cuda_ready_event.data = (uint8_t *)g->ready_handle.reserved;
+	m->cuda_done_event.len = sizeof(g->done_handle);
+	m->cuda_done_event.data = (uint8_t *)g->done_handle.reserved;
+}
+
+static void frame_add_alloc(struct cuda_frame *f, struct gs_cuda *g, struct cuda_alloc *a)
+{
+	Gradsync__Buffer *m = frame_buffer(f, g);
+	m->size = a->size;
+	m->cuda_ipc_handle.len = sizeof(a->handle);
+	m->cuda_ipc_handle.data = (uint8_t *)a->handle.reserved;
+}
+
+static void frame_add_tensor(struct cuda_frame *f, const struct cuda_tensor *t)
+{
+	Gradsync__TensorSpec *m = &f->spec_msgs[f->nspecs];
+	gradsync__tensor_spec__init(m);
+	m->name = t->name;
+	m->count = t->count;
+	m->dtype = (Gradsync__Dtype)t->dtype;
+	m->buffer = t->buffer;
+	m->offset = t->offset;
+	f->specs[f->nspecs++] = m;
+	f->bytes += strlen(t->name) + 48;
+}
+
+static int send_registration(struct gs_client *c, struct gs_cuda *g)
+{
+	struct cuda_frame *f = calloc(1, sizeof(*f));
+	if (!f)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	frame_add_events(f, g);
+	uint32_t sent = 1; /* buffers on their way: the events so far */
+	int r = GS_OK;
+	for (size_t i = 0; i < g->ntensors && r == GS_OK; i++) {
+		const struct cuda_tensor *t = &g->tensors[i];
+		bool new_buf = t->buffer == sent;
+		if (f->nspecs == FRAME_MAX_TENSORS || (new_buf && f->nbufs == GS_FRAME_MAX_FDS) ||
+		    (f->nspecs > 0 && f->bytes + strlen(t->name) + 48 > FRAME_MAX_BYTES))
+			r = send_frame(c, f, false);
+		if (new_buf)
+			frame_add_alloc(f, g, &g->allocs[sent++ - 1]);
+		frame_add_tensor(f, t);
+	}
+	if (r == GS_OK)
+		r = send_frame(c, f, true);
+	free(f);
+	return r;
+}
+
+static int wait_registered(struct gs_client *c, size_t n)
+{
+	/* The daemon may wait for the node's other trainers; it bounds that. */
+	int r = gs_conn_pump(c, gs_has_reply, -1);
+	if (r < 0)
+		return r;
+	const Gradsync__Registered *reg = c->reply->registered;
+	if (reg->tensors != n)
+		r = gs_fail_dead(c, GS_EPROTO, "protocol error: gradsyncd registered %u tensors of %zu",
+				 reg->tensors, n);
+	c->nbuckets = reg->buckets;
+	c->layout_hash = reg->layout_hash;
+	gradsync__message__free_unpacked(c->reply, NULL);
+	c->reply = NULL;
+	return r;
+}
+
+int gs_cuda_register_again(struct gs_client *c)
+{
+	gs_doing(c, "registration");
+	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
+	int r = send_registration(c, c->cuda);
+	if (r == GS_OK)
+		r = wait_registered(c, c->cuda->ntensors);
+	return r;
+}
+
+/* ---- The API ------------------------------------------------------------------------ */
+
+static int check_register(struct gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
+{
+	int r = gs_check_alive(c);
+	if (r < 0)
+		return r;
+	if (c->role != GRADSYNC__ROLE__ROLE_TRAINER)
+		return gs_fail(c, GS_ESTATE, "gs_register_cuda needs a trainer connection");
+	if (c->registered)
+		return gs_fail(c, GS_ESTATE, "tensors are already registered on this connection");
+	if (!specs || n == 0)
+		return gs_fail(c, GS_EINVAL, "gs_register_cuda: no tensors");
+	if (n > UINT32_MAX - 1)
+		return gs_fail(c, GS_ELIMIT, "gs_register_cuda: %zu tensors", n);
+	if (!c->backend || strcmp(c->backend, "cuda") != 0)
+		return gs_fail(c, GS_ESTATE,
+			       "gradsyncd runs the %s backend; CUDA tensors need its cuda backend (gradsyncd --backend cuda)",
+			       c->backend ? c->backend : "unknown");
+	for (size_t i = 0; i < n; i++) {
+		r = check_spec(c, &specs[i], i);
+		if (r < 0)
+			return r;
+	}
+	return GS_OK;
+}
+
+static int prepare(struct gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n,
+		   struct gs_cuda **out)
+{
+	char why[256];
+	struct gs_cuda *g = calloc(1, sizeof(*g));
+	if (!g)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	*out = g;
+	g->cu = gs_cu_load(why, sizeof(why));
+	if (!g->cu)
+		return gs_fail(c, GS_ESYSTEM, "%s", why);
+	g->allocs = calloc(n, sizeof(*g->allocs));
+	g->tensors = calloc(n, sizeof(*g->tensors));
+	if (!g->allocs || !g->tensors)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	g->ntensors = n;
+	for (size_t i = 0; i < n; i++) {
+		int r = locate(c, g, &specs[i], i);
+		if (r < 0)
+			return r;
+	}
+	return make_handles(c, g);
+}
+
+static int adopt_tensors(struct gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
+{
+	c->tensors = calloc(n, sizeof(*c->tensors));
+	c->reduced = calloc(n, sizeof(*c->reduced));
+	if (!c->tensors || !c->reduced)
+		return gs_fail(c, GS_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		c->tensors[i].data = specs[i].data;
+		c->tensors[i].count = specs[i].count;
+	}
+	c->ntensors = n;
+	return GS_OK;
+}
+
+GS_EXPORT int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
+{
+	if (!c)
+		return gs_fail(NULL, GS_EINVAL, "gs_register_cuda: NULL handle");
+	gs_doing(c, "registration");
+	int r = check_register(c, specs, n);
+	if (r < 0)
+		return r;
+	struct gs_cuda *g = NULL;
+	r = prepare(c, specs, n, &g);
+	if (r == GS_OK)
+		r = adopt_tensors(c, specs, n);
+	c->cuda = g; /* from here on, released with the tensors */
+	if (r < 0)
+		goto err_release;
+	/* An Error may answer any frame: expect the reply from the first. */
+	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
+	r = send_registration(c, g);
+	if (r == GS_OK)
+		r = wait_registered(c, n);
+	if (r < 0)
+		goto err_session;
+	c->registered = true;
+	return GS_OK;
+
+err_session:
+	/* The daemon holds part of a registration that cannot go on. */
+	gs_end_session(c, r);
+err_release:
+	c->expect = GRADSYNC__MESSAGE__BODY__NOT_SET;
+	gs_tensors_release(c);
+	return r;
+}
+
+static struct gs_cuda *cuda_of(struct gs_client *c, const char *fn)
+{
+	if (!c) {
+		gs_fail(NULL, GS_EINVAL, "%s: NULL handle", fn);
+		return NULL;
+	}
+	if (c->cuda && c->registered)
+		return c->cuda;
+	gs_fail(c, GS_ESTATE, "%s: no CUDA tensors are registered on this connection (gs_register_cuda)",
+		fn);
+	return NULL;
+}
+
+GS_EXPORT int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *stream)
+{
+	struct gs_cuda *g = cuda_of(c, "gs_cuda_mark_ready");
+	if (!g)
+		return c ? GS_ESTATE : GS_EINVAL;
+	int r = push(c, g);
+	if (r < 0)
+		return r;
+	gs_cu_result res = g->cu->event_record(g->ready, stream);
+	pop(g);
+	if (res != GS_CU_SUCCESS)
+		return driver_fail(c, g, GS_ESYSTEM, "recording the ready event (cuEventRecord)", res);
+	return gs_mark_ready(c, indices, n);
+}
+
+GS_EXPORT int gs_cuda_stream_wait(gs_client *c, void *stream)
+{
+	struct gs_cuda *g = cuda_of(c, "gs_cuda_stream_wait");
+	if (!g)
+		return c ? GS_ESTATE : GS_EINVAL;
+	int r = push(c, g);
+	if (r < 0)
+		return r;
+	gs_cu_result res = g->cu->stream_wait_event(stream, g->done, 0);
+	pop(g);
+	if (res != GS_CU_SUCCESS)
+		return driver_fail(c, g, GS_ESYSTEM, "waiting for gradsyncd's done event (cuStreamWaitEvent)",
+				   res);
+	return GS_OK;
+}

@@ -1,0 +1,83 @@
+/*
+ * The timeline of buckets (gradsyncctl trace start FILE / trace stop): every
+ * phase of every bucket as a Chrome-trace "complete" event, one row per
+ * bucket and one process per node, as Horovod's timeline shows tensors.
+ * Phases: WAIT_FOR_GRADIENTS (from the step's first readiness to the
+ * bucket's launch), QUEUE (launched, waiting for the worker and, with
+ * several nodes, for every node's vote to go on), then PACK,
+ * ALLREDUCE and UNPACK for each chunk that goes through the fusion buffer
+ * (or one REDUCE for the bucket, from a backend that does not mark them).
+ *
+ * The file is opened by gradsyncctl, as the user who asked, and passed to
+ * the daemon as a descriptor: the daemon writes where that user may write
+ * and nowhere else, whatever its own sandbox allows. The worker thread
+ * appends events to a buffer; the loop thread writes it out every 250 ms.
+ *
+ * Whether or not a trace runs, the time spent in each phase is summed for
+ * the metrics.
+ */
+#ifndef GS_TRACE_H
+#define GS_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct gs_bucket_run;
+
+enum gs_phase {
+	GS_PHASE_WAIT,
+	GS_PHASE_QUEUE,
+	GS_PHASE_PACK,
+	GS_PHASE_ALLREDUCE,
+	GS_PHASE_UNPACK,
+	GS_PHASE_REDUCE, /* pack, all-reduce and unpack of a backend that does not mark them */
+	GS_PHASES
+};
+
+struct gs_trace_figures {
+	bool active;
+	uint64_t events;  /* complete events written or buffered */
+	uint64_t dropped; /* events lost because the file did not keep up */
+	uint64_t bytes;   /* written to the file so far */
+	char path[256];   /* the file, as the daemon sees it */
+	char error[160];  /* why writing stopped early, if it did */
+};
+
+struct gs_trace *gs_trace_create(uv_loop_t *loop);
+/* Ends a running trace (completing its file) and stops the flush timer;
+ * the loop may end after this. */
+void gs_trace_close(struct gs_trace *t);
+/* Frees it, after the loop has ended. Safe on NULL. */
+void gs_trace_destroy(struct gs_trace *t);
+
+/* The phase's name in the file and, lower case, in the metrics. */
+const char *gs_phase_name(enum gs_phase p);
+const char *gs_phase_metric(enum gs_phase p);
+
+/* Starts writing to fd (a regular file open for writing), taking it over
+ * on success. who names the requester for the log; node and host name the
+ * trace's process. Returns 0, or a GS_E* code with why. */
+int gs_trace_begin(struct gs_trace *t, int fd, uint32_t node, const char *host,
+		   const char *who, char *why, size_t n);
+/* Completes the file and closes it; *out gets its figures. Returns 0, or
+ * GS_ESTATE when no trace runs. */
+int gs_trace_end(struct gs_trace *t, struct gs_trace_figures *out);
+void gs_trace_get_figures(struct gs_trace *t, struct gs_trace_figures *out);
+
+/* Seconds spent in each phase, and buckets reduced, since the start. */
+void gs_trace_totals(const struct gs_trace *t, double seconds[GS_PHASES],
+		     uint64_t *buckets);
+
+/* Worker thread, from reduce.c: a launched bucket reached the worker, and
+ * a chunk went through; ns[] are when pack, all-reduce and unpack began
+ * and when unpack ended (0 for a phase that did not run). */
+void gs_trace_bucket_start(const struct gs_bucket_run *run, uint64_t now);
+void gs_trace_chunk(const struct gs_bucket_run *run, uint64_t first, uint64_t len,
+		    const uint64_t ns[4]);
+/* A bucket reduced by a backend that does not mark its phases: one REDUCE
+ * event from start to end. */
+void gs_trace_whole(const struct gs_bucket_run *run, uint64_t start, uint64_t end);
+
+#endif

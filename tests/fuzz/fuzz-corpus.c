@@ -1,0 +1,306 @@
+/*
+ * Writes fuzz-session's seed corpus into a directory: real sessions as a
+ * trainer or a control client would speak them (Hello, RegisterTensors
+ * with a memfd buffer, BeginStep, GradientsReady, StatusRequest and the
+ * other control requests), whole, split, over the other wire dtypes, and a
+ * few broken ones, each behind the two bytes of flags of fuzz-input.h.
+ * Built from the protocol's own definitions, so the seeds follow it.
+ *
+ * Usage: fuzz-corpus DIR
+ */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frame.h"
+#include "fuzz-input.h"
+#include "gradsync.h"
+
+struct seed {
+	uint8_t data[8192];
+	size_t len;
+	/* Where a split write should fall (payload offsets, lo <= split < hi). */
+	size_t split_lo, split_hi;
+};
+
+static void put(struct seed *s, const void *p, size_t n)
+{
+	if (s->len + n > sizeof(s->data)) {
+		fprintf(stderr, "fuzz-corpus: seed too long\n");
+		exit(1);
+	}
+	memcpy(s->data + s->len, p, n);
+	s->len += n;
+}
+
+static void start(struct seed *s, unsigned flags)
+{
+	s->len = 0;
+	s->split_lo = s->split_hi = 0;
+	uint8_t head[FUZZ_HEADER] = { (uint8_t)flags, 0 };
+	put(s, head, sizeof(head));
+}
+
+static void frame(struct seed *s, Gradsync__Message *m)
+{
+	uint8_t *buf;
+	size_t len;
+	if (gs_frame_encode(m, &buf, &len) != 0) {
+		fprintf(stderr, "fuzz-corpus: out of memory\n");
+		exit(1);
+	}
+	put(s, buf, len);
+	free(buf);
+}
+
+/* Byte 1 (see FUZZ_SPLIT) that puts the split within [lo, hi). */
+static void place_split(struct seed *s)
+{
+	size_t len = s->len - FUZZ_HEADER;
+	for (unsigned b = 0; b < 256; b++) {
+		size_t at = len * b / 256;
+		if (at >= s->split_lo && at < s->split_hi) {
+			s->data[1] = (uint8_t)b;
+			return;
+		}
+	}
+	fprintf(stderr, "fuzz-corpus: no split point within [%zu, %zu)\n", s->split_lo,
+		s->split_hi);
+	exit(1);
+}
+
+static void save(struct seed *s, const char *dir, const char *name)
+{
+	if (s->data[0] & FUZZ_SPLIT)
+		place_split(s);
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	if (!f || fwrite(s->data, 1, s->len, f) != s->len || fclose(f) != 0) {
+		perror(path);
+		exit(1);
+	}
+}
+
+/* ---- Messages --------------------------------------------------------------- */
+
+static void hello(struct seed *s, Gradsync__Role role, uint32_t version)
+{
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.protocol_version = version;
+	h.role = role;
+	h.local_rank = 0;
+	h.pid = 4242;
+	h.job_id = "fuzz";
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	frame(s, &m);
+}
+
+/* Three tensors in the memfd of FUZZ_MEMFD_BYTES: two share a bucket
+ * under the fuzz daemon's threshold of 300 elements, one goes alone. */
+static const struct {
+	const char *name;
+	uint64_t count, offset;
+} tensors[] = {
+	{ "fc.bias", 100, 0 },
+	{ "fc.weight", 400, 512 },
+	{ "conv.weight", 250, 2560 },
+};
+#define NTENSORS (sizeof(tensors) / sizeof(tensors[0]))
+
+/* RegisterTensors of tensors [first, end), with the buffer when with_buffer. */
+static void register_tensors(struct seed *s, size_t first, size_t end, bool with_buffer,
+			     bool last)
+{
+	Gradsync__Buffer buf = GRADSYNC__BUFFER__INIT;
+	buf.size = FUZZ_MEMFD_BYTES;
+	Gradsync__Buffer *bufs[] = { &buf };
+	Gradsync__TensorSpec specs[NTENSORS];
+	Gradsync__TensorSpec *ptrs[NTENSORS];
+	for (size_t i = first; i < end; i++) {
+		gradsync__tensor_spec__init(&specs[i]);
+		specs[i].name = (char *)tensors[i].name;
+		specs[i].count = tensors[i].count;
+		specs[i].dtype = GRADSYNC__DTYPE__DTYPE_FLOAT32;
+		specs[i].buffer = 0;
+		specs[i].offset = tensors[i].offset;
+		ptrs[i - first] = &specs[i];
+	}
+	Gradsync__RegisterTensors r = GRADSYNC__REGISTER_TENSORS__INIT;
+	r.n_buffers = with_buffer ? 1 : 0;
+	r.buffers = bufs;
+	r.n_tensors = end - first;
+	r.tensors = ptrs;
+	r.last = last;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
+	m.register_tensors = &r;
+	frame(s, &m);
+}
+
+static void begin_step(struct seed *s, uint64_t step, bool clip, bool events)
+{
+	Gradsync__BeginStep b = GRADSYNC__BEGIN_STEP__INIT;
+	b.step = step;
+	b.clipping = clip;
+	b.clip_value = 0.5f;
+	b.bucket_events = events;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_BEGIN_STEP;
+	m.begin_step = &b;
+	frame(s, &m);
+}
+
+static void ready(struct seed *s, uint64_t step, const uint32_t *idx, size_t n)
+{
+	Gradsync__GradientsReady r = GRADSYNC__GRADIENTS_READY__INIT;
+	r.step = step;
+	r.n_tensors = n;
+	r.tensors = (uint32_t *)idx;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
+	m.gradients_ready = &r;
+	frame(s, &m);
+}
+
+/* An empty control request of the given kind. */
+static void request(struct seed *s, Gradsync__Message__BodyCase body)
+{
+	Gradsync__StatusRequest sr = GRADSYNC__STATUS_REQUEST__INIT;
+	Gradsync__MetricsRequest mr = GRADSYNC__METRICS_REQUEST__INIT;
+	Gradsync__ClientsRequest cr = GRADSYNC__CLIENTS_REQUEST__INIT;
+	Gradsync__TraceStart ts = GRADSYNC__TRACE_START__INIT;
+	Gradsync__TraceStop tp = GRADSYNC__TRACE_STOP__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = body;
+	switch (body) {
+	case GRADSYNC__MESSAGE__BODY_STATUS_REQUEST:
+		m.status_request = &sr;
+		break;
+	case GRADSYNC__MESSAGE__BODY_METRICS_REQUEST:
+		m.metrics_request = &mr;
+		break;
+	case GRADSYNC__MESSAGE__BODY_CLIENTS_REQUEST:
+		m.clients_request = &cr;
+		break;
+	case GRADSYNC__MESSAGE__BODY_TRACE_START:
+		m.trace_start = &ts;
+		break;
+	case GRADSYNC__MESSAGE__BODY_TRACE_STOP:
+		m.trace_stop = &tp;
+		break;
+	default:
+		abort();
+	}
+	frame(s, &m);
+}
+
+/* A trainer's whole life: hello, registration, two steps (the second
+ * clipped, with bucket events, its marks in two frames). A trainer waits
+ * for step 1 to end before it begins step 2: split there (FUZZ_SPLIT, the
+ * loop runs in between), anywhere up to the end of BeginStep. */
+static void trainer_session(struct seed *s)
+{
+	static const uint32_t all[] = { 0, 1, 2 }, last[] = { 2 }, first[] = { 0, 1 };
+	hello(s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
+	register_tensors(s, 0, NTENSORS, true, true);
+	begin_step(s, 1, false, false);
+	ready(s, 1, all, 3);
+	s->split_lo = s->len - FUZZ_HEADER;
+	begin_step(s, 2, true, true);
+	s->split_hi = s->len - FUZZ_HEADER;
+	ready(s, 2, last, 1);
+	ready(s, 2, first, 2);
+}
+
+/* ---- The corpus ----------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: fuzz-corpus DIR\n");
+		return 2;
+	}
+	const char *dir = argv[1];
+	struct seed s;
+
+	start(&s, 0);
+	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
+	save(&s, dir, "hello-trainer");
+
+	start(&s, FUZZ_MEMFD);
+	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
+	register_tensors(&s, 0, NTENSORS, true, true);
+	save(&s, dir, "register");
+
+	/* Registration over two frames; the second names the first's buffer. */
+	start(&s, FUZZ_MEMFD);
+	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
+	register_tensors(&s, 0, 1, true, false);
+	register_tensors(&s, 1, NTENSORS, false, true);
+	begin_step(&s, 1, false, false);
+	save(&s, dir, "register-two-frames");
+
+	/* Step 2 begins after step 1 ends, but for "steps-unsplit" (which
+	 * begins it too early and is dropped for it). */
+	static const struct {
+		const char *name;
+		unsigned flags;
+	} steps[] = {
+		{ "steps", FUZZ_MEMFD | FUZZ_SPLIT },
+		{ "steps-bf16", FUZZ_MEMFD | FUZZ_SPLIT | 1u << FUZZ_WIRE_SHIFT },
+		{ "steps-fp32", FUZZ_MEMFD | FUZZ_SPLIT | 2u << FUZZ_WIRE_SHIFT },
+		{ "steps-pair", FUZZ_MEMFD | FUZZ_SPLIT | FUZZ_PAIR },
+		{ "steps-hangup", FUZZ_MEMFD | FUZZ_SPLIT | FUZZ_HANGUP },
+		{ "steps-unsplit", FUZZ_MEMFD },
+		{ "steps-unsealed", FUZZ_MEMFD | FUZZ_SPLIT | FUZZ_UNSEALED },
+		{ "steps-small-memfd", FUZZ_MEMFD | FUZZ_SPLIT | FUZZ_SMALL },
+		{ "steps-no-memfd", FUZZ_SPLIT },
+	};
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+		start(&s, steps[i].flags);
+		trainer_session(&s);
+		request(&s, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST); /* refused: a trainer's */
+		save(&s, dir, steps[i].name);
+	}
+
+	start(&s, 0);
+	hello(&s, GRADSYNC__ROLE__ROLE_CONTROL, GS_PROTOCOL_VERSION);
+	request(&s, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST);
+	request(&s, GRADSYNC__MESSAGE__BODY_CLIENTS_REQUEST);
+	request(&s, GRADSYNC__MESSAGE__BODY_METRICS_REQUEST);
+	save(&s, dir, "control");
+
+	/* The trace file is the memfd, unsealed so that it can be written. */
+	start(&s, FUZZ_MEMFD | FUZZ_UNSEALED);
+	hello(&s, GRADSYNC__ROLE__ROLE_CONTROL, GS_PROTOCOL_VERSION);
+	request(&s, GRADSYNC__MESSAGE__BODY_TRACE_START);
+	request(&s, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST);
+	request(&s, GRADSYNC__MESSAGE__BODY_TRACE_STOP);
+	save(&s, dir, "control-trace");
+
+	start(&s, 0);
+	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION + 1);
+	save(&s, dir, "hello-wrong-version");
+
+	start(&s, 0);
+	begin_step(&s, 1, false, false);
+	save(&s, dir, "step-before-hello");
+
+	/* A header announcing more than --max-frame. */
+	start(&s, 0);
+	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
+	static const uint8_t huge[] = { 0xff, 0xff, 0xff, 0x7f, 0x08, 0x01 };
+	put(&s, huge, sizeof(huge));
+	save(&s, dir, "oversized-frame");
+
+	/* A whole frame that is not a message. */
+	start(&s, 0);
+	static const uint8_t junk[] = { 0x05, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff };
+	put(&s, junk, sizeof(junk));
+	save(&s, dir, "garbage");
+	return 0;
+}

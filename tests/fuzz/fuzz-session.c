@@ -1,0 +1,329 @@
+/*
+ * libFuzzer target over gradsyncd's frame decoding and message handling.
+ *
+ * Each input gets a small real daemon in this process: its own uv loop,
+ * settings from gs_settings_load (defaults plus a few flags), the host
+ * backend, the worker thread, the job, the access rules, and one client
+ * connection over a socketpair, set up as server.c's admit() does. The
+ * input's bytes are what the client writes (see fuzz-input.h for the two
+ * bytes of flags in front); the loop runs without blocking until the daemon
+ * is quiet, the client hangs up, and everything is closed and freed.
+ *
+ * Besides ASan, UBSan and LeakSanitizer, every input must leave no
+ * descriptor open and no memfd mapped: a daemon that leaks either per
+ * client runs out after enough bad clients. A daemon that never settles
+ * (a loop that keeps itself busy) traps.
+ *
+ * GS_FUZZ_LOG=debug (or info, warning) shows the daemon's log.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "conn.h"
+#include "daemon.h"
+#include "frame.h"
+#include "fuzz-input.h"
+#include "log.h"
+#include "server.h"
+#include "session.h"
+#include "trace.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Loop passes one input may take to go quiet; far more than any real
+ * exchange needs (a few dozen). */
+#define SETTLE_PASSES 200000
+
+static const char *log_level = "error";
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+	(void)argc;
+	(void)argv;
+	const char *e = getenv("GS_FUZZ_LOG");
+	if (e && *e)
+		log_level = e;
+	signal(SIGPIPE, SIG_IGN);
+	/* libuv opens a process-wide pipe with the first loop; open it now, so
+	 * that the descriptor count of the first input is not off by it. */
+	uv_loop_t loop;
+	if (uv_loop_init(&loop) != 0 || uv_loop_close(&loop) != 0)
+		abort();
+	return 0;
+}
+
+/* ---- Resources the process holds, to catch leaks ------------------------- */
+
+static int count_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	if (!dir)
+		abort();
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(dir)))
+		n += e->d_name[0] != '.';
+	closedir(dir);
+	return n - 1; /* the directory's own */
+}
+
+static void list_fds(void)
+{
+	DIR *dir = opendir("/proc/self/fd");
+	struct dirent *e;
+	while (dir && (e = readdir(dir))) {
+		char path[300], target[256];
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		ssize_t n = readlink(path, target, sizeof(target) - 1);
+		if (n > 0 && e->d_name[0] != '.') {
+			target[n] = '\0';
+			fprintf(stderr, "  fd %s -> %s\n", e->d_name, target);
+		}
+	}
+	if (dir)
+		closedir(dir);
+}
+
+/* Mappings of the memfds this target made. */
+static int count_fuzz_maps(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (!f)
+		abort();
+	char line[512];
+	int n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, "/memfd:gs-fuzz") != NULL;
+	fclose(f);
+	return n;
+}
+
+/* ---- The client's side ---------------------------------------------------- */
+
+static int make_memfd(unsigned flags)
+{
+	int fd = memfd_create("gs-fuzz", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		abort();
+	size_t size = flags & FUZZ_SMALL ? FUZZ_SMALL_BYTES : FUZZ_MEMFD_BYTES;
+	float v[FUZZ_MEMFD_BYTES / sizeof(float)];
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		v[i] = (float)((int)(i % 7) - 3) * 0.25f;
+	if (write(fd, v, size) != (ssize_t)size)
+		abort();
+	if (!(flags & FUZZ_UNSEALED) &&
+	    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+		abort();
+	return fd;
+}
+
+/* Reads and drops what the daemon wrote; returns the bytes read. */
+static size_t drain(int client)
+{
+	uint8_t buf[65536];
+	size_t total = 0;
+	ssize_t n;
+	while ((n = recv(client, buf, sizeof(buf), MSG_DONTWAIT)) > 0)
+		total += (size_t)n;
+	return total;
+}
+
+/* Whether the daemon's connection (if it is still open) has bytes it has
+ * not read. */
+static bool daemon_has_unread(const struct gs_daemon *d)
+{
+	int unread = 0;
+	return d->conns && ioctl(d->conns->fd, FIONREAD, &unread) == 0 && unread > 0;
+}
+
+/* Runs the loop without blocking until nothing moves: no work on the
+ * worker thread, no bytes the daemon has not read, nothing new from it. */
+static void settle(struct gs_daemon *d, int client)
+{
+	for (int i = 0; i < SETTLE_PASSES; i++) {
+		uv_run(d->loop, UV_RUN_NOWAIT);
+		bool wrote = client >= 0 && drain(client) > 0;
+		if (d->worker.inflight > 0) {
+			sched_yield();
+			continue;
+		}
+		if (!wrote && !daemon_has_unread(d))
+			return;
+	}
+	fprintf(stderr, "fuzz-session: the daemon did not go quiet in %d loop passes\n",
+		SETTLE_PASSES);
+	__builtin_trap();
+}
+
+/* Writes all of buf (the memfd, if any, with the first bytes), running the
+ * daemon whenever the socket is full. Stops early once the daemon has
+ * dropped the client. */
+static void client_write(struct gs_daemon *d, int client, const uint8_t *buf,
+			 size_t len, int *memfd)
+{
+	size_t off = 0;
+	while (off < len) {
+		int nfds = *memfd >= 0;
+		ssize_t n = gs_frame_write_some(client, buf + off, len - off, memfd, (size_t)nfds);
+		if (n == -EAGAIN) {
+			settle(d, client);
+			continue;
+		}
+		if (n < 0)
+			break; /* the daemon hung up on us */
+		if (nfds) {
+			close(*memfd);
+			*memfd = -1;
+		}
+		off += (size_t)n;
+	}
+}
+
+/* ---- The daemon's side ------------------------------------------------------ */
+
+static void on_ready(struct gs_daemon *d, bool ok)
+{
+	if (!ok)
+		abort();
+	gs_job_set_world(&d->job);
+}
+
+static const char *const wire_flag[] = { "--wire=fp16", "--wire=bf16", "--wire=fp32",
+					 "--wire=fp16" };
+
+/* What main.c's run() does, less the signals, the listening socket and
+ * systemd. Small limits, so that the fuzzer reaches them with small
+ * inputs: a bucket per few tensors, chunks of the smallest fusion buffer,
+ * frames of at most 4 KiB, 64 tensors, 64 KiB of gradients. */
+static struct gs_daemon *daemon_open(unsigned flags)
+{
+	char level[64];
+	snprintf(level, sizeof(level), "--log-level=%s", log_level);
+	char *argv[] = {
+		"gradsyncd-fuzz", "--config=", "--backend=host", level,
+		flags & FUZZ_PAIR ? "--local-size=2" : "--local-size=1",
+		(char *)wire_flag[flags >> FUZZ_WIRE_SHIFT & 3],
+		"--threshold=300", "--fusion-buffer=1024", "--max-frame=4096",
+		"--max-tensors=64", "--max-bytes=65536", "--group=", NULL,
+	};
+	struct gs_daemon *d = calloc(1, sizeof(*d));
+	uv_loop_t *loop = calloc(1, sizeof(*loop));
+	if (!d || !loop || uv_loop_init(loop) != 0)
+		abort();
+	if (gs_settings_load(&d->settings, (int)(sizeof(argv) / sizeof(argv[0])) - 1, argv) !=
+	    GS_SETTINGS_RUN)
+		abort();
+	gs_log_init((enum gs_log_level)d->settings.log_level);
+	d->loop = loop;
+	d->listen_fd = -1;
+	d->start_ns = gs_now_ns();
+	d->cluster.cancel_fd = -1;
+	d->backend = gs_backend_host_create(d->settings.local_size, (enum gs_wire)d->settings.wire,
+					    d->settings.fusion_elements);
+	if (!d->backend)
+		abort();
+	gs_job_init(&d->job, d);
+	gs_access_init(&d->access, &d->settings);
+	d->trace = gs_trace_create(loop);
+	if (!d->trace || gs_worker_start(&d->worker, loop) < 0)
+		abort();
+	if (gs_cluster_start(d, on_ready) != 0)
+		abort();
+	return d;
+}
+
+static void print_handle(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	fprintf(stderr, "  %s handle %p%s%s\n", uv_handle_type_name(uv_handle_get_type(h)),
+		(void *)h, uv_is_active(h) ? ", active" : "", uv_is_closing(h) ? ", closing" : "");
+}
+
+/* Stops as gs_daemon_shutdown and main.c's run() do, then frees it all;
+ * a handle left open is a bug. */
+static void daemon_close(struct gs_daemon *d)
+{
+	uv_loop_t *loop = d->loop;
+	gs_server_close(d);
+	gs_cluster_cancel(d);
+	gs_job_close(&d->job);
+	if (d->cluster.agree_timer.loop)
+		uv_close((uv_handle_t *)&d->cluster.agree_timer, NULL);
+	gs_worker_stop(&d->worker);
+	gs_trace_close(d->trace);
+	uv_run(loop, UV_RUN_DEFAULT);
+	gs_trace_destroy(d->trace);
+	gs_job_destroy(&d->job);
+	gs_cluster_destroy(d);
+	d->backend->ops->destroy(d->backend);
+	if (uv_loop_close(loop) != 0) {
+		fprintf(stderr, "fuzz-session: uv handles still open after shutdown:\n");
+		uv_walk(loop, print_handle, NULL);
+		__builtin_trap();
+	}
+	free(loop);
+	free(d);
+}
+
+/* ---- One input -------------------------------------------------------------- */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	if (size < FUZZ_HEADER)
+		return 0;
+	unsigned flags = data[0];
+	const uint8_t *bytes = data + FUZZ_HEADER;
+	size_t len = size - FUZZ_HEADER;
+	size_t split = flags & FUZZ_SPLIT ? len * data[1] / 256 : len;
+	int fds_before = count_fds();
+
+	struct gs_daemon *d = daemon_open(flags);
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
+		abort();
+	/* As admit() does; the connection owns sv[0] from here. */
+	gs_conn_create(d, sv[0], d->settings.max_frame, gs_session_dispatch, gs_session_closed);
+	int client = sv[1];
+	int memfd = flags & FUZZ_MEMFD ? make_memfd(flags) : -1;
+
+	client_write(d, client, bytes, split, &memfd);
+	if (split < len) {
+		settle(d, client);
+		client_write(d, client, bytes + split, len - split, &memfd);
+	}
+	if (memfd >= 0)
+		close(memfd); /* never sent: there were no bytes to carry it */
+	if (flags & FUZZ_HANGUP)
+		shutdown(client, SHUT_WR);
+	settle(d, client);
+	close(client);
+	settle(d, -1);
+	daemon_close(d);
+
+	int fds_after = count_fds();
+	if (fds_after != fds_before) {
+		fprintf(stderr, "fuzz-session: %d descriptors open before the input, %d after:\n",
+			fds_before, fds_after);
+		list_fds();
+		__builtin_trap();
+	}
+	int maps = flags & FUZZ_MEMFD ? count_fuzz_maps() : 0;
+	if (maps != 0) {
+		fprintf(stderr, "fuzz-session: %d mappings of the input's memfd left after it\n", maps);
+		__builtin_trap();
+	}
+	return 0;
+}

@@ -1,0 +1,305 @@
+/*
+ * The trainer of tests/gpu/run.sh, a separate process from gradsyncd that
+ * hands it CUDA tensors through libgradsync.
+ *
+ * Sync mode (check 2): the tensors of a layout (ResNet-50) in two device
+ * allocations, 512-byte aligned as a caching allocator places them. Each
+ * step the gradients are produced on the trainer's stream behind a 20 ms
+ * host callback, and marked ready at once, without synchronising: only the
+ * ready event keeps gradsyncd from reading the previous step's values.
+ * After the step the stream waits on the done event and copies the results
+ * back. Every element is checked against the host backend's kernels on the
+ * same inputs (one GPU: the reduce is the identity), bit for bit, and the
+ * step's clipped and non-finite counts against the host's. One step clips.
+ *
+ * Bench mode (check 3): ELEMENTS as tensors of 65536, all in one bucket,
+ * timed per step (begin to results on the trainer's stream); rank 0 prints
+ * the median.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "common.h"
+#include "convert.h"
+#include "gradsync.h"
+
+#define CUDA(call)                                                                     \
+	do {                                                                           \
+		cudaError_t e_ = (call);                                               \
+		if (e_ != cudaSuccess) {                                               \
+			fprintf(stderr, "gpu-trainer: %s: %s\n", #call, cudaGetErrorString(e_)); \
+			exit(1);                                                       \
+		}                                                                      \
+	} while (0)
+
+#define GS(c, call)                                                                    \
+	do {                                                                           \
+		int r_ = (call);                                                       \
+		if (r_ != GS_OK) {                                                     \
+			fprintf(stderr, "gpu-trainer: %s: %s\n", #call, gs_last_error(c)); \
+			exit(1);                                                       \
+		}                                                                      \
+	} while (0)
+
+struct options {
+	const char *socket;
+	const char *layout;
+	unsigned rank;
+	unsigned steps;
+	unsigned clip_step;
+	uint64_t bench_elements;
+};
+
+struct trainer {
+	struct options o;
+	gs_client *c;
+	struct gs_session_info info;
+	size_t n;
+	uint64_t *counts;
+	char **names;
+	float **dev;       /* per tensor */
+	uint64_t *host_off; /* per tensor, into the host arrays */
+	uint64_t total;
+	float *in, *out;   /* pinned host: inputs, results */
+	cudaStream_t stream;
+};
+
+static void parse(int argc, char **argv, struct options *o)
+{
+	static const struct option longs[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "layout", required_argument, NULL, 'l' },
+		{ "rank", required_argument, NULL, 'r' },
+		{ "steps", required_argument, NULL, 'n' },
+		{ "clip-step", required_argument, NULL, 'c' },
+		{ "bench-elements", required_argument, NULL, 'b' },
+		{ NULL, 0, NULL, 0 },
+	};
+	*o = (struct options){ NULL, NULL, 0, 5, 3, 0 };
+	int opt;
+	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		switch (opt) {
+		case 's': o->socket = optarg; break;
+		case 'l': o->layout = optarg; break;
+		case 'r': o->rank = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'n': o->steps = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'c': o->clip_step = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'b': o->bench_elements = strtoull(optarg, NULL, 10); break;
+		default:
+			fprintf(stderr, "usage: gpu-trainer --socket PATH (--layout FILE [--steps N] [--clip-step S] | --bench-elements N) [--rank R]\n");
+			exit(2);
+		}
+	}
+	if (!o->socket || (!o->layout && !o->bench_elements)) {
+		fprintf(stderr, "gpu-trainer: --socket and --layout or --bench-elements are needed\n");
+		exit(2);
+	}
+}
+
+/* Two allocations, tensors alternating between them, 512-byte aligned. */
+static void allocate(struct trainer *t)
+{
+	uint64_t bytes[2] = { 0, 0 }, *off = calloc(t->n, sizeof(*off));
+	t->dev = calloc(t->n, sizeof(*t->dev));
+	t->host_off = calloc(t->n, sizeof(*t->host_off));
+	int split = t->o.bench_elements ? 1 : 2;
+	for (size_t i = 0; i < t->n; i++) {
+		int a = (int)(i % (size_t)split);
+		off[i] = bytes[a];
+		bytes[a] += (t->counts[i] * 4 + 511) & ~(uint64_t)511;
+		t->host_off[i] = t->total;
+		t->total += t->counts[i];
+	}
+	char *base[2] = { NULL, NULL };
+	for (int a = 0; a < split; a++)
+		CUDA(cudaMalloc((void **)&base[a], bytes[a]));
+	for (size_t i = 0; i < t->n; i++)
+		t->dev[i] = (float *)(base[i % (size_t)split] + off[i]);
+	free(off);
+	CUDA(cudaMallocHost((void **)&t->in, t->total * 4));
+	CUDA(cudaMallocHost((void **)&t->out, t->total * 4));
+	memset(t->in, 0, t->total * 4);
+}
+
+static void start(struct trainer *t)
+{
+	CUDA(cudaSetDevice((int)t->o.rank));
+	CUDA(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
+	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
+	co.socket_path = t->o.socket;
+	co.local_rank = t->o.rank;
+	co.timeout_ms = 60000;
+	if (gs_connect(&co, &t->c) != GS_OK) {
+		fprintf(stderr, "gpu-trainer: gs_connect: %s\n", gs_last_error(NULL));
+		exit(1);
+	}
+	GS(t->c, gs_session_info(t->c, &t->info));
+	allocate(t);
+	struct gs_cuda_tensor_spec *specs = calloc(t->n, sizeof(*specs));
+	for (size_t i = 0; i < t->n; i++)
+		specs[i] = (struct gs_cuda_tensor_spec){ t->names[i], t->counts[i], GS_FLOAT32, t->dev[i] };
+	GS(t->c, gs_register_cuda(t->c, specs, t->n));
+	free(specs);
+}
+
+static void CUDART_CB sleep_20ms(void *arg)
+{
+	usleep(20000);
+}
+
+/* Produces this step's gradients on the stream, behind a delay, and marks
+ * them ready in backpropagation order, eight at a time, without waiting. */
+static void produce_and_mark(struct trainer *t, bool delay)
+{
+	if (delay)
+		CUDA(cudaLaunchHostFunc(t->stream, sleep_20ms, NULL));
+	uint32_t batch[8];
+	size_t k = 0;
+	for (size_t i = 0; i < t->n; i++) {
+		CUDA(cudaMemcpyAsync(t->dev[i], t->in + t->host_off[i], t->counts[i] * 4,
+				     cudaMemcpyHostToDevice, t->stream));
+		batch[k++] = (uint32_t)i;
+		if (k == 8 || i + 1 == t->n) {
+			GS(t->c, gs_cuda_mark_ready(t->c, batch, k, t->stream));
+			k = 0;
+		}
+	}
+}
+
+static void collect(struct trainer *t, struct gs_step_result *res)
+{
+	GS(t->c, gs_step_wait(t->c, 120000, res));
+	GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
+	for (size_t i = 0; i < t->n; i++)
+		CUDA(cudaMemcpyAsync(t->out + t->host_off[i], t->dev[i], t->counts[i] * 4,
+				     cudaMemcpyDeviceToHost, t->stream));
+	CUDA(cudaStreamSynchronize(t->stream));
+}
+
+/* The same step on the host backend's kernels: with one rank the reduce
+ * is the identity, so the result is unpack(pack(input)). */
+static uint64_t check_step(struct trainer *t, const struct gs_pack_params *p, float post,
+			   const struct gs_step_result *res, unsigned step)
+{
+	enum gs_wire w = (enum gs_wire)t->info.wire_dtype;
+	void *wire = malloc(t->total * 4);
+	float *want = malloc(t->total * 4);
+	uint64_t clipped = gs_pack(w, wire, t->in, t->total, p);
+	uint64_t nonfinite = gs_unpack(w, &want, 1, wire, t->total, post);
+	uint64_t bad = 0, first = t->total;
+	for (uint64_t i = 0; i < t->total; i++) {
+		if (memcmp(&want[i], &t->out[i], 4)) {
+			if (first == t->total)
+				first = i;
+			bad++;
+		}
+	}
+	if (bad)
+		fprintf(stderr, "gpu-trainer: step %u: %" PRIu64 " of %" PRIu64 " elements differ, first %" PRIu64 ": %a, want %a (input %a)\n",
+			step, bad, t->total, first, (double)t->out[first], (double)want[first],
+			(double)t->in[first]);
+	if (res->clipped != clipped || res->nonfinite != nonfinite) {
+		fprintf(stderr, "gpu-trainer: step %u: gradsyncd counted %" PRIu64 " clipped and %" PRIu64 " non-finite; the host %" PRIu64 " and %" PRIu64 "\n",
+			step, res->clipped, res->nonfinite, clipped, nonfinite);
+		bad++;
+	}
+	free(wire);
+	free(want);
+	return bad;
+}
+
+static int run_sync(struct trainer *t)
+{
+	/* gradsyncd's scale factors, as gs_settings_scales derives them. */
+	double world = t->info.world_size, pre = t->info.predivide_factor;
+	float prescale = (float)(1.0 / pre);
+	float post = (float)(t->info.op == GS_OP_AVERAGE ? pre / world : pre);
+	uint64_t seed = 0x853c49e6748fea9bu + t->o.rank, bad = 0, clipped = 0, nonfinite = 0;
+	double t0 = now_s();
+	for (unsigned s = 1; s <= t->o.steps; s++) {
+		for (uint64_t i = 0; i < t->total; i++)
+			t->in[i] = gradient_value(&seed);
+		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
+		so.clipping = s == t->o.clip_step;
+		so.clip_value = 0.5f;
+		GS(t->c, gs_step_begin(t->c, &so));
+		produce_and_mark(t, true);
+		struct gs_step_result res;
+		collect(t, &res);
+		struct gs_pack_params p = { prescale, so.clipping, so.clip_value };
+		bad += check_step(t, &p, post, &res, s);
+		clipped += res.clipped;
+		nonfinite += res.nonfinite;
+	}
+	double secs = now_s() - t0;
+	if (bad) {
+		printf("FAIL sync %s: %" PRIu64 " mismatches over %u steps of %zu tensors (%" PRIu64 " elements)\n",
+		       gs_wire_name((enum gs_wire)t->info.wire_dtype), bad, t->o.steps, t->n, t->total);
+		return 1;
+	}
+	printf("PASS sync %s: %u steps of %zu tensors (%" PRIu64 " elements) in 2 CUDA allocations through CUDA IPC, bitwise equal to the host kernels; %" PRIu64 " clipped, %" PRIu64 " non-finite as the host counted; %.1f ms per step\n",
+	       gs_wire_name((enum gs_wire)t->info.wire_dtype), t->o.steps, t->n, t->total, clipped,
+	       nonfinite, secs * 1000 / t->o.steps);
+	return 0;
+}
+
+static int run_bench(struct trainer *t)
+{
+	enum { WARMUP = 3, STEPS = 20 };
+	double times[STEPS];
+	uint32_t *all = malloc(t->n * sizeof(*all));
+	for (size_t i = 0; i < t->n; i++)
+		all[i] = (uint32_t)i;
+	for (int s = 0; s < WARMUP + STEPS; s++) {
+		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
+		struct gs_step_result res;
+		CUDA(cudaStreamSynchronize(t->stream));
+		double t0 = now_s();
+		GS(t->c, gs_step_begin(t->c, &so));
+		GS(t->c, gs_cuda_mark_ready(t->c, all, t->n, t->stream));
+		GS(t->c, gs_step_wait(t->c, 120000, &res));
+		GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
+		CUDA(cudaStreamSynchronize(t->stream));
+		if (s >= WARMUP)
+			times[s - WARMUP] = now_s() - t0;
+	}
+	free(all);
+	if (t->o.rank == 0)
+		printf("BENCH elements=%" PRIu64 " ranks=%u step_us=%.1f\n", t->total,
+		       t->info.world_size, median(times, STEPS) * 1e6);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct trainer t;
+	memset(&t, 0, sizeof(t));
+	parse(argc, argv, &t.o);
+	if (t.o.bench_elements) {
+		t.n = (size_t)((t.o.bench_elements + 65535) / 65536);
+		t.counts = calloc(t.n, sizeof(*t.counts));
+		t.names = calloc(t.n, sizeof(*t.names));
+		for (size_t i = 0; i < t.n; i++) {
+			t.counts[i] = 65536;
+			t.names[i] = malloc(32);
+			snprintf(t.names[i], 32, "bench.%zu", i);
+		}
+	} else {
+		struct layout l;
+		layout_load(t.o.layout, &l);
+		t.n = l.n;
+		t.counts = l.counts;
+		t.names = l.names;
+	}
+	start(&t);
+	int rc = t.o.bench_elements ? run_bench(&t) : run_sync(&t);
+	gs_close(t.c);
+	return rc;
+}
