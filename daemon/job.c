@@ -251,8 +251,11 @@ void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 	gs_info("trainer pid %d (local rank %u) left job '%s'", (int)t->pid,
 		t->rank, j->id);
 	/* Once every bucket has launched, the step can still finish: the
-	 * buckets read the trainer's memory, which stays mapped until then. */
-	if (j->in_step && j->next_launch < j->plan.nbuckets) {
+	 * buckets read the trainer's memory, which stays mapped until then. A
+	 * trainer that had not begun the step has given it nothing: a
+	 * restarted one may take its place, so the step waits (bounded by
+	 * --step-timeout) instead. */
+	if (j->in_step && t->in_step && j->next_launch < j->plan.nbuckets) {
 		char why[200];
 		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u went away during step %llu",
 			 t->rank, (int)t->pid, j->d->cluster.node_rank, (unsigned long long)j->step);
