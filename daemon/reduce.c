@@ -151,17 +151,12 @@ static void bucket_done(struct gs_work *w)
 	gs_job_bucket_finished(run->job, run);
 }
 
-struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
+/* What every run of bucket `bucket` of the job's current step knows. */
+static struct gs_bucket_run *run_alloc(struct gs_job *j, uint32_t bucket)
 {
 	struct gs_bucket_run *run = calloc(1, sizeof(*run));
 	if (!run)
 		return NULL;
-	const struct gs_bucket *bk = &j->plan.buckets[bucket];
-	run->spans = calloc(bk->count, sizeof(*run->spans));
-	if (!run->spans) {
-		free(run);
-		return NULL;
-	}
 	run->work.run = bucket_work;
 	run->work.done = bucket_done;
 	run->job = j;
@@ -170,10 +165,24 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 	run->counts = j->layout.counts;
 	run->bucket = bucket;
 	run->step = j->step;
-	run->nranks = j->d->settings.local_size;
-	run->postscale = j->postscale;
 	run->nodes = j->d->cluster.nodes;
 	run->node_rank = j->d->cluster.node_rank;
+	return run;
+}
+
+struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
+{
+	struct gs_bucket_run *run = run_alloc(j, bucket);
+	if (!run)
+		return NULL;
+	const struct gs_bucket *bk = &j->plan.buckets[bucket];
+	run->spans = calloc(bk->count, sizeof(*run->spans));
+	if (!run->spans) {
+		free(run);
+		return NULL;
+	}
+	run->nranks = j->d->settings.local_size;
+	run->postscale = j->postscale;
 	run->ready_ns = j->step_start_ns;
 	run->launch_ns = gs_now_ns();
 	for (unsigned r = 0; r < run->nranks; r++) {
@@ -187,19 +196,9 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 struct gs_bucket_run *gs_bucket_run_create_abort(struct gs_job *j, uint32_t bucket,
 						 int reason, uint32_t rank)
 {
-	struct gs_bucket_run *run = calloc(1, sizeof(*run));
+	struct gs_bucket_run *run = run_alloc(j, bucket);
 	if (!run)
 		return NULL;
-	run->work.run = bucket_work;
-	run->work.done = bucket_done;
-	run->job = j;
-	run->backend = j->d->backend;
-	run->plan = &j->plan;
-	run->counts = j->layout.counts;
-	run->bucket = bucket;
-	run->step = j->step;
-	run->nodes = j->d->cluster.nodes;
-	run->node_rank = j->d->cluster.node_rank;
 	run->abort_reason = reason;
 	run->abort_rank = rank;
 	return run;
