@@ -9,12 +9,15 @@
  *   all-reduce: that buffer across nodes with Gloo, when there are several;
  *   unpack: widened, scaled and written into every trainer's spans.
  *
- * The pack+sum and unpack phases of a large chunk are split by element
- * range over up to one thread per local trainer (the worker thread and
- * helpers of this backend), since on a node of M trainers the reduce does
- * M times the memory traffic of one, and the trainers' own cores wait for
- * it. Every element is computed by the same kernels whichever thread does
- * it, so the result does not depend on the split.
+ * On a node of several trainers, the pack+sum and unpack phases of a large
+ * chunk are cut into slices that up to one thread per local trainer (the
+ * worker thread and helpers of this backend) claim one at a time: the
+ * reduce does M times the memory traffic of one trainer, and the
+ * trainers' own cores wait for it. Claiming, rather than a fixed share per
+ * thread, keeps a thread the scheduler delays (other work on the machine)
+ * from holding up the phase by more than one slice. Every element is
+ * computed by the same kernels whichever thread does it, so the result
+ * does not depend on the split.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -31,24 +34,29 @@
 #include "gloo_comm.h"
 #endif
 
-/* Threads of one backend, the worker thread being part 0. */
-#define HOST_MAX_PARTS 8
-/* Below this many elements per part a split costs more than it saves. */
-#define HOST_MIN_PART_ELEMENTS 65536
+/* Threads of one backend: the worker thread (0) and its helpers. */
+#define HOST_MAX_THREADS 8
+/* Elements of a slice: about 0.1 ms of work for two trainers here. */
+#define HOST_SLICE_ELEMENTS 262144
 
-struct host_part {
+struct host_backend;
+
+struct host_thread {
+	struct host_backend *h;
+	unsigned index;
 	struct gs_span *spans; /* room for the largest bucket's members */
+	/* Summed over the bucket's slices this thread did. */
 	uint64_t clipped[GS_PACK_SUM_MAX_SOURCES];
 	uint64_t nonfinite;
 };
 
-/* The chunk the parts work on, set by the worker thread before it wakes
- * the helpers. */
-struct host_chunk {
+/* One phase of one chunk, written by the worker thread before it opens
+ * the phase's slices to claims (and not changed until all are done). */
+struct host_phase {
 	const struct gs_bucket_io *io;
 	uint64_t start, len; /* elements of the bucket */
-	unsigned parts;
-	bool unpack;         /* the phase: pack+sum, or unpack */
+	bool unpack;         /* unpack, or pack+sum */
+	uint64_t slice;      /* elements per slice */
 };
 
 struct host_backend {
@@ -57,17 +65,21 @@ struct host_backend {
 	struct gs_gloo *gloo; /* NULL on a single node */
 	int gloo_timeout_ms;
 
-	struct host_part part[HOST_MAX_PARTS];
-	size_t span_room; /* spans each part has room for */
-	struct host_chunk chunk;
+	struct host_thread thread[HOST_MAX_THREADS];
+	size_t span_room; /* spans each thread has room for */
+	struct host_phase phase;
+	/* The claim word: round (24 bits), slices (20), next slice (20). A
+	 * slice is claimed by a compare-and-swap of next while the round is
+	 * the one the claimer was woken for. */
+	_Atomic uint64_t claim;
+	_Atomic uint32_t done; /* slices of the round finished */
+	uint32_t round;        /* worker thread only */
 
-	/* Helpers: threads 1 .. nthreads - 1 run parts 1 .. parts - 1. */
 	unsigned nthreads;
-	pthread_t helper[HOST_MAX_PARTS];
+	pthread_t helper[HOST_MAX_THREADS];
 	pthread_mutex_t lock;
-	pthread_cond_t go, done;
-	uint64_t round;   /* bumped for every phase the helpers join */
-	unsigned pending; /* helpers still in this round */
+	pthread_cond_t go, finished;
+	uint32_t go_round; /* under lock: the round helpers are woken for */
 	bool stopping;
 };
 
@@ -91,108 +103,144 @@ static void host_release(struct gs_backend *b, void *addr, uint64_t size)
 	gs_shm_unmap(addr, size);
 }
 
-/* ---- One part of a chunk ---------------------------------------------- */
+/* ---- One slice of a chunk -------------------------------------------- */
 
-/* Elements [from, from + n) of the chunk, as spans of the bucket. */
-static void part_range(const struct host_chunk *c, unsigned p, uint64_t *from, uint64_t *n)
+static void slice_pack(struct host_backend *h, struct host_thread *t, const struct gs_span *sp,
+		       size_t nspans, char *dst)
 {
-	uint64_t a = c->len * p / c->parts, b = c->len * (p + 1) / c->parts;
-	*from = a;
-	*n = b - a;
-}
-
-static void part_pack(struct host_backend *h, struct host_part *part, const struct gs_span *sp,
-		      size_t nspans, char *dst)
-{
-	const struct gs_bucket_io *io = h->chunk.io;
+	const struct gs_bucket_io *io = h->phase.io;
 	size_t esize = gs_wire_size(h->base.wire);
 	const float *srcs[GS_PACK_SUM_MAX_SOURCES];
 	for (size_t i = 0; i < nspans; i++) {
 		for (unsigned r = 0; r < io->nranks; r++)
 			srcs[r] = io->tensors[r][sp[i].tensor] + sp[i].offset;
 		gs_pack_sum(h->base.wire, dst, srcs, io->nranks, sp[i].count, io->pack,
-			    part->clipped);
+			    t->clipped);
 		dst += sp[i].count * esize;
 	}
 }
 
-static void part_unpack(struct host_backend *h, struct host_part *part, const struct gs_span *sp,
-			size_t nspans, const char *src)
+static void slice_unpack(struct host_backend *h, struct host_thread *t,
+			 const struct gs_span *sp, size_t nspans, const char *src)
 {
-	const struct gs_bucket_io *io = h->chunk.io;
+	const struct gs_bucket_io *io = h->phase.io;
 	size_t esize = gs_wire_size(h->base.wire);
 	float *dsts[GS_PACK_SUM_MAX_SOURCES];
 	for (size_t i = 0; i < nspans; i++) {
 		for (unsigned r = 0; r < io->nranks; r++)
 			dsts[r] = io->tensors[r][sp[i].tensor] + sp[i].offset;
-		part->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src, sp[i].count,
-					     io->postscale);
+		t->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src, sp[i].count,
+					  io->postscale);
 		src += sp[i].count * esize;
 	}
 }
 
-static void run_part(struct host_backend *h, unsigned p)
+/* Elements [first, first + n) of the chunk in the current phase. */
+static void run_slice(struct host_backend *h, struct host_thread *t, uint64_t first, uint64_t n)
 {
-	const struct host_chunk *c = &h->chunk;
-	const struct gs_bucket_io *io = c->io;
-	struct host_part *part = &h->part[p];
-	uint64_t from, n;
-	part_range(c, p, &from, &n);
-	size_t nspans = gs_plan_chunk_spans(io->plan, io->counts, io->bucket, c->start + from, n,
-					    part->spans, h->span_room);
-	char *at = (char *)h->fusion + from * gs_wire_size(h->base.wire);
-	if (c->unpack)
-		part_unpack(h, part, part->spans, nspans, at);
+	const struct host_phase *ph = &h->phase;
+	const struct gs_bucket_io *io = ph->io;
+	size_t nspans = gs_plan_chunk_spans(io->plan, io->counts, io->bucket, ph->start + first, n,
+					    t->spans, h->span_room);
+	char *at = (char *)h->fusion + first * gs_wire_size(h->base.wire);
+	if (ph->unpack)
+		slice_unpack(h, t, t->spans, nspans, at);
 	else
-		part_pack(h, part, part->spans, nspans, at);
+		slice_pack(h, t, t->spans, nspans, at);
 }
 
-/* ---- Helper threads ----------------------------------------------------- */
+/* ---- Claiming slices ---------------------------------------------------- */
+
+#define ROUND_MASK 0xffffffu
+#define SLICE_MASK 0xfffffu
+
+static uint64_t claim_word(uint32_t round, uint32_t slices, uint32_t next)
+{
+	return (uint64_t)round << 40 | (uint64_t)slices << 20 | next;
+}
+
+/* Claims the next slice of `round` into *slice (and its round's slice
+ * count into *slices); false when none is left or the round is over. */
+static bool claim_slice(struct host_backend *h, uint32_t round, uint32_t *slice, uint32_t *slices)
+{
+	uint64_t v = atomic_load(&h->claim);
+	for (;;) {
+		uint32_t r = (uint32_t)(v >> 40), total = (v >> 20) & SLICE_MASK, next = v & SLICE_MASK;
+		if (r != round || next >= total)
+			return false;
+		if (atomic_compare_exchange_weak(&h->claim, &v, v + 1)) {
+			*slice = next;
+			*slices = total;
+			return true;
+		}
+	}
+}
+
+/* Does slices of `round` while there are any; the thread that finishes the
+ * round's last slice wakes the worker if it waits. */
+static void work_round(struct host_backend *h, struct host_thread *t, uint32_t round)
+{
+	uint32_t slice, slices;
+	while (claim_slice(h, round, &slice, &slices)) {
+		uint64_t len = h->phase.len, size = h->phase.slice, first = slice * size;
+		run_slice(h, t, first, len - first < size ? len - first : size);
+		if (atomic_fetch_add(&h->done, 1) + 1 == slices && t->index != 0) {
+			pthread_mutex_lock(&h->lock);
+			pthread_cond_signal(&h->finished);
+			pthread_mutex_unlock(&h->lock);
+		}
+	}
+}
 
 static void *helper_main(void *arg)
 {
-	struct host_backend *h = arg;
+	struct host_thread *t = arg;
+	struct host_backend *h = t->h;
+	uint32_t seen = 0;
 	pthread_mutex_lock(&h->lock);
-	unsigned me = h->pending++; /* 0-based among helpers, in start order */
-	uint64_t seen = h->round;
-	pthread_cond_signal(&h->done);
 	for (;;) {
-		while (h->round == seen && !h->stopping)
+		while (h->go_round == seen && !h->stopping)
 			pthread_cond_wait(&h->go, &h->lock);
 		if (h->stopping)
 			break;
-		seen = h->round;
-		unsigned p = me + 1;
-		bool mine = p < h->chunk.parts;
+		seen = h->go_round;
 		pthread_mutex_unlock(&h->lock);
-		if (mine)
-			run_part(h, p);
+		work_round(h, t, seen);
 		pthread_mutex_lock(&h->lock);
-		if (--h->pending == 0)
-			pthread_cond_signal(&h->done);
 	}
 	pthread_mutex_unlock(&h->lock);
 	return NULL;
 }
 
-/* Runs the current phase of h->chunk on all its parts and returns when
- * every part is done. */
+/* Runs h->phase to its end: in one piece on this thread, or in slices that
+ * this thread and the helpers claim. */
 static void run_phase(struct host_backend *h)
 {
-	if (h->chunk.parts == 1) {
-		run_part(h, 0);
-		return;
+	uint64_t len = h->phase.len, size = len;
+	if (h->nthreads > 1 && len > HOST_SLICE_ELEMENTS) {
+		size = HOST_SLICE_ELEMENTS;
+		if ((len + size - 1) / size > SLICE_MASK) /* a fusion buffer of 2^38 */
+			size = (len + SLICE_MASK - 1) / SLICE_MASK;
 	}
-	pthread_mutex_lock(&h->lock);
-	h->round++;
-	h->pending = h->nthreads - 1;
-	pthread_cond_broadcast(&h->go);
-	pthread_mutex_unlock(&h->lock);
-	run_part(h, 0);
-	pthread_mutex_lock(&h->lock);
-	while (h->pending > 0)
-		pthread_cond_wait(&h->done, &h->lock);
-	pthread_mutex_unlock(&h->lock);
+	uint32_t slices = len ? (uint32_t)((len + size - 1) / size) : 0;
+	h->phase.slice = size;
+	/* Rounds run 1 .. ROUND_MASK: the helpers start having seen round 0. */
+	h->round = h->round % ROUND_MASK + 1;
+	atomic_store(&h->done, 0);
+	atomic_store(&h->claim, claim_word(h->round, slices, 0));
+	if (slices > 1) {
+		pthread_mutex_lock(&h->lock);
+		h->go_round = h->round;
+		pthread_cond_broadcast(&h->go);
+		pthread_mutex_unlock(&h->lock);
+	}
+	work_round(h, &h->thread[0], h->round);
+	if (slices > 1) {
+		pthread_mutex_lock(&h->lock);
+		while (atomic_load(&h->done) < slices)
+			pthread_cond_wait(&h->finished, &h->lock);
+		pthread_mutex_unlock(&h->lock);
+	}
 }
 
 static void stop_helpers(struct host_backend *h)
@@ -206,24 +254,16 @@ static void stop_helpers(struct host_backend *h)
 	h->nthreads = 1;
 }
 
-/* Starts want - 1 helpers (fewer if thread creation fails: the parts then
- * just run on fewer threads) and waits until each is ready. */
+/* Starts want - 1 helpers (fewer if thread creation fails: the slices then
+ * go to fewer threads). */
 static void start_helpers(struct host_backend *h, unsigned want)
 {
 	h->nthreads = 1;
-	pthread_mutex_lock(&h->lock);
-	h->pending = 0;
-	pthread_mutex_unlock(&h->lock);
 	for (unsigned t = 1; t < want; t++) {
-		if (pthread_create(&h->helper[t], NULL, helper_main, h) != 0)
+		if (pthread_create(&h->helper[t], NULL, helper_main, &h->thread[t]) != 0)
 			break;
 		h->nthreads++;
 	}
-	pthread_mutex_lock(&h->lock);
-	while (h->pending < h->nthreads - 1)
-		pthread_cond_wait(&h->done, &h->lock);
-	h->pending = 0;
-	pthread_mutex_unlock(&h->lock);
 }
 
 /* ---- A bucket ----------------------------------------------------------- */
@@ -250,11 +290,11 @@ static int ensure_span_room(struct host_backend *h, size_t members)
 {
 	if (members <= h->span_room)
 		return GS_OK;
-	for (unsigned p = 0; p < HOST_MAX_PARTS; p++) {
-		struct gs_span *s = realloc(h->part[p].spans, members * sizeof(*s));
+	for (unsigned t = 0; t < HOST_MAX_THREADS; t++) {
+		struct gs_span *s = realloc(h->thread[t].spans, members * sizeof(*s));
 		if (!s)
 			return GS_ENOMEM;
-		h->part[p].spans = s;
+		h->thread[t].spans = s;
 	}
 	h->span_room = members;
 	return GS_OK;
@@ -274,20 +314,17 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 		snprintf(b->error, sizeof(b->error), "out of memory for bucket %u", io->bucket);
 		return GS_ENOMEM;
 	}
-	for (unsigned p = 0; p < h->nthreads; p++)
-		memset(h->part[p].clipped, 0, io->nranks * sizeof(uint64_t));
+	for (unsigned t = 0; t < h->nthreads; t++) {
+		memset(h->thread[t].clipped, 0, io->nranks * sizeof(uint64_t));
+		h->thread[t].nonfinite = 0;
+	}
 	int rc = GS_OK;
 	for (uint64_t start = 0; start < bk->elements && rc == GS_OK;
 	     start += b->fusion_elements) {
 		uint64_t len = bk->elements - start;
 		if (len > b->fusion_elements)
 			len = b->fusion_elements;
-		uint64_t parts = len / HOST_MIN_PART_ELEMENTS;
-		h->chunk = (struct host_chunk){ io, start, len, 1, false };
-		if (parts > 1)
-			h->chunk.parts = parts < h->nthreads ? (unsigned)parts : h->nthreads;
-		for (unsigned p = 0; p < h->chunk.parts; p++)
-			h->part[p].nonfinite = 0;
+		h->phase = (struct host_phase){ io, start, len, false, len };
 		gs_io_mark(io, GS_MARK_PACK, start, len);
 		run_phase(h);
 		gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
@@ -295,15 +332,15 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 		if (rc != GS_OK)
 			break;
 		gs_io_mark(io, GS_MARK_UNPACK, start, len);
-		h->chunk.unpack = true;
+		h->phase.unpack = true;
 		run_phase(h);
-		for (unsigned p = 0; p < h->chunk.parts; p++)
-			*io->nonfinite += h->part[p].nonfinite;
 		gs_io_mark(io, GS_MARK_DONE, start, len);
 	}
-	for (unsigned p = 0; p < h->nthreads; p++)
+	for (unsigned t = 0; t < h->nthreads; t++) {
 		for (unsigned r = 0; r < io->nranks; r++)
-			io->clipped[r] += h->part[p].clipped[r];
+			io->clipped[r] += h->thread[t].clipped[r];
+		*io->nonfinite += h->thread[t].nonfinite;
+	}
 	return rc;
 }
 
@@ -328,9 +365,9 @@ static void host_destroy(struct gs_backend *b)
 	stop_helpers(h);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->go);
-	pthread_cond_destroy(&h->done);
-	for (unsigned p = 0; p < HOST_MAX_PARTS; p++)
-		free(h->part[p].spans);
+	pthread_cond_destroy(&h->finished);
+	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
+		free(h->thread[t].spans);
 	free(h->fusion);
 	free(h);
 }
@@ -343,14 +380,14 @@ static const struct gs_backend_ops host_ops = {
 };
 
 /* One thread per local trainer, as many as the CPUs allow, at most
- * HOST_MAX_PARTS. */
+ * HOST_MAX_THREADS. */
 static unsigned thread_count(unsigned local_size)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned n = local_size;
 	if (cpus > 0 && (unsigned long)cpus < n)
 		n = (unsigned)cpus;
-	return n < 1 ? 1 : n > HOST_MAX_PARTS ? HOST_MAX_PARTS : n;
+	return n < 1 ? 1 : n > HOST_MAX_THREADS ? HOST_MAX_THREADS : n;
 }
 
 struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
@@ -367,9 +404,11 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->base.wire = wire;
 	h->base.fusion_elements = fusion_elements;
 	h->nthreads = 1;
+	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
+		h->thread[t] = (struct host_thread){ .h = h, .index = t };
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->go, NULL);
-	pthread_cond_init(&h->done, NULL);
+	pthread_cond_init(&h->finished, NULL);
 	/* Sized for the widest wire dtype, rounded to whole cache lines. */
 	size_t bytes = (fusion_elements * sizeof(float) + 63) & ~(size_t)63;
 	h->fusion = aligned_alloc(64, bytes);

@@ -10,6 +10,7 @@ packages=(
   g++ libgloo-dev
   clang libclang-rt-14-dev
   systemd groff-base python3
+  gnuplot-nox
 )
 
 missing=()

@@ -1,0 +1,302 @@
+/*
+ * gradsync-bench-trainer: a lean trainer that only times steps. It
+ * registers a layout's gradients with gradsyncd in backpropagation order
+ * (the file's order reversed), fills them once, and then, every step,
+ * begins it, marks the tensors ready in batches as backpropagation would
+ * produce them, and waits for the reduced result. It prints, or writes as
+ * CSV, the wall time of each step from gs_step_begin to the return of
+ * gs_step_wait.
+ *
+ * Nothing is recomputed between steps: with the default average the
+ * gradients stay the same values from step to step, so nothing overflows
+ * however many steps run. Correctness is the example trainer's job; this
+ * one only checks that the daemon saw no non-finite values.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench.h"
+#include "gradsync.h"
+
+#define WAIT_TIMEOUT_MS 120000
+
+struct options {
+	const char *socket;
+	const char *layout;
+	uint32_t rank;
+	unsigned steps, warmup, batch;
+	const char *csv;
+	const char *progress; /* a label: print progress to stderr */
+	const char *phases;   /* where the node's time per phase goes */
+};
+
+#define MAX_PHASES 8
+
+/* The daemon's time per bucket phase (its metrics), summed over buckets. */
+struct phases {
+	int n;
+	char name[MAX_PHASES][32];
+	double seconds[MAX_PHASES];
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: gradsync-bench-trainer --socket PATH --layout FILE [options]\n"
+		   "\n"
+		   "  --rank R       local rank on this node (default 0)\n"
+		   "  --steps K      timed steps (default 20)\n"
+		   "  --warmup W     untimed steps first (default 3)\n"
+		   "  --batch N      tensors per gs_mark_ready call (default 8)\n"
+		   "  --csv FILE     write 'rank,step,ms,daemon_ms,wire_bytes' per timed step\n"
+		   "  --progress L   print progress to stderr, labelled L\n"
+		   "  --phases FILE  write the daemon's time per step in each bucket phase\n"
+		   "                 over the timed steps (from its metrics) as 'phase,ms'\n"
+		   "\n"
+		   "Prints the median, p10 and p90 step time. Exit status: 0 ok, 1 gradsync\n"
+		   "error, 2 usage.\n");
+}
+
+static int parse_uint(const char *s, unsigned max, unsigned *out)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+	if (*s == '\0' || *s == '-' || *end != '\0' || v > max)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+	static const struct option opts[] = {
+	    {"socket", required_argument, NULL, 's'},
+	    {"layout", required_argument, NULL, 'l'},
+	    {"rank", required_argument, NULL, 'r'},
+	    {"steps", required_argument, NULL, 'k'},
+	    {"warmup", required_argument, NULL, 'w'},
+	    {"batch", required_argument, NULL, 'b'},
+	    {"csv", required_argument, NULL, 'c'},
+	    {"progress", required_argument, NULL, 'p'},
+	    {"phases", required_argument, NULL, 'P'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
+	};
+	int opt, bad = 0;
+	unsigned rank = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 's':
+			o->socket = optarg;
+			break;
+		case 'l':
+			o->layout = optarg;
+			break;
+		case 'r':
+			bad |= parse_uint(optarg, 63, &rank);
+			break;
+		case 'k':
+			bad |= parse_uint(optarg, 1000000, &o->steps);
+			break;
+		case 'w':
+			bad |= parse_uint(optarg, 1000000, &o->warmup);
+			break;
+		case 'b':
+			bad |= parse_uint(optarg, 1u << 20, &o->batch);
+			break;
+		case 'c':
+			o->csv = optarg;
+			break;
+		case 'p':
+			o->progress = optarg;
+			break;
+		case 'P':
+			o->phases = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			bad = 1;
+		}
+	}
+	o->rank = rank;
+	if (bad || optind < argc || !o->layout || o->steps == 0 || o->batch == 0) {
+		usage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+static int failed(gs_client *c, const char *what, int r)
+{
+	fprintf(stderr, "gradsync-bench-trainer: %s: %s: %s\n", what, gs_strerror(r),
+		gs_last_error(c));
+	return 1;
+}
+
+/* Registers the layout in backpropagation order and fills it once with
+ * small values of both signs. */
+static int setup(gs_client *c, const struct bench_layout *l)
+{
+	struct gs_tensor_spec *specs = calloc(l->n, sizeof(*specs));
+	if (!specs)
+		return failed(c, "register", GS_ENOMEM);
+	for (size_t j = 0; j < l->n; j++) {
+		size_t t = l->n - 1 - j;
+		specs[j] = (struct gs_tensor_spec){l->names[t], l->counts[t], GS_FLOAT32, -1, 0};
+	}
+	int r = gs_register(c, specs, l->n);
+	free(specs);
+	if (r < 0)
+		return failed(c, "gs_register", r);
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+	for (size_t j = 0; j < l->n; j++) {
+		float *data = gs_tensor_data(c, j);
+		for (uint64_t e = 0; e < l->counts[l->n - 1 - j]; e++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			data[e] = (float)((int32_t)(x >> 40) - (1 << 23)) * 0x1p-26f;
+		}
+	}
+	return 0;
+}
+
+/* One step; *ms is its wall time, *res the daemon's figures. */
+static int step(gs_client *c, size_t n, unsigned batch, uint32_t *idx, double *ms,
+		struct gs_step_result *res)
+{
+	struct gs_step_options so = GS_STEP_OPTIONS_INIT;
+	double t0 = bench_now_ms();
+	int r = gs_step_begin(c, &so);
+	if (r < 0)
+		return failed(c, "gs_step_begin", r);
+	for (size_t t = 0; t < n; t += batch) {
+		size_t k = n - t < batch ? n - t : batch;
+		for (size_t i = 0; i < k; i++)
+			idx[i] = (uint32_t)(t + i);
+		r = gs_mark_ready(c, idx, k);
+		if (r < 0)
+			return failed(c, "gs_mark_ready", r);
+	}
+	r = gs_step_wait(c, WAIT_TIMEOUT_MS, res);
+	*ms = bench_now_ms() - t0;
+	if (r < 0)
+		return failed(c, "gs_step_wait", r);
+	if (res->nonfinite) {
+		fprintf(stderr,
+			"gradsync-bench-trainer: step %" PRIu64 ": %" PRIu64 " non-finite values\n",
+			res->step, res->nonfinite);
+		return 1;
+	}
+	return 0;
+}
+
+/* Reads the phase counters through a control connection; n = 0 when the
+ * daemon has none (or cannot be asked). */
+static void read_phases(const char *socket, struct phases *ph)
+{
+	gs_client *ctl = NULL;
+	char *text = NULL;
+	ph->n = 0;
+	if (gs_control_connect(socket, 5000, &ctl) != GS_OK ||
+	    gs_metrics_get(ctl, 5000, &text) != GS_OK) {
+		gs_close(ctl);
+		return;
+	}
+	for (char *line = strtok(text, "\n"); line && ph->n < MAX_PHASES;
+	     line = strtok(NULL, "\n")) {
+		if (sscanf(line, "gradsync_bucket_phase_seconds_total{phase=\"%31[^\"]\"} %lf",
+			   ph->name[ph->n], &ph->seconds[ph->n]) == 2)
+			ph->n++;
+	}
+	gs_metrics_free(text);
+	gs_close(ctl);
+}
+
+static void write_phases(const char *path, const struct phases *a, const struct phases *b,
+			 unsigned steps)
+{
+	FILE *f = fopen(path, "w");
+	if (!f)
+		return;
+	for (int i = 0; i < a->n && i < b->n; i++)
+		fprintf(f, "%s,%.6f\n", b->name[i], (b->seconds[i] - a->seconds[i]) * 1e3 / steps);
+	fclose(f);
+}
+
+static int run(gs_client *c, const struct options *o, size_t n, FILE *csv)
+{
+	struct phases before = {0}, after = {0};
+	struct gs_session_info info;
+	gs_session_info(c, &info);
+	uint32_t *idx = calloc(o->batch, sizeof(*idx));
+	double *times = calloc(o->steps, sizeof(*times));
+	int rc = idx && times ? 0 : failed(c, "steps", GS_ENOMEM);
+	unsigned every = o->steps >= 10 ? o->steps / 5 : 1;
+	for (unsigned s = 0; rc == 0 && s < o->warmup + o->steps; s++) {
+		struct gs_step_result res;
+		double ms;
+		if (o->phases && s == o->warmup)
+			read_phases(o->socket, &before);
+		rc = step(c, n, o->batch, idx, &ms, &res);
+		if (rc != 0 || s < o->warmup)
+			continue;
+		unsigned k = s - o->warmup;
+		times[k] = ms;
+		if (csv)
+			fprintf(csv, "%u,%u,%.6f,%.6f,%" PRIu64 "\n", info.global_rank, k + 1, ms,
+				(double)res.duration_ns / 1e6, res.wire_bytes);
+		if (o->progress && ((k + 1) % every == 0 || k + 1 == o->steps))
+			fprintf(stderr, "    %s: step %u/%u %.2f ms\n", o->progress, k + 1,
+				o->steps, ms);
+	}
+	if (rc == 0 && o->phases) {
+		read_phases(o->socket, &after);
+		write_phases(o->phases, &before, &after, o->steps);
+	}
+	if (rc == 0) {
+		struct bench_stats st;
+		bench_stats(times, o->steps, &st);
+		printf("rank %u: %u steps, median %.3f ms, p10 %.3f ms, p90 %.3f ms\n",
+		       info.global_rank, o->steps, st.median, st.p10, st.p90);
+	}
+	free(idx);
+	free(times);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct options o = {.steps = 20, .warmup = 3, .batch = 8};
+	int rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	struct bench_layout l;
+	if (bench_layout_read(o.layout, &l) < 0)
+		return 1;
+	FILE *csv = NULL;
+	if (o.csv && !(csv = fopen(o.csv, "w"))) {
+		perror(o.csv);
+		bench_layout_free(&l);
+		return 1;
+	}
+	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
+	co.socket_path = o.socket;
+	co.local_rank = o.rank;
+	co.timeout_ms = 60000;
+	gs_client *c = NULL;
+	rc = gs_connect(&co, &c);
+	if (rc < 0)
+		rc = failed(NULL, "gs_connect", rc);
+	else
+		rc = setup(c, &l);
+	if (rc == 0)
+		rc = run(c, &o, l.n, csv);
+	gs_close(c);
+	if (csv && fclose(csv) != 0)
+		rc = 1;
+	bench_layout_free(&l);
+	return rc;
+}

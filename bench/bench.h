@@ -1,0 +1,91 @@
+/*
+ * What the benchmark programs share: the clock, gradient layouts, order
+ * statistics, child processes and the CSV of every measurement.
+ */
+#ifndef GS_BENCH_H
+#define GS_BENCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+/* CLOCK_MONOTONIC in milliseconds. */
+double bench_now_ms(void);
+
+/* ---- Layouts ----------------------------------------------------------- */
+
+/* Tensors in model.parameters() order, as the files in layouts/ list them. */
+struct bench_layout {
+	char name[64]; /* the file's base name without ".txt" */
+	size_t n;
+	char **names;
+	uint64_t *counts;
+	uint64_t total; /* elements */
+};
+
+/* Reads "name count shape" lines ('#' comments, blank lines skipped).
+ * Returns 0, or -1 after printing why to stderr. */
+int bench_layout_read(const char *path, struct bench_layout *l);
+void bench_layout_free(struct bench_layout *l);
+
+/* ---- Order statistics -------------------------------------------------- */
+
+struct bench_stats {
+	size_t n;
+	double median, p10, p90, min, max, mean;
+};
+
+/* Percentiles with linear interpolation between order statistics; x is
+ * not modified. All zero for n == 0. */
+void bench_stats(const double *x, size_t n, struct bench_stats *out);
+
+/* ---- Child processes --------------------------------------------------- */
+
+/* Starts argv[0] with argv; its stdout and stderr go to log (appended),
+ * or stay the caller's when log is NULL; with keep_stderr, only stdout
+ * goes to log. The child dies with the caller. Returns its pid or -1. */
+pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr);
+
+/* Forks a child that runs fn(arg) and exits with its return value; it
+ * ignores SIGPIPE and dies with the caller. Returns its pid or -1. */
+pid_t bench_fork(int (*fn)(void *arg), void *arg);
+
+/* Waits up to timeout_ms for pid; kills it (SIGKILL) past that. Returns
+ * its exit status, 128 + signal when a signal ended it, or -1 when it
+ * overran and was killed. */
+int bench_wait(pid_t pid, int timeout_ms);
+
+/* True while pid runs (it is not reaped). */
+bool bench_alive(pid_t pid);
+
+/* SIGTERM, then SIGKILL after grace_ms; reaps it. */
+void bench_stop(pid_t pid, int grace_ms);
+
+/* Zeroed memory shared with children forked later; NULL on failure. */
+void *bench_shared_alloc(size_t bytes);
+void bench_shared_free(void *p, size_t bytes);
+
+/* A TCP port on 127.0.0.1 that was free a moment ago, or -1. */
+int bench_free_port(void);
+
+/* ---- Measurements ------------------------------------------------------ */
+
+/* One row of the CSV of every measurement. */
+struct bench_row {
+	const char *section; /* sync, kernels, control */
+	const char *what;    /* the layout, kernel or path measured */
+	const char *system;  /* gradsync, gloo-fp32, gloo-fp16, memcpy, ... */
+	unsigned nodes, trainers;
+	int rank;	/* global rank, or -1 where it has none */
+	long iteration; /* step or repetition, from 1 */
+	double ms;
+	uint64_t bytes; /* fp32 bytes the measurement covers */
+};
+
+#define BENCH_CSV_HEADER "section,what,system,nodes,trainers,rank,iteration,ms,bytes"
+
+void bench_csv_row(FILE *f, const struct bench_row *r);
+
+#endif

@@ -1,0 +1,247 @@
+#include "bench.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double bench_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* ---- Layouts ----------------------------------------------------------- */
+
+static int layout_add(struct bench_layout *l, const char *name, uint64_t count)
+{
+	char **names = realloc(l->names, (l->n + 1) * sizeof(*names));
+	if (names)
+		l->names = names;
+	uint64_t *counts = realloc(l->counts, (l->n + 1) * sizeof(*counts));
+	if (counts)
+		l->counts = counts;
+	char *copy = strdup(name);
+	if (!names || !counts || !copy) {
+		free(copy);
+		return -1;
+	}
+	l->names[l->n] = copy;
+	l->counts[l->n++] = count;
+	l->total += count;
+	return 0;
+}
+
+static void layout_name(const char *path, char *out, size_t len)
+{
+	const char *base = strrchr(path, '/');
+	base = base ? base + 1 : path;
+	snprintf(out, len, "%s", base);
+	char *dot = strrchr(out, '.');
+	if (dot && strcmp(dot, ".txt") == 0)
+		*dot = '\0';
+}
+
+int bench_layout_read(const char *path, struct bench_layout *l)
+{
+	memset(l, 0, sizeof(*l));
+	layout_name(path, l->name, sizeof(l->name));
+	FILE *f = fopen(path, "r");
+	if (!f) {
+		fprintf(stderr, "%s: %s\n", path, strerror(errno));
+		return -1;
+	}
+	char line[4096], name[1024];
+	unsigned long long count;
+	unsigned lineno = 0;
+	int rc = 0;
+	while (rc == 0 && fgets(line, sizeof(line), f)) {
+		lineno++;
+		char *hash = strchr(line, '#');
+		if (hash)
+			*hash = '\0';
+		if (sscanf(line, "%1023s", name) != 1)
+			continue;
+		if (sscanf(line, "%1023s %llu", name, &count) != 2 || count == 0) {
+			fprintf(stderr, "%s:%u: expected 'name count shape'\n", path, lineno);
+			rc = -1;
+		} else if (layout_add(l, name, count) < 0) {
+			fprintf(stderr, "%s: out of memory\n", path);
+			rc = -1;
+		}
+	}
+	fclose(f);
+	if (rc == 0 && l->n == 0) {
+		fprintf(stderr, "%s: no tensors\n", path);
+		rc = -1;
+	}
+	if (rc < 0)
+		bench_layout_free(l);
+	return rc;
+}
+
+void bench_layout_free(struct bench_layout *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		free(l->names[i]);
+	free(l->names);
+	free(l->counts);
+	memset(l, 0, sizeof(*l));
+}
+
+/* ---- Order statistics -------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double quantile(const double *sorted, size_t n, double q)
+{
+	double pos = q * (double)(n - 1);
+	size_t lo = (size_t)floor(pos);
+	size_t hi = lo + 1 < n ? lo + 1 : lo;
+	double frac = pos - (double)lo;
+	return sorted[lo] + (sorted[hi] - sorted[lo]) * frac;
+}
+
+void bench_stats(const double *x, size_t n, struct bench_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	double *s = n ? malloc(n * sizeof(*s)) : NULL;
+	if (!s)
+		return;
+	memcpy(s, x, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_double);
+	out->n = n;
+	out->median = quantile(s, n, 0.5);
+	out->p10 = quantile(s, n, 0.1);
+	out->p90 = quantile(s, n, 0.9);
+	out->min = s[0];
+	out->max = s[n - 1];
+	for (size_t i = 0; i < n; i++)
+		out->mean += s[i] / (double)n;
+	free(s);
+}
+
+/* ---- Child processes --------------------------------------------------- */
+
+pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr)
+{
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (log) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			if (!keep_stderr)
+				dup2(fd, 2);
+		}
+	}
+	execv(argv[0], (char *const *)argv);
+	fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+	_exit(127);
+}
+
+pid_t bench_fork(int (*fn)(void *arg), void *arg)
+{
+	fflush(stdout);
+	fflush(stderr);
+	pid_t pid = fork();
+	if (pid != 0)
+		return pid;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	signal(SIGPIPE, SIG_IGN);
+	int rc = fn(arg);
+	fflush(stdout);
+	fflush(stderr);
+	_exit(rc < 0 || rc > 125 ? 125 : rc);
+}
+
+static int decode(int ws)
+{
+	return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+int bench_wait(pid_t pid, int timeout_ms)
+{
+	double deadline = bench_now_ms() + timeout_ms;
+	int ws;
+	for (;;) {
+		pid_t r = waitpid(pid, &ws, WNOHANG);
+		if (r == pid)
+			return decode(ws);
+		if (r < 0 && errno != EINTR)
+			return -1;
+		if (bench_now_ms() > deadline)
+			break;
+		nanosleep(&(struct timespec){0, 5000000}, NULL);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &ws, 0);
+	return -1;
+}
+
+bool bench_alive(pid_t pid)
+{
+	return pid > 0 && kill(pid, 0) == 0 && waitpid(pid, NULL, WNOHANG) == 0;
+}
+
+void bench_stop(pid_t pid, int grace_ms)
+{
+	if (pid <= 0)
+		return;
+	kill(pid, SIGTERM);
+	bench_wait(pid, grace_ms);
+}
+
+void *bench_shared_alloc(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void bench_shared_free(void *p, size_t bytes)
+{
+	if (p)
+		munmap(p, bytes);
+}
+
+int bench_free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int port = -1;
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* ---- Measurements ------------------------------------------------------ */
+
+void bench_csv_row(FILE *f, const struct bench_row *r)
+{
+	fprintf(f, "%s,%s,%s,%u,%u,%d,%ld,%.6f,%" PRIu64 "\n", r->section, r->what, r->system,
+		r->nodes, r->trainers, r->rank, r->iteration, r->ms, r->bytes);
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The benchmarks in one command: installs what is missing (scripts/setup.sh),
+# builds (scripts/build.sh, in build/ or $GRADSYNC_BUILD), and runs
+# gradsync-bench, which measures gradsync against Gloo in the same run.
+# Results go to $build/bench-results unless --out says otherwise.
+#   bench/run.sh [--nodes N] [--trainers M] [--steps K] [...]   (--help: all flags)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${GRADSYNC_BUILD:-build}
+
+./scripts/setup.sh
+log=$(mktemp /tmp/gradsync-bench-build-XXXXXX.log)
+if ! ./scripts/build.sh >"$log" 2>&1; then
+  cat "$log"
+  rm -f "$log"
+  exit 1
+fi
+rm -f "$log"
+exec "$build/bench/gradsync-bench" --out "$build/bench-results" "$@"
