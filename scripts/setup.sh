@@ -9,7 +9,7 @@ packages=(
   libcmocka-dev
   g++ libgloo-dev
   clang libclang-rt-14-dev
-  systemd groff-base python3
+  systemd groff-base python3 python3-venv
   gnuplot-nox
 )
 

@@ -1,0 +1,27 @@
+"""gradsync from Python: the client library libgradsync, loaded with ctypes.
+
+- ``gradsync.Client``: a trainer's connection (register tensors, steps);
+- ``gradsync.Control``: what gradsyncctl shows (status, metrics, trace);
+- ``gradsync.torch``: ``GradSync(model)`` and ``backward_and_update_half``
+  for PyTorch (imported on its own, so this package needs no PyTorch).
+
+Errors raise ``gradsync.GradSyncError`` subclasses carrying the library's
+code and message. The library is found as libgradsync.so.0 by the dynamic
+linker, or at the path in $GRADSYNC_LIBRARY.
+"""
+from .client import Client, SessionInfo, Step, StepResult, TensorSpec
+from .control import Control
+from .errors import (BufferError, ConnectError, DisconnectedError, DtypeError, GradSyncError,
+                     InvalidArgumentError, LayoutError, LimitError, NoMemoryError,
+                     ProtocolError, RefusedError, StateError, StepAborted, SystemCallError,
+                     TimeoutError, strerror)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client", "Control", "SessionInfo", "Step", "StepResult", "TensorSpec",
+    "GradSyncError", "BufferError", "ConnectError", "DisconnectedError", "DtypeError",
+    "InvalidArgumentError", "LayoutError", "LimitError", "NoMemoryError", "ProtocolError",
+    "RefusedError", "StateError", "StepAborted", "SystemCallError", "TimeoutError",
+    "strerror",
+]

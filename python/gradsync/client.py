@@ -1,0 +1,364 @@
+"""A trainer's connection to gradsyncd.
+
+    with gradsync.Client(local_rank=0) as client:
+        grads = client.register([("fc.weight", 4096), ("fc.bias", 64)])
+        with client.step() as step:
+            grads[0][:] = ...            # write a gradient ...
+            step.mark_ready([0])         # ... and say it is ready
+            grads[1][:] = ...
+            step.mark_ready([1])
+        print(step.result.nonfinite)     # the reduced values are in grads
+
+Tensors registered without a buffer of the caller's live in shared memory
+the library maps (a sealed memfd the daemon maps too); register() returns
+a NumPy float32 array over each (a memoryview when NumPy is not
+installed). Those arrays keep the connection's memory mapped: the library
+handle is closed when the client is closed and no array of it is left.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+
+from . import _lib
+from .errors import GradSyncError, StateError, StepAborted, error_for
+
+try:  # NumPy is optional: without it tensors are memoryviews
+    import numpy as _np
+except ImportError:  # pragma: no cover - exercised where NumPy is absent
+    _np = None
+
+DEFAULT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """What the daemon said at connection: the job's shape and settings."""
+
+    world_size: int
+    local_size: int
+    node_rank: int
+    nodes: int
+    global_rank: int
+    backend: str
+    daemon_version: str
+    threshold: int
+    wire_dtype: str
+    op: str
+    predivide_factor: float
+    fusion_buffer_elements: int
+
+    @classmethod
+    def _from_c(cls, c: _lib.SessionInfo) -> "SessionInfo":
+        return cls(world_size=c.world_size, local_size=c.local_size,
+                   node_rank=c.node_rank, nodes=c.nodes, global_rank=c.global_rank,
+                   backend=_lib.text(c.backend), daemon_version=_lib.text(c.daemon_version),
+                   threshold=c.threshold,
+                   wire_dtype=_lib.WIRE_DTYPES.get(c.wire_dtype, str(c.wire_dtype)),
+                   op=_lib.REDUCE_OPS.get(c.op, str(c.op)),
+                   predivide_factor=c.predivide_factor,
+                   fusion_buffer_elements=c.fusion_buffer_elements)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """One finished step's figures. ``nonfinite`` counts inf/NaN values in
+    the reduced result (a loss scaler skips the step when it is not 0);
+    ``clipped`` counts this trainer's elements that clipping changed."""
+
+    step: int
+    aborted: bool
+    buckets: int
+    wire_bytes: int
+    clipped: int
+    nonfinite: int
+    duration_s: float
+
+    @classmethod
+    def _from_c(cls, c: _lib.StepResult) -> "StepResult":
+        return cls(step=c.step, aborted=c.status != 0, buckets=c.buckets,
+                   wire_bytes=c.wire_bytes, clipped=c.clipped, nonfinite=c.nonfinite,
+                   duration_s=c.duration_ns / 1e9)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor to register: ``count`` float32 elements. With ``memfd``
+    (a sealed memfd of the caller's, at least offset + 4 * count bytes)
+    the daemon uses that memory; without, the library allocates it."""
+
+    name: str
+    count: int
+    memfd: Optional[int] = None
+    offset: int = 0
+
+
+SpecLike = Union[TensorSpec, Tuple[str, int]]
+
+
+def _timeout_ms(timeout: Optional[float]) -> int:
+    return -1 if timeout is None else max(0, int(timeout * 1000))
+
+
+class _Handle:
+    """Owns the C handle; closed when the client and every array over its
+    memory are gone (the arrays reference this object)."""
+
+    def __init__(self, ptr: ctypes.c_void_p):
+        self.ptr = ptr
+        self.views = 0        # live buffers over the tensors' memory
+        self.closing = False  # the owner asked to close
+
+    def add_view(self, buf: Any) -> None:
+        self.views += 1
+        weakref.finalize(buf, self._view_gone)
+
+    def _view_gone(self) -> None:
+        self.views -= 1
+        if self.closing and not self.views:
+            self.close()
+
+    def request_close(self) -> None:
+        self.closing = True
+        if not self.views:
+            self.close()
+
+    def close(self) -> None:
+        if self.ptr:
+            _lib.lib().gs_close(self.ptr)
+            self.ptr = ctypes.c_void_p()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class _Connection:
+    """What trainer and control connections share: the handle, errors and
+    closing."""
+
+    _handle: Optional[_Handle] = None
+
+    def _ptr(self) -> ctypes.c_void_p:
+        if self._handle is None or not self._handle.ptr:
+            raise StateError(-12, "the connection is closed", type(self).__name__)
+        return self._handle.ptr
+
+    def _check(self, rc: int, call: str) -> None:
+        if rc < 0:
+            raise self._error(rc, call)
+
+    def _error(self, rc: int, call: str) -> GradSyncError:
+        ptr = self._handle.ptr if self._handle is not None else None
+        return error_for(rc, _lib.text(_lib.lib().gs_last_error(ptr)), call)
+
+    def close(self) -> None:
+        """Closes the connection (see the module's note on arrays)."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            handle.request_close()  # now, or when the last array goes
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _connect_error(rc: int, call: str) -> GradSyncError:
+    return error_for(rc, _lib.text(_lib.lib().gs_last_error(None)), call)
+
+
+class Client(_Connection):
+    """A trainer: connects as ``local_rank`` (0..local_size-1 of the node)
+    to gradsyncd on ``socket_path`` ($GRADSYNC_SOCKET, else the default
+    /run/gradsync/gradsyncd.sock). Not thread-safe beyond one call at a
+    time, which an internal lock enforces."""
+
+    def __init__(self, socket_path: Optional[str] = None, local_rank: int = 0,
+                 job_id: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT):
+        lib = _lib.lib()
+        opts = _lib.ConnectOptions(ctypes.sizeof(_lib.ConnectOptions),
+                                   socket_path.encode() if socket_path else None,
+                                   local_rank, job_id.encode() if job_id else None,
+                                   _timeout_ms(timeout))
+        ptr = ctypes.c_void_p()
+        rc = lib.gs_connect(ctypes.byref(opts), ctypes.byref(ptr))
+        if rc < 0:
+            raise _connect_error(rc, "connect")
+        self._handle = _Handle(ptr)
+        self._lock = threading.Lock()
+        self._counts: List[int] = []
+        self._cuda = False
+        c_info = _lib.SessionInfo()
+        self._check(lib.gs_session_info(ptr, ctypes.byref(c_info)), "session_info")
+        self.info = SessionInfo._from_c(c_info)
+
+    # ---- registration ----------------------------------------------------
+
+    def register(self, specs: Iterable[SpecLike]) -> List[Any]:
+        """Registers tensors in backpropagation order, once per connection;
+        returns one float32 array (or memoryview) per tensor over the memory
+        the daemon reads and writes back."""
+        specs = [s if isinstance(s, TensorSpec) else TensorSpec(*s) for s in specs]
+        names = [s.name.encode() for s in specs]  # kept alive for the call
+        arr = (_lib.TensorSpec * len(specs))()
+        for c, s, name in zip(arr, specs, names):
+            c.name, c.count, c.dtype = name, s.count, _lib.FLOAT32
+            c.memfd = -1 if s.memfd is None else s.memfd
+            c.offset = s.offset
+        with self._lock:
+            self._check(_lib.lib().gs_register(self._ptr(), arr, len(specs)), "register")
+        self._counts = [s.count for s in specs]
+        return [self.tensor(i) for i in range(len(specs))]
+
+    def register_cuda(self, tensors: Sequence[Tuple[str, int, int]]) -> None:
+        """Registers CUDA tensors given as (name, element count, device
+        pointer) of float32 memory on this local rank's GPU; needs the
+        daemon's cuda backend."""
+        names = [t[0].encode() for t in tensors]
+        arr = (_lib.CudaTensorSpec * len(tensors))()
+        for c, (_, count, ptr), name in zip(arr, tensors, names):
+            c.name, c.count, c.dtype, c.data = name, count, _lib.FLOAT32, ptr
+        with self._lock:
+            self._check(_lib.lib().gs_register_cuda(self._ptr(), arr, len(tensors)),
+                        "register_cuda")
+        self._counts = [t[1] for t in tensors]
+        self._cuda = True
+
+    @property
+    def tensor_count(self) -> int:
+        return _lib.lib().gs_tensor_count(self._ptr())
+
+    @property
+    def bucket_count(self) -> int:
+        """Buckets of the daemon's fusion plan for the registered tensors."""
+        return _lib.lib().gs_bucket_count(self._ptr())
+
+    def tensor(self, index: int) -> Any:
+        """Registered tensor ``index`` as a float32 array over its shared
+        memory (host backend); raises IndexError when out of range."""
+        if self._cuda:
+            raise StateError(-12, "CUDA tensors stay in GPU memory: use the caller's "
+                             "own tensors", "tensor")
+        if not 0 <= index < len(self._counts):
+            raise IndexError(f"no registered tensor {index} (of {len(self._counts)})")
+        addr = _lib.lib().gs_tensor_data(self._ptr(), index)
+        buf = (ctypes.c_float * self._counts[index]).from_address(addr)
+        self._handle.add_view(buf)  # no view outlives the mapping
+        if _np is not None:
+            return _np.frombuffer(buf, dtype=_np.float32)
+        return memoryview(buf).cast("B").cast("f")
+
+    # ---- steps -----------------------------------------------------------
+
+    def begin_step(self, clip_value: Optional[float] = None,
+                   bucket_events: bool = False) -> None:
+        """Starts the next step; ``clip_value`` clips every element of this
+        trainer's gradients to [-clip_value, clip_value] before reduction."""
+        opts = _lib.StepOptions(ctypes.sizeof(_lib.StepOptions), clip_value is not None,
+                                100.0 if clip_value is None else float(clip_value),
+                                bucket_events)
+        with self._lock:
+            self._check(_lib.lib().gs_step_begin(self._ptr(), ctypes.byref(opts)),
+                        "begin_step")
+
+    def mark_ready(self, indices: Iterable[int]) -> None:
+        """Marks registered tensors ready (one message for all of them)."""
+        idx = list(indices)
+        arr = (ctypes.c_uint32 * len(idx))(*idx)
+        with self._lock:
+            self._check(_lib.lib().gs_mark_ready(self._ptr(), arr, len(idx)), "mark_ready")
+
+    def cuda_mark_ready(self, indices: Iterable[int], stream: int = 0) -> None:
+        """mark_ready for CUDA tensors: the daemon's GPU waits for the work
+        queued on ``stream`` (a cudaStream_t as an int) so far."""
+        idx = list(indices)
+        arr = (ctypes.c_uint32 * len(idx))(*idx)
+        with self._lock:
+            self._check(_lib.lib().gs_cuda_mark_ready(self._ptr(), arr, len(idx),
+                                                      stream or None), "cuda_mark_ready")
+
+    def cuda_stream_wait(self, stream: int = 0) -> None:
+        """Makes ``stream`` wait on the GPU for the reported results."""
+        with self._lock:
+            self._check(_lib.lib().gs_cuda_stream_wait(self._ptr(), stream or None),
+                        "cuda_stream_wait")
+
+    def wait(self, timeout: Optional[float] = None) -> StepResult:
+        """Waits for the step to finish (``timeout`` seconds, None: no
+        limit). Raises StepAborted, with ``result``, when it was aborted."""
+        out = _lib.StepResult()
+        with self._lock:
+            rc = _lib.lib().gs_step_wait(self._ptr(), _timeout_ms(timeout), ctypes.byref(out))
+        return self._finish(rc, out, "wait")
+
+    def poll(self) -> Optional[StepResult]:
+        """The step's result if it has finished, else None; never blocks."""
+        out = _lib.StepResult()
+        with self._lock:
+            rc = _lib.lib().gs_step_poll(self._ptr(), ctypes.byref(out))
+        if rc == -14:  # GS_EAGAIN
+            return None
+        return self._finish(rc, out, "poll")
+
+    def _finish(self, rc: int, out: _lib.StepResult, call: str) -> StepResult:
+        if rc == -13:  # GS_EABORTED
+            err = self._error(rc, call)
+            err.result = StepResult._from_c(out)
+            raise err
+        self._check(rc, call)
+        return StepResult._from_c(out)
+
+    def step(self, clip_value: Optional[float] = None, timeout: Optional[float] = None,
+             bucket_events: bool = False) -> "Step":
+        """A context manager: begins a step, and waits for it on leaving the
+        block (unless the block raised)."""
+        return Step(self, clip_value, timeout, bucket_events)
+
+    @property
+    def buckets_done(self) -> int:
+        """Buckets of this step reported done (with bucket_events=True)."""
+        return _lib.lib().gs_buckets_done(self._ptr())
+
+    def tensor_reduced(self, index: int) -> bool:
+        """After a step: whether tensor ``index`` holds the reduced result
+        (False: it still holds this trainer's own gradient)."""
+        return bool(_lib.lib().gs_tensor_reduced(self._ptr(), index))
+
+    def reconnect(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> None:
+        """After DisconnectedError: connects to the daemon again and
+        registers the same tensors (same memory) again."""
+        with self._lock:
+            self._check(_lib.lib().gs_reconnect(self._ptr(), _timeout_ms(timeout)),
+                        "reconnect")
+
+    def fileno(self) -> int:
+        """The socket, for select/poll/asyncio: readable when poll() may
+        have news."""
+        return _lib.lib().gs_fd(self._ptr())
+
+
+class Step:
+    """See Client.step()."""
+
+    def __init__(self, client: Client, clip_value: Optional[float],
+                 timeout: Optional[float], bucket_events: bool):
+        self.client = client
+        self.clip_value = clip_value
+        self.timeout = timeout
+        self.bucket_events = bucket_events
+        self.result: Optional[StepResult] = None
+
+    def mark_ready(self, indices: Iterable[int]) -> None:
+        self.client.mark_ready(indices)
+
+    def __enter__(self) -> "Step":
+        self.client.begin_step(self.clip_value, self.bucket_events)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.result = self.client.wait(self.timeout)

@@ -1,0 +1,115 @@
+"""Exceptions carrying libgradsync's error code and message.
+
+Every failure of a call into the library raises a GradSyncError (or a
+subclass chosen by its code) whose ``code`` is the library's GS_E* value,
+``name`` its name ("GS_ELAYOUT") and ``message`` the library's
+gs_last_error text, which includes what the daemon said.
+"""
+from __future__ import annotations
+
+import builtins
+from typing import Dict, Optional, Type
+
+from . import _lib
+
+
+class GradSyncError(Exception):
+    """A libgradsync call failed."""
+
+    code: int = 0
+
+    def __init__(self, code: int, message: str, call: str = ""):
+        self.code = code
+        self.name = _lib.text(_lib.lib().gs_err_name(code))
+        self.message = message
+        self.call = call
+        where = f"{call}: " if call else ""
+        super().__init__(f"{where}{message} ({self.name})")
+
+
+class InvalidArgumentError(GradSyncError, ValueError):
+    """GS_EINVAL: an argument the library or the daemon refused."""
+
+
+class NoMemoryError(GradSyncError, MemoryError):
+    """GS_ENOMEM."""
+
+
+class ConnectError(GradSyncError, ConnectionError):
+    """GS_ECONNECT: gradsyncd is not reachable on the socket."""
+
+
+class DisconnectedError(GradSyncError, ConnectionError):
+    """GS_EDISCONNECTED: gradsyncd closed the connection (reconnect())."""
+
+
+class TimeoutError(GradSyncError, builtins.TimeoutError):
+    """GS_ETIMEDOUT."""
+
+
+class ProtocolError(GradSyncError):
+    """GS_EPROTO or GS_EVERSION: the two sides do not understand each other."""
+
+
+class DtypeError(GradSyncError, TypeError):
+    """GS_EDTYPE: a tensor of a dtype gradsync does not reduce."""
+
+
+class LayoutError(GradSyncError):
+    """GS_ELAYOUT: this trainer's tensors differ from the other trainers'."""
+
+
+class BufferError(GradSyncError):
+    """GS_EBUFFER: a buffer the daemon could not use."""
+
+
+class LimitError(GradSyncError):
+    """GS_ELIMIT: a limit of the daemon (tensors, bytes, clients)."""
+
+
+class StateError(GradSyncError):
+    """GS_ESTATE: a call out of order (a step already running, ...)."""
+
+
+class StepAborted(GradSyncError):
+    """GS_EABORTED: the step was aborted; ``result`` has its figures, and
+    ``Client.tensor_reduced()`` tells which tensors hold reduced values."""
+
+    result: Optional["object"] = None
+
+
+class RefusedError(GradSyncError, PermissionError):
+    """GS_EREFUSED: gradsyncd refused this client (access, limits)."""
+
+
+class SystemCallError(GradSyncError, OSError):
+    """GS_ESYSTEM: a system call failed."""
+
+
+_BY_CODE: Dict[int, Type[GradSyncError]] = {
+    -1: InvalidArgumentError,
+    -2: NoMemoryError,
+    -3: ConnectError,
+    -4: DisconnectedError,
+    -5: TimeoutError,
+    -6: ProtocolError,
+    -7: ProtocolError,
+    -8: DtypeError,
+    -9: LayoutError,
+    -10: BufferError,
+    -11: LimitError,
+    -12: StateError,
+    -13: StepAborted,
+    -15: SystemCallError,
+    -16: RefusedError,
+}
+
+
+def error_for(code: int, message: str, call: str = "") -> GradSyncError:
+    """The exception for a library return code."""
+    return _BY_CODE.get(code, GradSyncError)(code, message, call)
+
+
+def strerror(code: int) -> str:
+    """The library's description of an error code."""
+    return _lib.text(_lib.lib().gs_strerror(code))

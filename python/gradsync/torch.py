@@ -1,0 +1,265 @@
+"""PyTorch integration: gradsyncd synchronises a model's gradients.
+
+Three lines turn a single-process training loop into data-parallel
+training (one process per GPU, or per CPU trainer, on each node):
+
+    import gradsync.torch
+    sync = gradsync.torch.GradSync(model, optimizer=optimizer)
+    # ... loss.backward(); optimizer.step() as before
+
+GradSync registers every parameter's gradient with the daemon once, in
+backpropagation order (the reverse of ``model.parameters()``). During
+``backward()`` a post-accumulate-grad hook marks each gradient ready as
+soon as autograd has produced it, so the daemon reduces early buckets
+while backpropagation goes on; ``wait()`` (run by the optimizer's step
+pre-hook when ``optimizer`` is given) returns once the reduced gradients
+are in ``param.grad``.
+
+CPU gradients live in memory shared with the daemon: each ``param.grad``
+is a view of it, so the daemon reads and writes the gradient in place.
+CUDA gradients stay in GPU memory the daemon maps through CUDA IPC; the
+trainer's stream and the daemon's wait on each other on the GPU.
+
+``last_result.nonfinite`` (inf/NaN values in the reduced gradients) lets a
+mixed-precision loss scaler skip a step.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterable, List, Optional, Union
+
+import torch
+
+from .client import Client, StepResult
+from .errors import InvalidArgumentError, StateError
+
+DEFAULT_THRESHOLD = 2097152
+
+Params = Union[torch.nn.Module, Iterable[torch.nn.Parameter]]
+
+
+def _named_parameters(model: Params) -> List[tuple]:
+    """(name, parameter) pairs that need gradients, each parameter once."""
+    if isinstance(model, torch.nn.Module):
+        pairs = list(model.named_parameters())
+    else:
+        pairs = [(f"param{i}", p) for i, p in enumerate(model)]
+    seen, out = set(), []
+    for name, p in pairs:
+        if p.requires_grad and id(p) not in seen:
+            seen.add(id(p))
+            out.append((name, p))
+    return out
+
+
+class GradSync:
+    """Synchronises the gradients of ``model`` (a Module or an iterable of
+    parameters) through the node's gradsyncd.
+
+    ``threshold`` (elements) and ``wire`` ("fp16", "bf16", "fp32") must be
+    the daemon's (they are settings of the whole job, the same on every
+    node): a difference raises InvalidArgumentError naming both; None
+    accepts the daemon's. ``clip_value`` clips each element of this
+    trainer's gradients to [-clip_value, clip_value] before reduction.
+    ``local_rank`` defaults to $LOCAL_RANK (as torchrun sets it), else 0.
+    """
+
+    def __init__(self, model: Params, threshold: Optional[int] = DEFAULT_THRESHOLD,
+                 wire: Optional[str] = "fp16", clip_value: Optional[float] = None,
+                 optimizer: Optional[torch.optim.Optimizer] = None,
+                 socket_path: Optional[str] = None, local_rank: Optional[int] = None,
+                 job_id: Optional[str] = None, timeout: Optional[float] = None):
+        if local_rank is None:
+            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.clip_value = clip_value
+        self.timeout = timeout
+        self.last_result: Optional[StepResult] = None
+        # Backpropagation produces the last layer's gradients first.
+        named = list(reversed(_named_parameters(model)))
+        if not named:
+            raise InvalidArgumentError(-1, "the model has no parameter that requires a "
+                                       "gradient", "GradSync")
+        self.params = [p for _, p in named]
+        self._check_params(named)
+        self.client = Client(socket_path, local_rank, job_id)
+        try:
+            self._check_settings(threshold, wire)
+            self._grads = self._register(named)
+        except BaseException:
+            self.client.close()
+            raise
+        self._index = {id(p): i for i, p in enumerate(self.params)}
+        self._marked = [False] * len(self.params)
+        self._in_step = False
+        self._syncing = True
+        self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
+                       for p in self.params]
+        if optimizer is not None:
+            self._hooks.append(optimizer.register_step_pre_hook(self._before_step))
+
+    # ---- set-up ------------------------------------------------------------
+
+    def _check_params(self, named: List[tuple]) -> None:
+        devices = {p.device for _, p in named}
+        if len(devices) > 1:
+            raise InvalidArgumentError(-1, "parameters are on several devices ("
+                                       + ", ".join(sorted(map(str, devices)))
+                                       + "); one trainer drives one device", "GradSync")
+        self.device = devices.pop()
+        for name, p in named:
+            if p.dtype != torch.float32:
+                raise InvalidArgumentError(-8, f"parameter {name} is {p.dtype}: gradsync "
+                                           "reduces float32 gradients (keep fp32 master "
+                                           "weights)", "GradSync")
+
+    def _check_settings(self, threshold: Optional[int], wire: Optional[str]) -> None:
+        info = self.client.info
+        for what, asked, runs, flag in (("threshold", threshold, info.threshold, "--threshold"),
+                                        ("wire dtype", wire, info.wire_dtype, "--wire")):
+            if asked is not None and asked != runs:
+                raise InvalidArgumentError(
+                    -1, f"gradsyncd runs with {what} {runs}, this trainer asked for "
+                    f"{asked}: start gradsyncd with {flag}={asked}, or pass None to use "
+                    "the daemon's", "GradSync")
+
+    def _register(self, named: List[tuple]) -> List[torch.Tensor]:
+        if self.device.type == "cuda":
+            grads = [torch.zeros_like(p, memory_format=torch.contiguous_format)
+                     for _, p in named]
+            self.client.register_cuda([(n, p.numel(), g.data_ptr())
+                                       for (n, p), g in zip(named, grads)])
+        else:
+            arrays = self.client.register([(n, p.numel()) for n, p in named])
+            grads = [torch.from_numpy(a).view(p.shape) for a, (_, p) in zip(arrays, named)]
+        for (_, p), g in zip(named, grads):
+            p.grad = g
+        return grads
+
+    def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.wait()
+
+    # ---- during backward -----------------------------------------------------
+
+    def _grad_ready(self, p: torch.Tensor) -> None:
+        if not self._syncing:
+            return
+        i = self._index[id(p)]
+        if self._marked[i]:
+            raise StateError(-12, f"gradient {i} produced twice in one step; call wait() "
+                             "before the next backward()", "GradSync")
+        self._begin()
+        self._bind(i)
+        if self.device.type == "cuda":
+            self.client.cuda_mark_ready([i], torch.cuda.current_stream(p.device).cuda_stream)
+        else:
+            self.client.mark_ready([i])
+        self._marked[i] = True
+
+    def _begin(self) -> None:
+        if not self._in_step:
+            self.client.begin_step(self.clip_value)
+            self._in_step = True
+
+    def _bind(self, i: int) -> None:
+        """Puts parameter i's gradient into the registered memory: autograd
+        made a new tensor when .grad was None (zero_grad(set_to_none=True))."""
+        p, g = self.params[i], self._grads[i]
+        if p.grad is None:
+            g.zero_()
+        elif p.grad.data_ptr() != g.data_ptr():
+            g.copy_(p.grad)
+        else:
+            return
+        p.grad = g
+
+    # ---- the step ------------------------------------------------------------
+
+    def wait(self) -> StepResult:
+        """Waits for the step's reduced gradients, which are then in each
+        ``param.grad``. A parameter that got no gradient this step takes
+        part with zeros (as DDP with find_unused_parameters). Raises
+        StepAborted when the step was aborted (``param.grad`` then holds
+        this trainer's own gradient wherever it was not reduced)."""
+        if not self._in_step and not any(p.grad is not None for p in self.params):
+            raise StateError(-12, "no gradient to synchronise: call backward() first",
+                             "GradSync.wait")
+        self._begin()
+        rest = [i for i, m in enumerate(self._marked) if not m]
+        for i in rest:
+            self._bind(i)
+        if rest:
+            if self.device.type == "cuda":
+                self.client.cuda_mark_ready(rest, torch.cuda.current_stream(self.device)
+                                            .cuda_stream)
+            else:
+                self.client.mark_ready(rest)
+        self._marked = [False] * len(self.params)
+        self._in_step = False
+        try:
+            self.last_result = self.client.wait(self.timeout)
+        finally:
+            if self.device.type == "cuda":
+                self.client.cuda_stream_wait(torch.cuda.current_stream(self.device)
+                                             .cuda_stream)
+        return self.last_result
+
+    synchronize = wait
+
+    def zero_grad(self) -> None:
+        """Zeroes the gradients in place, keeping them in the shared memory
+        (optimizer.zero_grad() works too, at the cost of one copy per
+        gradient in the next backward)."""
+        for i, g in enumerate(self._grads):
+            g.zero_()
+            self.params[i].grad = g
+
+    class _NoSync:
+        def __init__(self, owner: "GradSync"):
+            self.owner = owner
+
+        def __enter__(self) -> None:
+            self.owner._syncing = False
+
+        def __exit__(self, *exc) -> None:
+            self.owner._syncing = True
+
+    def no_sync(self) -> "_NoSync":
+        """A context in which backward() accumulates gradients locally
+        without synchronising (gradient accumulation), as DDP's no_sync."""
+        return GradSync._NoSync(self)
+
+    def close(self) -> None:
+        """Removes the hooks and closes the connection; the parameters keep
+        their gradients (the shared memory stays mapped while they do)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.client.close()
+
+    def __enter__(self) -> "GradSync":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def backward_and_update_half(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
+                             threshold: int = DEFAULT_THRESHOLD, clipping: bool = False,
+                             clip_value: float = 100, **connect: Any) -> StepResult:
+    """The original framework's call, through gradsyncd: backpropagates
+    ``loss``, clips each element of the local fp32 gradients to
+    [-clip_value, clip_value] when ``clipping``, all-reduces them fused up
+    to ``threshold`` elements in fp16, averaged over all trainers, and
+    takes the optimizer's step. The first call connects (``connect`` takes
+    GradSync's socket_path, local_rank, job_id, timeout) and registers the
+    optimizer's parameters; returns the step's figures."""
+    sync: Optional[GradSync] = getattr(optimizer, "_gradsync", None)
+    if sync is None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        sync = GradSync(params, threshold=threshold, wire="fp16", **connect)
+        optimizer._gradsync = sync  # type: ignore[attr-defined]
+    sync.clip_value = clip_value if clipping else None
+    loss.backward()
+    result = sync.wait()
+    optimizer.step()
+    return result

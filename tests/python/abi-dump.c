@@ -1,0 +1,104 @@
+/*
+ * Prints the size and field offsets of every public struct of gradsync.h as
+ * JSON, as the C compiler lays them out, for test_abi.py to compare with
+ * the Python binding's ctypes mirrors.
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "gradsync.h"
+
+static int first_struct = 1, first_field;
+
+static void begin(const char *name, size_t size)
+{
+	printf("%s\"%s\": {\"size\": %zu, \"fields\": {", first_struct ? "" : ", ", name, size);
+	first_struct = 0;
+	first_field = 1;
+}
+
+static void field(const char *name, size_t offset)
+{
+	printf("%s\"%s\": %zu", first_field ? "" : ", ", name, offset);
+	first_field = 0;
+}
+
+static void end(void)
+{
+	printf("}}");
+}
+
+#define BEGIN(s) begin(#s, sizeof(struct s))
+#define F(s, f) field(#f, offsetof(struct s, f))
+
+int main(void)
+{
+	printf("{");
+	BEGIN(gs_connect_options);
+	F(gs_connect_options, size); F(gs_connect_options, socket_path);
+	F(gs_connect_options, local_rank); F(gs_connect_options, job_id);
+	F(gs_connect_options, timeout_ms);
+	end();
+	BEGIN(gs_session_info);
+	F(gs_session_info, world_size); F(gs_session_info, local_size);
+	F(gs_session_info, node_rank); F(gs_session_info, nodes);
+	F(gs_session_info, backend); F(gs_session_info, daemon_version);
+	F(gs_session_info, threshold); F(gs_session_info, wire_dtype);
+	F(gs_session_info, op); F(gs_session_info, predivide_factor);
+	F(gs_session_info, fusion_buffer_elements); F(gs_session_info, global_rank);
+	end();
+	BEGIN(gs_tensor_spec);
+	F(gs_tensor_spec, name); F(gs_tensor_spec, count); F(gs_tensor_spec, dtype);
+	F(gs_tensor_spec, memfd); F(gs_tensor_spec, offset);
+	end();
+	BEGIN(gs_cuda_tensor_spec);
+	F(gs_cuda_tensor_spec, name); F(gs_cuda_tensor_spec, count);
+	F(gs_cuda_tensor_spec, dtype); F(gs_cuda_tensor_spec, data);
+	end();
+	BEGIN(gs_step_options);
+	F(gs_step_options, size); F(gs_step_options, clipping);
+	F(gs_step_options, clip_value); F(gs_step_options, bucket_events);
+	end();
+	BEGIN(gs_step_result);
+	F(gs_step_result, step); F(gs_step_result, status); F(gs_step_result, buckets);
+	F(gs_step_result, wire_bytes); F(gs_step_result, clipped);
+	F(gs_step_result, nonfinite); F(gs_step_result, duration_ns);
+	end();
+	BEGIN(gs_trainer_status);
+	F(gs_trainer_status, pid); F(gs_trainer_status, uid);
+	F(gs_trainer_status, local_rank); F(gs_trainer_status, tensors);
+	F(gs_trainer_status, bytes); F(gs_trainer_status, steps);
+	F(gs_trainer_status, state);
+	end();
+	BEGIN(gs_peer_status);
+	F(gs_peer_status, node_rank); F(gs_peer_status, local_size);
+	F(gs_peer_status, host); F(gs_peer_status, state);
+	end();
+	BEGIN(gs_status);
+	F(gs_status, daemon_version); F(gs_status, backend); F(gs_status, isa);
+	F(gs_status, job_state); F(gs_status, job_id); F(gs_status, uptime_ns);
+	F(gs_status, settings); F(gs_status, local_size); F(gs_status, world_size);
+	F(gs_status, node_rank); F(gs_status, nodes); F(gs_status, buckets);
+	F(gs_status, current_step); F(gs_status, buckets_in_flight);
+	F(gs_status, steps_completed); F(gs_status, steps_aborted);
+	F(gs_status, last_step_ns); F(gs_status, median_step_ns);
+	F(gs_status, bytes_reduced); F(gs_status, elements_clipped);
+	F(gs_status, nonfinite); F(gs_status, trainer_count); F(gs_status, trainers);
+	F(gs_status, internode_bytes); F(gs_status, peer_count); F(gs_status, peers);
+	end();
+	BEGIN(gs_connection_status);
+	F(gs_connection_status, id); F(gs_connection_status, role);
+	F(gs_connection_status, pid); F(gs_connection_status, uid);
+	F(gs_connection_status, gid); F(gs_connection_status, self);
+	F(gs_connection_status, local_rank); F(gs_connection_status, state);
+	F(gs_connection_status, tensors); F(gs_connection_status, bytes);
+	F(gs_connection_status, steps);
+	end();
+	BEGIN(gs_trace_status);
+	F(gs_trace_status, active); F(gs_trace_status, events);
+	F(gs_trace_status, bytes); F(gs_trace_status, dropped);
+	F(gs_trace_status, path); F(gs_trace_status, error);
+	end();
+	printf("}\n");
+	return 0;
+}

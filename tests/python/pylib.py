@@ -1,0 +1,95 @@
+"""Helpers of the Python tests: the operations tests' daemon and runner
+(tests/ops/opslib.py), trainer processes running numpy_trainer.py, and an
+independent NumPy model of what a reduce must give.
+
+Paths come from the environment meson sets (see meson.build).
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.environ["GS_SOURCE_ROOT"], "tests", "ops"))
+from opslib import (Daemon, Skip, check, check_eq, run, spawn, wait_for)  # noqa: E402,F401
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")
+
+
+class TrainerProc:
+    """numpy_trainer.py in a process of its own."""
+
+    def __init__(self, daemon, rank, counts, steps, *extra):
+        self.out = os.path.join(daemon.dir, f"trainer{rank}.npz")
+        self.log = os.path.join(daemon.dir, f"trainer{rank}.log")
+        argv = [sys.executable, NUMPY_TRAINER, daemon.socket, str(rank),
+                ",".join(map(str, counts)), str(steps), self.out] + list(extra)
+        self.proc = spawn(argv, self.log)
+
+    def text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+    def wait_text(self, what, timeout=60):
+        def seen():
+            if what in self.text():
+                return True
+            if self.proc.poll() is not None:
+                raise AssertionError(f"trainer exited {self.proc.returncode} before "
+                                     f"'{what}':\n{self.text()}")
+            return False
+        wait_for(seen, timeout, f"trainer to print '{what}'")
+
+    def results(self, timeout=120):
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"trainer still running after {timeout} s:\n{self.text()}")
+        check(rc == 0, f"trainer exited {rc}:\n{self.text()}")
+        return dict(np.load(self.out))
+
+
+# ---- the reference --------------------------------------------------------------
+
+def round_wire(x, wire):
+    """fp32 values rounded to the wire dtype (nearest even) and widened."""
+    x = np.asarray(x, dtype=np.float32)
+    if wire == "fp32":
+        return x.copy()
+    if wire == "fp16":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
+    u = x.view(np.uint32).astype(np.uint64)
+    r = (((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(x), x, r)
+
+
+def reduce_reference(per_rank, wire, prescale, postscale, clips=None):
+    """What every trainer must get back: each rank's gradient clipped (if
+    its clip value is set), scaled by prescale and rounded to the wire
+    dtype, summed in fp32 in rank order, rounded once more and scaled by
+    postscale, all in fp32 (DESIGN.md, 'The function it generalises')."""
+    acc = None
+    for k, x in enumerate(per_rank):
+        c = clips[k] if clips else None
+        if c is not None:
+            x = np.clip(x, np.float32(-c), np.float32(c))
+        packed = round_wire(x * np.float32(prescale), wire)
+        acc = packed if acc is None else (acc + packed).astype(np.float32)
+    return (round_wire(acc, wire) * np.float32(postscale)).astype(np.float32)
+
+
+def same_bits(got, want):
+    """Equal bit for bit, except that any NaN equals any NaN."""
+    got, want = np.asarray(got, np.float32), np.asarray(want, np.float32)
+    nan = np.isnan(got) & np.isnan(want)
+    return got.shape == want.shape and bool(
+        np.all((got.view(np.uint32) == want.view(np.uint32)) | nan))
+
+
+def describe_diff(got, want):
+    bad = ~((got.view(np.uint32) == want.view(np.uint32)) | (np.isnan(got) & np.isnan(want)))
+    i = int(np.argmax(bad))
+    return (f"{int(bad.sum())} of {got.size} elements differ; first at {i}: "
+            f"got {got[i]!r}, expected {want[i]!r}")

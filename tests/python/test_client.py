@@ -1,0 +1,264 @@
+"""The gradsync Python package against a real gradsyncd: results of every
+wire dtype and reduce op equal a NumPy reference bit for bit, errors arrive
+as exceptions carrying the library's code and the daemon's message, and the
+control calls agree with what the trainers did.
+
+Each trainer is a process of its own (numpy_trainer.py); the test process
+is one more trainer, or a control client, where a case needs one.
+"""
+import os
+import select
+import signal
+import time
+
+import numpy as np
+
+import gradsync
+from numpy_trainer import inputs
+from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, reduce_reference,
+                   run, same_bits)
+
+# Sizes chosen so that, with --threshold 1000, the plan has small fused
+# buckets, a tensor above the threshold in the middle of a pending group,
+# and a tensor larger than the 4096-element fusion buffer (chunked).
+COUNTS = [300, 500, 7, 1200, 260, 9000, 40, 3]
+THRESHOLD = 1000
+DAEMON_ARGS = ["--threshold=1000", "--fusion-buffer=4096", "--step-timeout=60"]
+
+
+def scales(info):
+    """prescale and postscale as the daemon derives them from predivide."""
+    pre = 1.0 / info["predivide_factor"]
+    post = info["predivide_factor"] / info["world_size"] if info["op"] == "average" \
+        else info["predivide_factor"]
+    return np.float32(pre), np.float32(post)
+
+
+def sync_and_check(wire, op, trainers=3, steps=3, clips=None, nan=False):
+    d = Daemon(DAEMON_ARGS + [f"--local-size={trainers}", f"--wire={wire}",
+                              f"--op={op}"])
+    try:
+        clips = clips or [None] * trainers
+        procs = []
+        for r in range(trainers):
+            extra = (["--clip", str(clips[r])] if clips[r] is not None else []) + \
+                (["--nan"] if nan else [])
+            procs.append(TrainerProc(d, r, COUNTS, steps, *extra))
+        outs = [p.results() for p in procs]
+        with gradsync.Control(d.socket) as ctl:
+            settings = ctl.status()["settings"]
+        check_eq(settings["wire_dtype"], wire, "wire dtype in status")
+        pre, post = scales(settings)
+        for step in range(1, steps + 1):
+            nonfinite = 0
+            per_rank_clipped = [0] * trainers
+            for t, c in enumerate(COUNTS):
+                xs = [inputs(r, step, c, t) for r in range(trainers)]
+                if nan and t == 0:
+                    xs[0][0] = np.nan
+                for r in range(trainers):
+                    if clips[r] is not None:
+                        per_rank_clipped[r] += int(np.sum((xs[r] > clips[r]) |
+                                                          (xs[r] < -clips[r])))
+                want = reduce_reference(xs, wire, pre, post, clips)
+                nonfinite += int(np.sum(~np.isfinite(want)))
+                for r in range(trainers):
+                    got = outs[r][f"s{step}t{t}"]
+                    check(same_bits(got, want),
+                          f"{wire}/{op} step {step} tensor {t} rank {r}: "
+                          + describe_diff(got, want))
+            for r in range(trainers):
+                res = outs[r][f"s{step}result"]
+                check_eq(int(res[0]), step, "step number")
+                check_eq(int(res[3]), per_rank_clipped[r], f"clipped count of rank {r}")
+                check_eq(int(res[4]), nonfinite, f"non-finite count of rank {r}")
+        if nan:
+            check(nonfinite > 0, "the NaN input gave no non-finite output")
+    finally:
+        d.cleanup()
+
+
+def test_fp16_average_equals_reference():
+    sync_and_check("fp16", "average")
+
+
+def test_bf16_sum_equals_reference():
+    sync_and_check("bf16", "sum", trainers=2)
+
+
+def test_fp32_average_equals_reference():
+    sync_and_check("fp32", "average")
+
+
+def test_clipping_and_nonfinite_counts():
+    sync_and_check("fp16", "average", trainers=2, steps=2, clips=[0.5, None], nan=True)
+
+
+def one_trainer_daemon(*args):
+    return Daemon(["--local-size=1"] + list(args))
+
+
+def test_step_in_process_with_poll_and_fileno():
+    d = one_trainer_daemon()
+    try:
+        with gradsync.Client(d.socket) as c:
+            check_eq(c.info.world_size, 1, "world size")
+            check_eq(c.info.backend, "host", "backend")
+            g = c.register([("w", 1000), ("b", 10)])
+            check_eq((c.tensor_count, len(g), g[0].dtype, g[0].shape),
+                     (2, 2, np.float32, (1000,)), "registered tensors")
+            x = inputs(0, 1, 1000, 0)
+            g[0][:] = x
+            g[1][:] = 3.0
+            c.begin_step()
+            check(c.poll() is None, "poll() returned a result before anything was ready")
+            c.mark_ready([0, 1])
+            deadline = time.monotonic() + 30
+            result = None
+            while result is None and time.monotonic() < deadline:
+                select.select([c.fileno()], [], [], 1.0)
+                result = c.poll()
+            check(result is not None, "no result through poll() within 30 s")
+            check(not result.aborted and result.step == 1, f"result {result}")
+            check(same_bits(g[0], reduce_reference([x], "fp16", 1, 1)), "world of one")
+            check(c.tensor_reduced(0) and c.tensor_reduced(1), "tensors reported reduced")
+    finally:
+        d.cleanup()
+
+
+def expect_error(cls, code, fn, *needles):
+    try:
+        fn()
+    except cls as e:
+        check_eq(e.code, code, f"code of {e!r}")
+        for n in needles:
+            check(n in e.message, f"'{n}' not in the message: {e.message!r}")
+        return e
+    raise AssertionError(f"no {cls.__name__} raised")
+
+
+def test_errors_carry_code_and_message():
+    e = expect_error(gradsync.ConnectError, -3,
+                     lambda: gradsync.Client("/nonexistent/gs.sock", timeout=2),
+                     "/nonexistent/gs.sock")
+    check(isinstance(e, ConnectionError), "ConnectError is a ConnectionError")
+    check_eq(e.name, "GS_ECONNECT", "error name")
+    d = one_trainer_daemon()
+    try:
+        # A local rank the daemon has no slot for: its own words come back.
+        try:
+            gradsync.Client(d.socket, local_rank=5, timeout=5)
+            raise AssertionError("local rank 5 of 1 accepted")
+        except gradsync.GradSyncError as err:
+            check("5" in err.message and "local" in err.message,
+                  f"the daemon's reason is missing: {err.message!r}")
+        with gradsync.Client(d.socket) as c:
+            expect_error(gradsync.StateError, -12, lambda: c.begin_step())
+            c.register([("w", 16)])
+            c.begin_step()
+            expect_error(gradsync.StateError, -12, lambda: c.begin_step())
+            err = expect_error(gradsync.InvalidArgumentError, -1, lambda: c.mark_ready([1]))
+            check(isinstance(err, ValueError), "InvalidArgumentError is a ValueError")
+            try:
+                c.tensor(3)
+                raise AssertionError("tensor(3) of 1 returned")
+            except IndexError:
+                pass
+            expect_error(gradsync.TimeoutError, -5, lambda: c.wait(timeout=0.2))
+            c.mark_ready([0])
+            c.wait(timeout=30)
+        expect_error(gradsync.StateError, -12, lambda: c.begin_step(), "closed")
+    finally:
+        d.cleanup()
+
+
+def test_layout_mismatch_names_the_tensor():
+    d = Daemon(["--local-size=2"])
+    try:
+        other = TrainerProc(d, 0, [100, 50], 1)
+        other.wait_text("registered")
+        with gradsync.Client(d.socket, local_rank=1) as c:
+            e = expect_error(gradsync.LayoutError, -9,
+                             lambda: c.register([("t0", 100), ("t1", 51)]))
+            check("51" in e.message and "50" in e.message,
+                  f"the daemon's message does not give both sizes: {e.message!r}")
+    finally:
+        d.cleanup()
+
+
+def test_abort_when_a_trainer_dies():
+    d = Daemon(["--local-size=2"])
+    try:
+        other = TrainerProc(d, 0, [100, 200, 300, 400], 1, "--hold-at", "1")
+        with gradsync.Client(d.socket, local_rank=1) as c:
+            g = c.register([(f"t{i}", n) for i, n in enumerate([100, 200, 300, 400])])
+            for a in g:
+                a[:] = 7.0
+            other.wait_text("holding")
+            c.begin_step()
+            c.mark_ready([0, 1, 2, 3])
+            other.proc.send_signal(signal.SIGKILL)
+            t0 = time.monotonic()
+            e = expect_error(gradsync.StepAborted, -13, lambda: c.wait(timeout=30),
+                             "local rank 0")
+            check(time.monotonic() - t0 < 5, "abort took more than 5 s")
+            check(e.result is not None and e.result.aborted, f"result {e.result}")
+            for i, a in enumerate(g):
+                if not c.tensor_reduced(i):
+                    check(np.all(a == 7.0), f"tensor {i} not reduced but changed")
+    finally:
+        d.cleanup()
+
+
+def test_control_agrees_with_trainers():
+    d = Daemon(["--local-size=2"])
+    try:
+        procs = [TrainerProc(d, r, [1000, 10], 4) for r in range(2)]
+        for p in procs:
+            p.results()
+        with gradsync.Control(d.socket) as ctl:
+            st = ctl.status()
+            check_eq(st["steps_completed"], 4, "steps completed")
+            check_eq(st["world_size"], 2, "world size")
+            metrics = ctl.metrics()
+            line = [ln for ln in metrics.splitlines() if ln.startswith("gradsync_steps_total")]
+            check(line and float(line[0].split()[-1]) == 4, f"steps in metrics: {line}")
+            me = [c for c in ctl.clients() if c["self"]]
+            check(len(me) == 1 and me[0]["role"] == "control" and me[0]["pid"] == os.getpid(),
+                  f"own connection: {me}")
+            path = os.path.join(d.dir, "trace.json")
+            check(ctl.trace_start(path)["active"], "trace active")
+            check(not ctl.trace_stop()["active"], "trace stopped")
+            check(os.path.getsize(path) > 0, "trace file empty")
+    finally:
+        d.cleanup()
+
+
+def test_arrays_keep_memory_until_dropped():
+    d = one_trainer_daemon()
+    try:
+        c = gradsync.Client(d.socket)
+        g = c.register([("w", 64)])
+        g[0][:] = 2.5
+        c.close()
+        check(float(g[0].sum()) == 160.0, "an array over a closed client's memory")
+
+        def trainers():
+            with gradsync.Control(d.socket) as ctl:
+                return len(ctl.status()["trainers"])
+        check_eq(trainers(), 1, "trainers while an array lives")
+        del g
+        deadline = time.monotonic() + 10
+        while trainers() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        check_eq(trainers(), 0, "trainers after the last array went")
+    finally:
+        d.cleanup()
+
+
+if __name__ == "__main__":
+    run([test_fp16_average_equals_reference, test_bf16_sum_equals_reference,
+         test_fp32_average_equals_reference, test_clipping_and_nonfinite_counts,
+         test_step_in_process_with_poll_and_fileno, test_errors_carry_code_and_message,
+         test_layout_mismatch_names_the_tensor, test_abort_when_a_trainer_dies,
+         test_control_agrees_with_trainers, test_arrays_keep_memory_until_dropped])

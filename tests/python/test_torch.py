@@ -1,0 +1,133 @@
+"""gradsync.torch against PyTorch's own DDP on Gloo: the same model, data
+and optimiser in two processes, for STEPS steps.
+
+- GradSync with the fp16 wire ends within fp16 rounding of DDP with
+  PyTorch's fp16_compress_hook; with the fp32 wire, within fp32 rounding
+  of DDP without a hook;
+- backward_and_update_half gives exactly what GradSync with the fp16 wire
+  gives (the same reduction);
+- each trainer alone (no synchronisation) ends far outside those bounds,
+  so the comparisons can fail.
+
+The bound: a gradient element differs by at most one rounding of its wire
+dtype (relative 2^-11 for fp16, 2^-24 for fp32) per step; SGD with
+momentum m turns that into at most lr / (1 - m) * that per step in a
+weight, summed over the steps; a factor 4 leaves room for the small
+differences the two trajectories then feed back.
+"""
+import os
+import sys
+
+import numpy as np
+
+from pylib import Daemon, check, run, spawn, wait_for  # noqa: F401
+from torch_trainer import LR, MOMENTUM, THRESHOLD
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STEPS = 30
+WORLD = 2
+
+
+def train(mode, tmp, *extra):
+    """Runs WORLD trainers of `mode`; returns their saved results."""
+    procs, outs, logs = [], [], []
+    for r in range(WORLD):
+        out = os.path.join(tmp, f"{mode}-{r}.npz")
+        log = os.path.join(tmp, f"{mode}-{r}.log")
+        argv = [sys.executable, os.path.join(HERE, "torch_trainer.py"), mode, str(r),
+                str(STEPS), out] + list(extra)
+        procs.append(spawn(argv, log))
+        outs.append(out)
+        logs.append(log)
+    results = []
+    for p, out, log in zip(procs, outs, logs):
+        rc = p.wait(300)
+        check(rc == 0, f"{mode} trainer exited {rc}:\n" + open(log).read())
+        results.append(dict(np.load(out)))
+    return results
+
+
+def gradsync_run(mode, wire):
+    d = Daemon([f"--local-size={WORLD}", f"--threshold={THRESHOLD}", f"--wire={wire}"])
+    try:
+        return train(mode, d.dir, "--socket", d.socket, "--wire", wire)
+    finally:
+        d.cleanup()
+
+
+def ddp_run(tmp, fp16_hook):
+    init = os.path.join(tmp, "ddp-init-fp16" if fp16_hook else "ddp-init-fp32")
+    extra = ["--init", init, "--world", str(WORLD)] + (["--fp16-hook"] if fp16_hook else [])
+    return train("ddp", tmp, *extra)
+
+
+def params(result):
+    return [result[k] for k in sorted(k for k in result if k.startswith("p"))]
+
+
+def max_diff(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(params(a), params(b)))
+
+
+def bound(results, rel):
+    gmax = max(float(r["gmax"]) for r in results)
+    return 4 * LR / (1 - MOMENTUM) * STEPS * rel * gmax
+
+
+_tmp = None
+
+
+def tmpdir():
+    global _tmp
+    if _tmp is None:
+        import tempfile
+        _tmp = tempfile.mkdtemp(prefix="gs-torch-")
+    return _tmp
+
+
+def compare(ours, theirs, rel, what):
+    for r in range(WORLD):
+        for k in range(1, WORLD):
+            check(max_diff(ours[0], ours[k]) == 0, f"{what}: trainers' weights differ")
+    tol = bound(ours + theirs, rel)
+    diff = max_diff(ours[0], theirs[0])
+    alone = max_diff(ours[0], local_results()[0])
+    print(f"{what}: largest weight difference {diff:.3g}, bound {tol:.3g}; "
+          f"unsynchronised training differs by {alone:.3g}", flush=True)
+    check(diff <= tol, f"{what}: weights differ by {diff:.3g} > {tol:.3g}")
+    check(alone > 10 * tol, f"{what}: the bound {tol:.3g} does not tell synchronised "
+          f"from unsynchronised training ({alone:.3g})")
+
+
+_local = None
+
+
+def local_results():
+    global _local
+    if _local is None:
+        _local = train("local", tmpdir())
+    return _local
+
+
+def test_fp16_wire_matches_ddp_fp16_compress_hook():
+    compare(gradsync_run("gradsync", "fp16"), ddp_run(tmpdir(), True), 2.0 ** -11,
+            "fp16: gradsync vs DDP + fp16_compress_hook")
+
+
+def test_fp32_wire_matches_ddp():
+    compare(gradsync_run("gradsync", "fp32"), ddp_run(tmpdir(), False), 2.0 ** -24,
+            "fp32: gradsync vs DDP")
+
+
+def test_backward_and_update_half_equals_gradsync_fp16():
+    half = gradsync_run("half", "fp16")
+    ours = gradsync_run("gradsync", "fp16")
+    diff = max_diff(half[0], ours[0])
+    check(diff == 0, f"backward_and_update_half differs from GradSync fp16 by {diff:.3g}")
+    losses = half[0]["losses"]
+    check(losses[-1] < losses[0], f"the loss did not fall: {losses[0]} -> {losses[-1]}")
+
+
+if __name__ == "__main__":
+    run([test_fp16_wire_matches_ddp_fp16_compress_hook, test_fp32_wire_matches_ddp,
+         test_backward_and_update_half_equals_gradsync_fp16])

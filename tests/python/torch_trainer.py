@@ -1,0 +1,87 @@
+"""One trainer of the PyTorch comparison: the same small model trained on
+the same synthetic data, its gradients synchronised by gradsync, by DDP on
+Gloo, or not at all. Saves the final parameters and the largest gradient
+seen (for the tolerance) to OUT.npz.
+
+    torch_trainer.py gradsync RANK STEPS OUT --socket S --wire fp16|fp32
+    torch_trainer.py half     RANK STEPS OUT --socket S    (backward_and_update_half)
+    torch_trainer.py ddp      RANK STEPS OUT --init FILE --world 2 [--fp16-hook]
+    torch_trainer.py local    RANK STEPS OUT
+"""
+import argparse
+
+import numpy as np
+import torch
+
+LR = 0.05
+MOMENTUM = 0.9
+THRESHOLD = 4096  # elements: the model's 22,538 parameters make several buckets
+
+
+def make_model():
+    torch.manual_seed(0)  # the same initial weights in every process
+    return torch.nn.Sequential(torch.nn.Linear(32, 128), torch.nn.Tanh(),
+                               torch.nn.Linear(128, 128), torch.nn.Tanh(),
+                               torch.nn.Linear(128, 10))
+
+
+def batch(rank, step):
+    """This rank's synthetic batch for `step`: inputs and class labels."""
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    x = torch.randn(64, 32, generator=g)
+    y = (x[:, :10].sum(dim=1) * 3).long().remainder(10)  # learnable labels
+    return x, y
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=["gradsync", "half", "ddp", "local"])
+    ap.add_argument("rank", type=int)
+    ap.add_argument("steps", type=int)
+    ap.add_argument("out")
+    ap.add_argument("--socket")
+    ap.add_argument("--wire", default="fp16")
+    ap.add_argument("--init")
+    ap.add_argument("--world", type=int, default=2)
+    ap.add_argument("--fp16-hook", action="store_true")
+    a = ap.parse_args()
+    torch.set_num_threads(1)  # the same float operations in every process
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    net = model
+    if a.mode == "gradsync":
+        import gradsync.torch
+        gradsync.torch.GradSync(model, threshold=THRESHOLD, wire=a.wire, optimizer=opt,
+                                socket_path=a.socket, local_rank=a.rank)
+    elif a.mode == "half":
+        import gradsync.torch
+    elif a.mode == "ddp":
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        dist.init_process_group("gloo", init_method=f"file://{a.init}", rank=a.rank,
+                                world_size=a.world)
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        if a.fp16_hook:
+            net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    gmax = 0.0
+    losses = []
+    for step in range(1, a.steps + 1):
+        x, y = batch(a.rank, step)
+        opt.zero_grad()
+        loss = loss_fn(net(x), y)
+        losses.append(loss.item())
+        if a.mode == "half":
+            gradsync.torch.backward_and_update_half(loss, opt, threshold=THRESHOLD,
+                                                    socket_path=a.socket, local_rank=a.rank)
+        else:
+            loss.backward()
+            opt.step()
+        gmax = max(gmax, max(p.grad.abs().max().item() for p in model.parameters()))
+    out = {f"p{i}": p.detach().numpy().copy() for i, p in enumerate(model.parameters())}
+    np.savez(a.out, gmax=np.float64(gmax), losses=np.array(losses), **out)
+    print(f"done: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
