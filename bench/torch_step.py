@@ -1,0 +1,91 @@
+"""Times a training step of python/examples/train.py's model in N trainer
+processes, synchronised by gradsync (gradsyncd, host backend, fp16 wire),
+by DDP on Gloo (fp32, and with PyTorch's fp16 compress hook), and not at
+all (the floor: compute alone), in one invocation. The systems take turns
+R times; each figure is the median of its R runs, each run's own figure
+being the median step (the slowest trainer's) after a warm-up step.
+
+Prints one line per system and the ratio of each baseline to gradsync;
+writes the runs to OUT/torch-step.csv.
+"""
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "python", "examples", "train.py")
+SYSTEMS = ["gradsync", "ddp", "ddp-fp16", "none"]
+
+
+def start_daemon(path, sock, procs, log):
+    p = subprocess.Popen([path, f"--socket={sock}", f"--local-size={procs}"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(sock):
+        if p.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"gradsyncd did not start (see {log.name})")
+        time.sleep(0.05)
+    return p
+
+
+def run(system, args, sock):
+    argv = [sys.executable, EXAMPLE, "--sync", system, "--procs", str(args.procs),
+            "--steps", str(args.steps), "--json", "--socket", sock]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    if r.returncode:
+        raise SystemExit(f"{system} failed:\n{r.stdout}{r.stderr}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--daemon", required=True, help="the gradsyncd to run")
+    ap.add_argument("--out", required=True, help="folder for torch-step.csv")
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    runs = {s: [] for s in SYSTEMS}
+    with tempfile.TemporaryDirectory(prefix="gs-torch-bench-") as tmp:
+        sock = os.path.join(tmp, "gs.sock")
+        with open(os.path.join(tmp, "gradsyncd.log"), "w") as log:
+            daemon = start_daemon(args.daemon, sock, args.procs, log)
+            try:
+                for rep in range(args.repeat):
+                    for s in SYSTEMS:
+                        runs[s].append(run(s, args, sock))
+            finally:
+                daemon.send_signal(signal.SIGTERM)
+                daemon.wait(30)
+    with open(os.path.join(args.out, "torch-step.csv"), "w") as f:
+        f.write("system,run,procs,steps,params,step_ms_median,loss_first,loss_last\n")
+        for s in SYSTEMS:
+            for i, r in enumerate(runs[s]):
+                f.write(f"{s},{i},{r['procs']},{r['steps']},{r['params']},"
+                        f"{r['step_ms_median']:.3f},{r['loss_first']:.5f},"
+                        f"{r['loss_last']:.5f}\n")
+    med = {s: statistics.median(r["step_ms_median"] for r in runs[s]) for s in SYSTEMS}
+    p = runs["gradsync"][0]["params"]
+    print(f"training step, {args.procs} trainers, {p} parameters "
+          f"({p * 4 / 1e6:.1f} MB of fp32 gradients), median of {args.repeat} runs:")
+    names = {"gradsync": "gradsync (fp16 wire)", "ddp": "DDP on Gloo, fp32",
+             "ddp-fp16": "DDP on Gloo, fp16 compress hook", "none": "no synchronisation"}
+    for s in SYSTEMS:
+        each = ", ".join(f"{r['step_ms_median']:.2f}" for r in runs[s])
+        ratio = "" if s in ("gradsync", "none") else \
+            f"   {med[s] / med['gradsync']:.2f}x gradsync's time"
+        print(f"  {names[s]:34s} {med[s]:8.2f} ms  [{each}]{ratio}")
+    print(f"  sync overhead over no synchronisation: gradsync "
+          f"{med['gradsync'] - med['none']:.2f} ms, DDP fp32 {med['ddp'] - med['none']:.2f} ms, "
+          f"DDP fp16 {med['ddp-fp16'] - med['none']:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()
