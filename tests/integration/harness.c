@@ -189,6 +189,26 @@ bool harness_file_contains(const char *path, const char *text)
 	return found;
 }
 
+double harness_now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+double harness_wait_for_text(const char *path, const char *text, double limit_s)
+{
+	double t0 = harness_now_s();
+	while (!harness_file_contains(path, text)) {
+		if (harness_now_s() - t0 > limit_s) {
+			harness_dump(path);
+			fail_msg("'%s' did not appear in %s within %.0f s", text, path, limit_s);
+		}
+		usleep(10000);
+	}
+	return harness_now_s() - t0;
+}
+
 const char *harness_layout(const char *name)
 {
 	static char path[512];

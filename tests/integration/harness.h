@@ -39,6 +39,11 @@ bool harness_daemon_alive(const struct gs_test_daemon *d);
 bool harness_log_contains(const struct gs_test_daemon *d, const char *text);
 /* Whether a file (a process's log) contains text. */
 bool harness_file_contains(const char *path, const char *text);
+/* Seconds on the monotonic clock, for measuring how long things take. */
+double harness_now_s(void);
+/* Waits until text shows in the file (a process's log); returns the
+ * seconds it took. Dumps the file and fails the test past limit_s. */
+double harness_wait_for_text(const char *path, const char *text, double limit_s);
 
 /* Starts a program with argv (argv[0] is the path), output to log. */
 pid_t harness_spawn(const char *const *argv, const char *log);

@@ -16,7 +16,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 #include <setjmp.h>
 #include <cmocka.h>
@@ -24,30 +23,9 @@
 #include "gradsync.h"
 #include "harness.h"
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static bool file_contains(const char *path, const char *text)
 {
 	return harness_file_contains(path, text);
-}
-
-/* Waits until text shows in the file; returns the seconds it took. */
-static double wait_for_text(const char *path, const char *text, double limit_s)
-{
-	double t0 = now_s();
-	while (!file_contains(path, text)) {
-		if (now_s() - t0 > limit_s) {
-			harness_dump(path);
-			fail_msg("'%s' did not appear in %s within %.0f s", text, path, limit_s);
-		}
-		usleep(10000);
-	}
-	return now_s() - t0;
 }
 
 static pid_t trainer(const struct gs_test_daemon *d, unsigned rank, char *log,
@@ -100,10 +78,10 @@ static void trainer_killed_mid_step(void **state)
 					   "--pause-after", "40", NULL };
 	pid_t t0 = trainer(&d, 0, log0, "0", a0);
 	pid_t t1 = trainer(&d, 1, log1, "1", a1);
-	wait_for_text(log1, "PAUSED in step 2", 120);
+	harness_wait_for_text(log1, "PAUSED in step 2", 120);
 	int mapped = memfd_mappings(d.pid);
 	kill(t1, SIGKILL);
-	double took = wait_for_text(log0, "ABORTED step 2 as expected", 10);
+	double took = harness_wait_for_text(log0, "ABORTED step 2 as expected", 10);
 	print_message("the other trainer learned of the abort %.3f s after the kill\n", took);
 	assert_true(took < 2.0);
 	char want[160];
@@ -113,8 +91,8 @@ static void trainer_killed_mid_step(void **state)
 	assert_int_equal(harness_wait(t1, 5000), 128 + SIGKILL);
 
 	/* Its memory is released once no bucket reads it any more. */
-	double t_release = now_s();
-	while (memfd_mappings(d.pid) >= mapped && now_s() - t_release < 5)
+	double t_release = harness_now_s();
+	while (memfd_mappings(d.pid) >= mapped && harness_now_s() - t_release < 5)
 		usleep(10000);
 	print_message("daemon memfd mappings: %d with both trainers, %d after the kill\n",
 		      mapped, memfd_mappings(d.pid));
@@ -143,8 +121,8 @@ static void gradient_never_arrives(void **state)
 					   "--pause-after", "5", NULL };
 	pid_t t0 = trainer(&d, 0, log0, "0", a0);
 	pid_t t1 = trainer(&d, 1, log1, "1", a1);
-	wait_for_text(log1, "PAUSED in step 1", 120);
-	double took = wait_for_text(log0, "ABORTED step 1 as expected", 10);
+	harness_wait_for_text(log1, "PAUSED in step 1", 120);
+	double took = harness_wait_for_text(log0, "ABORTED step 1 as expected", 10);
 	print_message("aborted %.2f s after the trainer stopped marking\n", took);
 	/* Measured from the pause: the step began a little before it. */
 	assert_true(took > 2.0 && took < 5.0);
@@ -178,10 +156,10 @@ static void daemon_restarts(void **state)
 					   "--pause-after", "5", NULL };
 	pid_t t0 = trainer(&d, 0, log0, "0", a0);
 	pid_t t1 = trainer(&d, 1, log1, "1", a1);
-	wait_for_text(log1, "PAUSED in step 2", 120);
+	harness_wait_for_text(log1, "PAUSED in step 2", 120);
 	kill(d.pid, SIGKILL);
 	harness_wait(d.pid, 5000);
-	double took = wait_for_text(log0, "DISCONNECTED in step 2", 5);
+	double took = harness_wait_for_text(log0, "DISCONNECTED in step 2", 5);
 	print_message("the waiting trainer saw the daemon go %.3f s after the kill\n", took);
 	assert_true(took < 1.0);
 	assert_true(file_contains(log0, "gradsyncd closed the connection"));
@@ -196,7 +174,7 @@ static void daemon_restarts(void **state)
 	const char *argv[] = { getenv("GS_DAEMON"), socket_arg, "--local-size=2", NULL };
 	d2.pid = harness_spawn(argv, d2.log);
 	harness_daemon_wait_ready(&d2, 10000);
-	wait_for_text(log0, "RECONNECTED: running step 2 again", 30);
+	harness_wait_for_text(log0, "RECONNECTED: running step 2 again", 30);
 	static const char *const a1b[] = { "--steps", "2", "--first-step", "2", NULL };
 	pid_t t1b = trainer(&d2, 1, log1b, "1b", a1b);
 	expect_success(t0, log0);

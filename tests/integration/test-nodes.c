@@ -285,30 +285,10 @@ static void wrong_world_size(void **state)
 
 /* ---- Failures across nodes ------------------------------------------------ */
 
-static double now_s(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
-static double wait_for_text(const char *path, const char *text, double limit_s)
-{
-	double t0 = now_s();
-	while (!harness_file_contains(path, text)) {
-		if (now_s() - t0 > limit_s) {
-			harness_dump(path);
-			fail_msg("'%s' did not appear in %s within %.0f s", text, path, limit_s);
-		}
-		usleep(10000);
-	}
-	return now_s() - t0;
-}
-
 /* Waits until the daemon's job is in step `step`. */
 static void wait_in_step(const struct gs_test_daemon *d, uint64_t step)
 {
-	double t0 = now_s();
+	double t0 = harness_now_s();
 	for (;;) {
 		gs_client *ctl;
 		struct gs_status *st;
@@ -323,7 +303,7 @@ static void wait_in_step(const struct gs_test_daemon *d, uint64_t step)
 		}
 		if (there)
 			return;
-		if (now_s() - t0 > 120)
+		if (harness_now_s() - t0 > 120)
 			fail_msg("node never reached step %llu", (unsigned long long)step);
 		usleep(20000);
 	}
@@ -354,9 +334,9 @@ static void trainer_killed_on_other_node(void **state)
 	static const char *const a1[] = { "--pause-at-step", "2", "--pause-after", "40", NULL };
 	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
 	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
-	wait_for_text(log1, "PAUSED in step 2", 120);
+	harness_wait_for_text(log1, "PAUSED in step 2", 120);
 	kill(t1, SIGKILL);
-	double took = wait_for_text(log0, "ABORTED step 2 as expected", 10);
+	double took = harness_wait_for_text(log0, "ABORTED step 2 as expected", 10);
 	print_message("node 0's trainer learned of it %.3f s after the kill\n", took);
 	assert_true(took < 3.0);
 	expect_in_log(log0, "trainer local rank 0 of node 1 went away during step 2");
@@ -389,13 +369,13 @@ static void peer_daemon_killed_and_back(void **state)
 	static const char *const a1[] = { "--pause-at-step", "2", "--pause-after", "5", NULL };
 	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
 	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
-	wait_for_text(log1, "PAUSED in step 2", 120);
+	harness_wait_for_text(log1, "PAUSED in step 2", 120);
 	/* Node 0's trainer must be in step 2 too, so that the step is in
 	 * flight when the peer goes (a step begun after it waits instead). */
 	wait_in_step(&n[0].d, 2);
 	kill(n[1].d.pid, SIGKILL);
 	kill(t1, SIGKILL);
-	double took = wait_for_text(log0, "ABORTED step 2 as expected", 15);
+	double took = harness_wait_for_text(log0, "ABORTED step 2 as expected", 15);
 	print_message("node 0's trainer learned of it %.3f s after the kill\n", took);
 	assert_true(took < 5.0);
 	expect_in_log(log0, "node 1 went away");

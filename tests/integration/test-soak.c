@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -197,13 +196,6 @@ static uint64_t status_steps(void)
 
 /* ---- The test ---------------------------------------------------------------- */
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static uint64_t soak_steps(void)
 {
 	const char *e = getenv("GS_SOAK_STEPS");
@@ -234,18 +226,18 @@ static void flat_over_thousands_of_steps(void **state)
 		      gs_bucket_count(trainer[0]), (unsigned long long)steps);
 
 	struct usage start = usage_of(daemon_.pid), warm = start;
-	double t0 = now_s(), t_warm = t0;
+	double t0 = harness_now_s(), t_warm = t0;
 	for (uint64_t step = 1; step <= steps; step++) {
 		run_step(step);
 		if (step % 100 == 50)
 			assert_int_equal(status_steps(), step);
 		if (step == WARMUP_STEP) {
 			warm = usage_of(daemon_.pid);
-			t_warm = now_s();
+			t_warm = harness_now_s();
 		}
 	}
 	struct usage end = usage_of(daemon_.pid);
-	double t_end = now_s();
+	double t_end = harness_now_s();
 
 	print_message("daemon after registering: VmRSS %ld KiB, %d fds, %ld threads\n",
 		      start.rss_kb, start.fds, start.threads);
