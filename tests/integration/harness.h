@@ -28,6 +28,11 @@ void harness_daemon_start(struct gs_test_daemon *d, const char *const *args);
 void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args);
 /* Waits until a spawned daemon accepts trainers, up to timeout_ms. */
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms);
+/* Whether gradsyncd was built with Gloo, which --nodes above 1 needs
+ * (GS_HAVE_GLOO from meson). */
+bool harness_have_gloo(void);
+/* The exit status meson test reports as a skipped test. */
+#define HARNESS_EXIT_SKIP 77
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int harness_free_port(void);
 

@@ -489,6 +489,14 @@ static void coordinator_never_appears(void **state)
 
 int main(void)
 {
+	/* Every case here starts daemons with --nodes above 1, which a
+	 * gradsyncd built without Gloo refuses: skip them all rather than
+	 * fail. The whole program skips, so the suite counts one skip. */
+	if (!harness_have_gloo()) {
+		printf("gradsyncd was built without Gloo (-Dgloo=disabled or not found): "
+		       "skipping the tests of several nodes\n");
+		return HARNESS_EXIT_SKIP;
+	}
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(two_nodes_one_trainer_fp16),
 		cmocka_unit_test(two_nodes_two_trainers_fp16),
