@@ -143,6 +143,23 @@ bool gs_has_reply(const struct gs_client *c);
 /* Handles one message from gradsyncd and takes ownership of it. */
 int gs_dispatch(struct gs_client *c, Gradsync__Message *m);
 
+/* ---- registration.c ---------------------------------------------------- */
+
+/* A registration's RegisterTensors frames, built and sent as they fill. */
+struct gs_reg_frames;
+/* Frames that carry their buffers' descriptors (with_fds, memfds) or none
+ * (CUDA handles travel inside the Buffer). NULL, the error recorded, when
+ * out of memory. gs_reg_frames_end frees it. */
+struct gs_reg_frames *gs_reg_frames_new(struct gs_client *c, bool with_fds);
+/* Adds buf (with fd) then t, either may be NULL, sending the frame so far
+ * first when they would not fit. Both are copied; what they point to
+ * (names, handles) must live until gs_reg_frames_end. */
+int gs_reg_frames_add(struct gs_client *c, struct gs_reg_frames *f,
+		      const Gradsync__TensorSpec *t, const Gradsync__Buffer *buf,
+		      int fd);
+/* Sends the last frame when r is GS_OK, frees f, and returns the result. */
+int gs_reg_frames_end(struct gs_client *c, struct gs_reg_frames *f, int r);
+
 /* ---- session.c --------------------------------------------------------- */
 
 /* Connects, says hello in role and waits for the welcome. */

@@ -16,8 +16,6 @@
 #include "client.h"
 #include "cuda_driver.h"
 
-#define FRAME_MAX_TENSORS 1024
-#define FRAME_MAX_BYTES (1u << 20)
 #define NAME_MAX_BYTES 4096
 #define EVENTS_BUFFER 0
 
@@ -245,97 +243,57 @@ static int make_handles(struct gs_client *c, struct gs_cuda *g)
 
 /* ---- The RegisterTensors frames ------------------------------------------------- */
 
-struct cuda_frame {
-	Gradsync__Buffer buf_msgs[GS_FRAME_MAX_FDS];
-	Gradsync__Buffer *bufs[GS_FRAME_MAX_FDS];
-	size_t nbufs;
-	Gradsync__TensorSpec spec_msgs[FRAME_MAX_TENSORS];
-	Gradsync__TensorSpec *specs[FRAME_MAX_TENSORS];
-	size_t nspecs;
-	size_t bytes;
-};
-
-static int send_frame(struct gs_client *c, struct cuda_frame *f, bool last)
+static Gradsync__Buffer device_buffer(const struct gs_cuda *g)
 {
-	Gradsync__RegisterTensors reg = GRADSYNC__REGISTER_TENSORS__INIT;
-	reg.n_buffers = f->nbufs;
-	reg.buffers = f->bufs;
-	reg.n_tensors = f->nspecs;
-	reg.tensors = f->specs;
-	reg.last = last;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
-	m.register_tensors = &reg;
-	int r = gs_conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
-	f->nbufs = 0;
-	f->nspecs = 0;
-	f->bytes = 0;
-	return r;
-}
-
-static Gradsync__Buffer *frame_buffer(struct cuda_frame *f, const struct gs_cuda *g)
-{
-	Gradsync__Buffer *m = &f->buf_msgs[f->nbufs];
-	gradsync__buffer__init(m);
-	m->device = g->device;
-	m->pci_bus_id = (char *)g->pci;
-	f->bufs[f->nbufs++] = m;
+	Gradsync__Buffer m = GRADSYNC__BUFFER__INIT;
+	m.device = g->device;
+	m.pci_bus_id = (char *)g->pci;
 	return m;
 }
 
-static void frame_add_events(struct cuda_frame *f, struct gs_cuda *g)
+static Gradsync__Buffer events_buffer(struct gs_cuda *g)
 {
-	Gradsync__Buffer *m = frame_buffer(f, g);
-	m->size = 0;
-	m->cuda_ready_event.len = sizeof(g->ready_handle);
-	m->cuda_ready_event.data = (uint8_t *)g->ready_handle.reserved;
-	m->cuda_done_event.len = sizeof(g->done_handle);
-	m->cuda_done_event.data = (uint8_t *)g->done_handle.reserved;
+	Gradsync__Buffer m = device_buffer(g);
+	m.size = 0;
+	m.cuda_ready_event.len = sizeof(g->ready_handle);
+	m.cuda_ready_event.data = (uint8_t *)g->ready_handle.reserved;
+	m.cuda_done_event.len = sizeof(g->done_handle);
+	m.cuda_done_event.data = (uint8_t *)g->done_handle.reserved;
+	return m;
 }
 
-static void frame_add_alloc(struct cuda_frame *f, struct gs_cuda *g, struct cuda_alloc *a)
+static Gradsync__Buffer alloc_buffer(const struct gs_cuda *g, struct cuda_alloc *a)
 {
-	Gradsync__Buffer *m = frame_buffer(f, g);
-	m->size = a->size;
-	m->cuda_ipc_handle.len = sizeof(a->handle);
-	m->cuda_ipc_handle.data = (uint8_t *)a->handle.reserved;
-}
-
-static void frame_add_tensor(struct cuda_frame *f, const struct cuda_tensor *t)
-{
-	Gradsync__TensorSpec *m = &f->spec_msgs[f->nspecs];
-	gradsync__tensor_spec__init(m);
-	m->name = t->name;
-	m->count = t->count;
-	m->dtype = (Gradsync__Dtype)t->dtype;
-	m->buffer = t->buffer;
-	m->offset = t->offset;
-	f->specs[f->nspecs++] = m;
-	f->bytes += strlen(t->name) + 48;
+	Gradsync__Buffer m = device_buffer(g);
+	m.size = a->size;
+	m.cuda_ipc_handle.len = sizeof(a->handle);
+	m.cuda_ipc_handle.data = (uint8_t *)a->handle.reserved;
+	return m;
 }
 
 static int send_registration(struct gs_client *c, struct gs_cuda *g)
 {
-	struct cuda_frame *f = calloc(1, sizeof(*f));
+	struct gs_reg_frames *f = gs_reg_frames_new(c, false);
 	if (!f)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
-	frame_add_events(f, g);
+		return GS_ENOMEM;
+	Gradsync__Buffer events = events_buffer(g);
+	int r = gs_reg_frames_add(c, f, NULL, &events, -1);
 	uint32_t sent = 1; /* buffers on their way: the events so far */
-	int r = GS_OK;
 	for (size_t i = 0; i < g->ntensors && r == GS_OK; i++) {
-		const struct cuda_tensor *t = &g->tensors[i];
-		bool new_buf = t->buffer == sent;
-		if (f->nspecs == FRAME_MAX_TENSORS || (new_buf && f->nbufs == GS_FRAME_MAX_FDS) ||
-		    (f->nspecs > 0 && f->bytes + strlen(t->name) + 48 > FRAME_MAX_BYTES))
-			r = send_frame(c, f, false);
+		const struct cuda_tensor *ct = &g->tensors[i];
+		Gradsync__TensorSpec t = GRADSYNC__TENSOR_SPEC__INIT;
+		t.name = ct->name;
+		t.count = ct->count;
+		t.dtype = (Gradsync__Dtype)ct->dtype;
+		t.buffer = ct->buffer;
+		t.offset = ct->offset;
+		Gradsync__Buffer buf = GRADSYNC__BUFFER__INIT;
+		bool new_buf = ct->buffer == sent;
 		if (new_buf)
-			frame_add_alloc(f, g, &g->allocs[sent++ - 1]);
-		frame_add_tensor(f, t);
+			buf = alloc_buffer(g, &g->allocs[sent++ - 1]);
+		r = gs_reg_frames_add(c, f, &t, new_buf ? &buf : NULL, -1);
 	}
-	if (r == GS_OK)
-		r = send_frame(c, f, true);
-	free(f);
-	return r;
+	return gs_reg_frames_end(c, f, r);
 }
 
 static int wait_registered(struct gs_client *c, size_t n)

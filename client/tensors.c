@@ -21,9 +21,6 @@
 
 /* Cache lines, and whole vectors for the daemon's conversion kernels. */
 #define TENSOR_ALIGN 64
-#define FRAME_MAX_TENSORS 1024
-/* Well below the daemon's frame limit, however long the names are. */
-#define FRAME_MAX_BYTES (1u << 20)
 #define NAME_MAX_BYTES 4096
 #define BYTES_MAX (UINT64_C(1) << 62)
 
@@ -259,83 +256,31 @@ static int place_all(struct gs_client *c, const struct gs_tensor_spec *specs,
 
 /* ---- the RegisterTensors frames ---------------------------------------- */
 
-struct reg_frame {
-	Gradsync__Buffer buf_msgs[GS_FRAME_MAX_FDS];
-	Gradsync__Buffer *bufs[GS_FRAME_MAX_FDS];
-	int fds[GS_FRAME_MAX_FDS];
-	size_t nbufs;
-	Gradsync__TensorSpec spec_msgs[FRAME_MAX_TENSORS];
-	Gradsync__TensorSpec *specs[FRAME_MAX_TENSORS];
-	size_t nspecs;
-	size_t bytes;
-};
-
-static int send_frame(struct gs_client *c, struct reg_frame *f, bool last)
-{
-	Gradsync__RegisterTensors reg = GRADSYNC__REGISTER_TENSORS__INIT;
-	reg.n_buffers = f->nbufs;
-	reg.buffers = f->bufs;
-	reg.n_tensors = f->nspecs;
-	reg.tensors = f->specs;
-	reg.last = last;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
-	m.register_tensors = &reg;
-	int r = gs_conn_send(c, &m, f->fds, f->nbufs, GS_SEND_TIMEOUT_MS);
-	f->nbufs = 0;
-	f->nspecs = 0;
-	f->bytes = 0;
-	return r;
-}
-
-static void frame_add_buffer(struct reg_frame *f, const struct gs_buffer *b)
-{
-	Gradsync__Buffer *msg = &f->buf_msgs[f->nbufs];
-	gradsync__buffer__init(msg);
-	msg->size = b->size;
-	f->bufs[f->nbufs] = msg;
-	f->fds[f->nbufs++] = b->fd;
-}
-
-static void frame_add_tensor(struct reg_frame *f,
-			     const struct gs_tensor_spec *s,
-			     const struct gs_placement *pl)
-{
-	Gradsync__TensorSpec *msg = &f->spec_msgs[f->nspecs];
-	gradsync__tensor_spec__init(msg);
-	msg->name = (char *)s->name;
-	msg->count = s->count;
-	msg->dtype = (Gradsync__Dtype)s->dtype;
-	msg->buffer = pl->buffer;
-	msg->offset = pl->offset;
-	f->specs[f->nspecs++] = msg;
-}
-
 static int send_registration(struct gs_client *c,
 			     const struct gs_tensor_spec *specs, size_t n,
 			     const struct gs_placement *pl)
 {
-	struct reg_frame *f = calloc(1, sizeof(*f));
+	struct gs_reg_frames *f = gs_reg_frames_new(c, true);
 	if (!f)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return GS_ENOMEM;
 	uint32_t attached = 0; /* buffers whose descriptor is on its way */
 	int r = GS_OK;
 	for (size_t i = 0; i < n && r == GS_OK; i++) {
-		bool new_buf = pl[i].buffer == attached;
-		size_t est = strlen(specs[i].name) + 48;
-		if (f->nspecs == FRAME_MAX_TENSORS ||
-		    (new_buf && f->nbufs == GS_FRAME_MAX_FDS) ||
-		    (f->nspecs > 0 && f->bytes + est > FRAME_MAX_BYTES))
-			r = send_frame(c, f, false);
-		if (new_buf)
-			frame_add_buffer(f, &c->buffers[attached++]);
-		frame_add_tensor(f, &specs[i], &pl[i]);
-		f->bytes += est;
+		Gradsync__TensorSpec t = GRADSYNC__TENSOR_SPEC__INIT;
+		t.name = (char *)specs[i].name;
+		t.count = specs[i].count;
+		t.dtype = (Gradsync__Dtype)specs[i].dtype;
+		t.buffer = pl[i].buffer;
+		t.offset = pl[i].offset;
+		Gradsync__Buffer buf = GRADSYNC__BUFFER__INIT;
+		const struct gs_buffer *b = NULL;
+		if (pl[i].buffer == attached) {
+			b = &c->buffers[attached++];
+			buf.size = b->size;
+		}
+		r = gs_reg_frames_add(c, f, &t, b ? &buf : NULL, b ? b->fd : -1);
 	}
-	if (r == GS_OK)
-		r = send_frame(c, f, true);
-	free(f);
-	return r;
+	return gs_reg_frames_end(c, f, r);
 }
 
 static int wait_registered(struct gs_client *c, size_t n)

@@ -1,0 +1,88 @@
+/*
+ * The RegisterTensors frames of a registration, for memfd tensors
+ * (tensors.c) and CUDA tensors (cuda.c) alike. A registration too big for
+ * one frame goes in several, each below the daemon's frame limit and
+ * carrying at most GS_FRAME_MAX_FDS buffers; the last says so.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+#define FRAME_MAX_TENSORS 1024
+/* Well below the daemon's frame limit, however long the names are. */
+#define FRAME_MAX_BYTES (1u << 20)
+
+struct gs_reg_frames {
+	bool with_fds;
+	Gradsync__Buffer buf_msgs[GS_FRAME_MAX_FDS];
+	Gradsync__Buffer *bufs[GS_FRAME_MAX_FDS];
+	int fds[GS_FRAME_MAX_FDS];
+	size_t nbufs;
+	Gradsync__TensorSpec spec_msgs[FRAME_MAX_TENSORS];
+	Gradsync__TensorSpec *specs[FRAME_MAX_TENSORS];
+	size_t nspecs;
+	size_t bytes; /* an estimate of the encoded tensors */
+};
+
+struct gs_reg_frames *gs_reg_frames_new(struct gs_client *c, bool with_fds)
+{
+	struct gs_reg_frames *f = calloc(1, sizeof(*f));
+	if (!f) {
+		gs_fail(c, GS_ENOMEM, "out of memory");
+		return NULL;
+	}
+	f->with_fds = with_fds;
+	return f;
+}
+
+static int send_frame(struct gs_client *c, struct gs_reg_frames *f, bool last)
+{
+	Gradsync__RegisterTensors reg = GRADSYNC__REGISTER_TENSORS__INIT;
+	reg.n_buffers = f->nbufs;
+	reg.buffers = f->bufs;
+	reg.n_tensors = f->nspecs;
+	reg.tensors = f->specs;
+	reg.last = last;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
+	m.register_tensors = &reg;
+	int r = gs_conn_send(c, &m, f->with_fds ? f->fds : NULL,
+			     f->with_fds ? f->nbufs : 0, GS_SEND_TIMEOUT_MS);
+	f->nbufs = 0;
+	f->nspecs = 0;
+	f->bytes = 0;
+	return r;
+}
+
+int gs_reg_frames_add(struct gs_client *c, struct gs_reg_frames *f,
+		      const Gradsync__TensorSpec *t, const Gradsync__Buffer *buf,
+		      int fd)
+{
+	size_t est = t ? strlen(t->name) + 48 : 0;
+	int r = GS_OK;
+	if (f->nspecs == FRAME_MAX_TENSORS ||
+	    (buf && f->nbufs == GS_FRAME_MAX_FDS) ||
+	    (f->nspecs > 0 && f->bytes + est > FRAME_MAX_BYTES))
+		r = send_frame(c, f, false);
+	if (buf) {
+		f->buf_msgs[f->nbufs] = *buf;
+		f->bufs[f->nbufs] = &f->buf_msgs[f->nbufs];
+		f->fds[f->nbufs++] = fd;
+	}
+	if (t) {
+		f->spec_msgs[f->nspecs] = *t;
+		f->specs[f->nspecs] = &f->spec_msgs[f->nspecs];
+		f->nspecs++;
+		f->bytes += est;
+	}
+	return r;
+}
+
+int gs_reg_frames_end(struct gs_client *c, struct gs_reg_frames *f, int r)
+{
+	if (r == GS_OK)
+		r = send_frame(c, f, true);
+	free(f);
+	return r;
+}
