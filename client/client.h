@@ -159,6 +159,10 @@ int gs_reg_frames_add(struct gs_client *c, struct gs_reg_frames *f,
 		      int fd);
 /* Sends the last frame when r is GS_OK, frees f, and returns the result. */
 int gs_reg_frames_end(struct gs_client *c, struct gs_reg_frames *f, int r);
+/* Waits for the Registered that answers a registration of n tensors
+ * (c->expect set before its first frame) and keeps its buckets and
+ * layout hash. */
+int gs_wait_registered(struct gs_client *c, size_t n);
 
 /* ---- session.c --------------------------------------------------------- */
 

@@ -296,30 +296,13 @@ static int send_registration(struct gs_client *c, struct gs_cuda *g)
 	return gs_reg_frames_end(c, f, r);
 }
 
-static int wait_registered(struct gs_client *c, size_t n)
-{
-	/* The daemon may wait for the node's other trainers; it bounds that. */
-	int r = gs_conn_pump(c, gs_has_reply, -1);
-	if (r < 0)
-		return r;
-	const Gradsync__Registered *reg = c->reply->registered;
-	if (reg->tensors != n)
-		r = gs_fail_dead(c, GS_EPROTO, "protocol error: gradsyncd registered %u tensors of %zu",
-				 reg->tensors, n);
-	c->nbuckets = reg->buckets;
-	c->layout_hash = reg->layout_hash;
-	gradsync__message__free_unpacked(c->reply, NULL);
-	c->reply = NULL;
-	return r;
-}
-
 int gs_cuda_register_again(struct gs_client *c)
 {
 	gs_doing(c, "registration");
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	int r = send_registration(c, c->cuda);
 	if (r == GS_OK)
-		r = wait_registered(c, c->cuda->ntensors);
+		r = gs_wait_registered(c, c->cuda->ntensors);
 	return r;
 }
 
@@ -407,7 +390,7 @@ GS_EXPORT int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *s
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	r = send_registration(c, g);
 	if (r == GS_OK)
-		r = wait_registered(c, n);
+		r = gs_wait_registered(c, n);
 	if (r < 0)
 		goto err_session;
 	c->registered = true;

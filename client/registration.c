@@ -2,7 +2,8 @@
  * The RegisterTensors frames of a registration, for memfd tensors
  * (tensors.c) and CUDA tensors (cuda.c) alike. A registration too big for
  * one frame goes in several, each below the daemon's frame limit and
- * carrying at most GS_FRAME_MAX_FDS buffers; the last says so.
+ * carrying at most GS_FRAME_MAX_FDS buffers; the last says so. Then
+ * the one Registered that answers them all.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -84,5 +85,24 @@ int gs_reg_frames_end(struct gs_client *c, struct gs_reg_frames *f, int r)
 	if (r == GS_OK)
 		r = send_frame(c, f, true);
 	free(f);
+	return r;
+}
+
+int gs_wait_registered(struct gs_client *c, size_t n)
+{
+	/* The daemon may wait for the node's other trainers before it
+	 * answers; it bounds that wait, not us. */
+	int r = gs_conn_pump(c, gs_has_reply, -1);
+	if (r < 0)
+		return r;
+	const Gradsync__Registered *reg = c->reply->registered;
+	if (reg->tensors != n)
+		r = gs_fail_dead(c, GS_EPROTO,
+				 "protocol error: gradsyncd registered %u tensors of %zu",
+				 reg->tensors, n);
+	c->nbuckets = reg->buckets;
+	c->layout_hash = reg->layout_hash;
+	gradsync__message__free_unpacked(c->reply, NULL);
+	c->reply = NULL;
 	return r;
 }

@@ -283,25 +283,6 @@ static int send_registration(struct gs_client *c,
 	return gs_reg_frames_end(c, f, r);
 }
 
-static int wait_registered(struct gs_client *c, size_t n)
-{
-	/* The daemon may wait for the node's other trainers before it
-	 * answers; it bounds that wait, not us. */
-	int r = gs_conn_pump(c, gs_has_reply, -1);
-	if (r < 0)
-		return r;
-	const Gradsync__Registered *reg = c->reply->registered;
-	if (reg->tensors != n)
-		r = gs_fail_dead(c, GS_EPROTO,
-				 "protocol error: gradsyncd registered %u tensors of %zu",
-				 reg->tensors, n);
-	c->nbuckets = reg->buckets;
-	c->layout_hash = reg->layout_hash;
-	gradsync__message__free_unpacked(c->reply, NULL);
-	c->reply = NULL;
-	return r;
-}
-
 /* Keeps what was sent (pl is taken over) so that gs_reconnect can send
  * it again to a restarted daemon. */
 static int keep_registration(struct gs_client *c, const struct gs_tensor_spec *specs,
@@ -329,7 +310,7 @@ int gs_register_again(struct gs_client *c)
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	int r = send_registration(c, c->reg_specs, c->ntensors, c->reg_pl);
 	if (r == GS_OK)
-		r = wait_registered(c, c->ntensors);
+		r = gs_wait_registered(c, c->ntensors);
 	return r;
 }
 
@@ -388,7 +369,7 @@ GS_EXPORT int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	r = send_registration(c, specs, n, pl);
 	if (r == GS_OK)
-		r = wait_registered(c, n);
+		r = gs_wait_registered(c, n);
 	if (r < 0)
 		goto err_session;
 	c->ntensors = n;
