@@ -14,6 +14,7 @@ import os
 from ctypes import (POINTER, Structure, c_bool, c_char, c_char_p, c_double,
                     c_float, c_int, c_int32, c_size_t, c_uint32, c_uint64,
                     c_void_p)
+from typing import Optional
 
 # ---- structs -----------------------------------------------------------------
 
@@ -264,6 +265,6 @@ def lib():
     return _lib
 
 
-def text(raw) -> str:
+def text(raw: Optional[bytes]) -> str:
     """A C string (bytes or None) as str."""
     return raw.decode("utf-8", "replace") if raw else ""

@@ -26,8 +26,10 @@ from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Uni
 from . import _lib
 from .errors import GradSyncError, StateError, StepAborted, error_for
 
+_np: Any
 try:  # NumPy is optional: without it tensors are memoryviews
-    import numpy as _np
+    import numpy
+    _np = numpy
 except ImportError:  # pragma: no cover - exercised where NumPy is absent
     _np = None
 
@@ -141,10 +143,13 @@ class _Connection:
 
     _handle: Optional[_Handle] = None
 
-    def _ptr(self) -> ctypes.c_void_p:
+    def _live(self) -> _Handle:
         if self._handle is None or not self._handle.ptr:
             raise StateError(-12, "the connection is closed", type(self).__name__)
-        return self._handle.ptr
+        return self._handle
+
+    def _ptr(self) -> ctypes.c_void_p:
+        return self._live().ptr
 
     def _check(self, rc: int, call: str) -> None:
         if rc < 0:
@@ -163,7 +168,7 @@ class _Connection:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -202,17 +207,17 @@ class Client(_Connection):
         """Registers tensors in backpropagation order, once per connection;
         returns one float32 array (or memoryview) per tensor over the memory
         the daemon reads and writes back."""
-        specs = [s if isinstance(s, TensorSpec) else TensorSpec(*s) for s in specs]
-        names = [s.name.encode() for s in specs]  # kept alive for the call
-        arr = (_lib.TensorSpec * len(specs))()
-        for c, s, name in zip(arr, specs, names):
+        tensors = [s if isinstance(s, TensorSpec) else TensorSpec(s[0], s[1]) for s in specs]
+        names = [t.name.encode() for t in tensors]  # kept alive for the call
+        arr = (_lib.TensorSpec * len(tensors))()
+        for c, s, name in zip(arr, tensors, names):
             c.name, c.count, c.dtype = name, s.count, _lib.FLOAT32
             c.memfd = -1 if s.memfd is None else s.memfd
             c.offset = s.offset
         with self._lock:
-            self._check(_lib.lib().gs_register(self._ptr(), arr, len(specs)), "register")
-        self._counts = [s.count for s in specs]
-        return [self.tensor(i) for i in range(len(specs))]
+            self._check(_lib.lib().gs_register(self._ptr(), arr, len(tensors)), "register")
+        self._counts = [t.count for t in tensors]
+        return [self.tensor(i) for i in range(len(tensors))]
 
     def register_cuda(self, tensors: Sequence[Tuple[str, int, int]]) -> None:
         """Registers CUDA tensors given as (name, element count, device
@@ -247,7 +252,7 @@ class Client(_Connection):
             raise IndexError(f"no registered tensor {index} (of {len(self._counts)})")
         addr = _lib.lib().gs_tensor_data(self._ptr(), index)
         buf = (ctypes.c_float * self._counts[index]).from_address(addr)
-        self._handle.add_view(buf)  # no view outlives the mapping
+        self._live().add_view(buf)  # no view outlives the mapping
         if _np is not None:
             return _np.frombuffer(buf, dtype=_np.float32)
         return memoryview(buf).cast("B").cast("f")
@@ -307,7 +312,8 @@ class Client(_Connection):
     def _finish(self, rc: int, out: _lib.StepResult, call: str) -> StepResult:
         if rc == -13:  # GS_EABORTED
             err = self._error(rc, call)
-            err.result = StepResult._from_c(out)
+            if isinstance(err, StepAborted):
+                err.result = StepResult._from_c(out)
             raise err
         self._check(rc, call)
         return StepResult._from_c(out)
@@ -359,6 +365,6 @@ class Step:
         self.client.begin_step(self.clip_value, self.bucket_events)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             self.result = self.client.wait(self.timeout)

@@ -15,7 +15,7 @@ from .client import DEFAULT_TIMEOUT, SessionInfo, _connect_error, _Connection, _
 
 
 def _struct_dict(s: ctypes.Structure) -> Dict[str, Any]:
-    return {name: _value(getattr(s, name)) for name, _ in s._fields_}
+    return {f[0]: _value(getattr(s, f[0])) for f in s._fields_}
 
 
 def _value(v: Any) -> Any:
@@ -50,8 +50,8 @@ class Control(_Connection):
                     "status")
         try:
             s = out.contents
-            d = {name: _value(getattr(s, name)) for name, _ in s._fields_
-                 if name not in ("trainers", "peers", "settings")}
+            d = {k: v for k, v in _struct_dict(s).items()
+                 if k not in ("trainers", "peers", "settings")}
             d["settings"] = SessionInfo._from_c(s.settings).__dict__
             d["trainers"] = [_struct_dict(s.trainers[i]) for i in range(s.trainer_count)]
             d["peers"] = [_struct_dict(s.peers[i]) for i in range(s.peer_count)]
@@ -66,7 +66,7 @@ class Control(_Connection):
         self._check(lib.gs_metrics_get(self._ptr(), self.timeout_ms, ctypes.byref(text)),
                     "metrics")
         try:
-            return _lib.text(ctypes.string_at(text.value))
+            return _lib.text(ctypes.string_at(text.value)) if text.value else ""
         finally:
             lib.gs_metrics_free(text)
 

@@ -8,7 +8,7 @@ gs_last_error text, which includes what the daemon said.
 from __future__ import annotations
 
 import builtins
-from typing import Dict, Optional, Type
+from typing import Any, Dict, Optional, Type
 
 from . import _lib
 
@@ -75,7 +75,7 @@ class StepAborted(GradSyncError):
     """GS_EABORTED: the step was aborted; ``result`` has its figures, and
     ``Client.tensor_reduced()`` tells which tensors hold reduced values."""
 
-    result: Optional["object"] = None
+    result: Optional[Any] = None  # a gradsync.StepResult
 
 
 class RefusedError(GradSyncError, PermissionError):

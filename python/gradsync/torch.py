@@ -220,7 +220,7 @@ class GradSync:
         def __enter__(self) -> None:
             self.owner._syncing = False
 
-        def __exit__(self, *exc) -> None:
+        def __exit__(self, *exc: object) -> None:
             self.owner._syncing = True
 
     def no_sync(self) -> "_NoSync":
@@ -239,7 +239,7 @@ class GradSync:
     def __enter__(self) -> "GradSync":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
