@@ -128,6 +128,28 @@ def test_backward_and_update_half_equals_gradsync_fp16():
     check(losses[-1] < losses[0], f"the loss did not fall: {losses[0]} -> {losses[-1]}")
 
 
+def test_loss_scaler_figures():
+    """Clipped counts equal the local gradients'; an infinite loss on one
+    rank shows as non-finite values on every rank, which all skip it."""
+    inf_at = 3
+    d = Daemon([f"--local-size={WORLD}", f"--threshold={THRESHOLD}"])
+    try:
+        res = train("figures", d.dir, "--socket", d.socket, "--clip", "0.01",
+                    "--inf-at", str(inf_at))
+    finally:
+        d.cleanup()
+    for r, out in enumerate(res):
+        for step, clipped, want, nonfinite, skipped in out["rows"]:
+            check(clipped == want, f"rank {r} step {step}: clipped {clipped}, "
+                  f"its local gradient has {want} beyond the clip value")
+            if step != inf_at or r != 0:  # rank 0's gradient is then mostly NaN
+                check(clipped > 0, f"rank {r} step {step}: nothing clipped at 0.01")
+            check((nonfinite > 0) == (step == inf_at),
+                  f"rank {r} step {step}: {nonfinite} non-finite values")
+            check(skipped == (step == inf_at), f"rank {r} step {step}: skipped {skipped}")
+    check(max_diff(res[0], res[1]) == 0, "the ranks' weights differ after the skip")
+
+
 if __name__ == "__main__":
     run([test_fp16_wire_matches_ddp_fp16_compress_hook, test_fp32_wire_matches_ddp,
-         test_backward_and_update_half_equals_gradsync_fp16])
+         test_backward_and_update_half_equals_gradsync_fp16, test_loss_scaler_figures])

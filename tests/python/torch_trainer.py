@@ -7,7 +7,14 @@ seen (for the tolerance) to OUT.npz.
     torch_trainer.py half     RANK STEPS OUT --socket S    (backward_and_update_half)
     torch_trainer.py ddp      RANK STEPS OUT --init FILE --world 2 [--fp16-hook]
     torch_trainer.py local    RANK STEPS OUT
+    torch_trainer.py figures  RANK STEPS OUT --socket S --clip C --inf-at STEP
+
+"figures" checks what a loss scaler reads: GradSync clips at C and each
+step's clipped count is compared with the local gradient's, computed
+separately; at step STEP rank 0's loss is made infinite, and a step whose
+reduced gradients hold non-finite values is skipped, as a scaler does.
 """
+import copy
 import argparse
 
 import numpy as np
@@ -35,7 +42,7 @@ def batch(rank, step):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["gradsync", "half", "ddp", "local"])
+    ap.add_argument("mode", choices=["gradsync", "half", "ddp", "local", "figures"])
     ap.add_argument("rank", type=int)
     ap.add_argument("steps", type=int)
     ap.add_argument("out")
@@ -44,6 +51,8 @@ def main():
     ap.add_argument("--init")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--fp16-hook", action="store_true")
+    ap.add_argument("--clip", type=float)
+    ap.add_argument("--inf-at", type=int, default=0)
     a = ap.parse_args()
     torch.set_num_threads(1)  # the same float operations in every process
     model = make_model()
@@ -56,6 +65,8 @@ def main():
                                 socket_path=a.socket, local_rank=a.rank)
     elif a.mode == "half":
         import gradsync.torch
+    elif a.mode == "figures":
+        return figures(a, model, opt)
     elif a.mode == "ddp":
         import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -81,6 +92,31 @@ def main():
     out = {f"p{i}": p.detach().numpy().copy() for i, p in enumerate(model.parameters())}
     np.savez(a.out, gmax=np.float64(gmax), losses=np.array(losses), **out)
     print(f"done: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+
+
+def figures(a, model, opt):
+    import gradsync.torch
+    sync = gradsync.torch.GradSync(model, threshold=THRESHOLD, wire="fp16",
+                                   clip_value=a.clip, socket_path=a.socket, local_rank=a.rank)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    rows = []
+    for step in range(1, a.steps + 1):
+        x, y = batch(a.rank, step)
+        scale = float("inf") if step == a.inf_at and a.rank == 0 else 1.0
+        # The local gradient, from a copy of the model, before any sync.
+        twin = copy.deepcopy(model)
+        local = torch.autograd.grad(loss_fn(twin(x), y) * scale, list(twin.parameters()))
+        want_clipped = sum(int(((g > a.clip) | (g < -a.clip)).sum()) for g in local)
+        sync.zero_grad()
+        (loss_fn(model(x), y) * scale).backward()
+        r = sync.wait()
+        skipped = r.nonfinite > 0
+        if not skipped:
+            opt.step()
+        rows.append([step, r.clipped, want_clipped, r.nonfinite, int(skipped)])
+    out = {f"p{i}": p.detach().numpy().copy() for i, p in enumerate(model.parameters())}
+    np.savez(a.out, rows=np.array(rows, dtype=np.int64), **out)
+    print("done", flush=True)
 
 
 if __name__ == "__main__":
