@@ -9,6 +9,14 @@
  *   all-reduce: that buffer across nodes with Gloo, when there are several;
  *   unpack: widened, scaled and written into every trainer's spans.
  *
+ * With several nodes, a bucket larger than one fusion buffer is staged:
+ * every chunk is packed and all-reduced first, its result kept in a
+ * staging buffer, and only when all chunks are through is the bucket
+ * unpacked. A peer lost between two chunks then leaves the whole bucket
+ * holding the trainers' own gradients, never part reduced (DESIGN.md,
+ * failure model). The staging buffer holds the largest such bucket in the
+ * wire dtype; a single node needs none, as nothing there fails mid-bucket.
+ *
  * On a node of several trainers, the pack+sum and unpack phases of a large
  * chunk are cut into slices that up to one thread per local trainer (the
  * worker thread and helpers of this backend) claim one at a time: the
@@ -57,11 +65,14 @@ struct host_phase {
 	uint64_t start, len; /* elements of the bucket */
 	bool unpack;         /* unpack, or pack+sum */
 	uint64_t slice;      /* elements per slice */
+	char *wire;          /* the chunk's wire-dtype elements */
 };
 
 struct host_backend {
 	struct gs_backend base;
 	void *fusion; /* fusion_elements elements of the widest wire dtype */
+	char *staging; /* staged buckets' results (several nodes only) */
+	uint64_t staging_elements;
 	struct gs_gloo *gloo; /* NULL on a single node */
 	int gloo_timeout_ms;
 
@@ -142,7 +153,7 @@ static void run_slice(struct host_backend *h, struct host_thread *t, uint64_t fi
 	const struct gs_bucket_io *io = ph->io;
 	size_t nspans = gs_plan_chunk_spans(io->plan, io->counts, io->bucket, ph->start + first, n,
 					    t->spans, h->span_room);
-	char *at = (char *)h->fusion + first * gs_wire_size(h->base.wire);
+	char *at = ph->wire + first * gs_wire_size(h->base.wire);
 	if (ph->unpack)
 		slice_unpack(h, t, t->spans, nspans, at);
 	else
@@ -300,18 +311,56 @@ static int ensure_span_room(struct host_backend *h, size_t members)
 	return GS_OK;
 }
 
-/* Chunk by chunk: a failed all-reduce stops the bucket, so earlier chunks
- * hold the reduced result and later ones the trainers' own gradients. */
+static int ensure_staging(struct host_backend *h, uint64_t elements)
+{
+	if (elements <= h->staging_elements)
+		return GS_OK;
+	size_t bytes = (elements * gs_wire_size(h->base.wire) + 63) & ~(size_t)63;
+	char *s = aligned_alloc(64, bytes);
+	if (!s)
+		return GS_ENOMEM;
+	free(h->staging);
+	h->staging = s;
+	h->staging_elements = elements;
+	return GS_OK;
+}
+
+/* One chunk's pack+sum and all-reduce, into the fusion buffer. */
+static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
+			uint64_t len)
+{
+	h->phase = (struct host_phase){ io, start, len, false, len, h->fusion };
+	gs_io_mark(io, GS_MARK_PACK, start, len);
+	run_phase(h);
+	gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
+	return all_nodes(h, len);
+}
+
+static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
+			 uint64_t len, char *wire)
+{
+	h->phase = (struct host_phase){ io, start, len, true, len, wire };
+	run_phase(h);
+}
+
+/* Chunk by chunk; a failed all-reduce stops the bucket. Unstaged (one
+ * chunk, or one node), each chunk is unpacked as soon as it is reduced.
+ * Staged, a chunk's "unpack" in the trace is its copy into the staging
+ * buffer, and the unpack of the whole bucket follows the last chunk. */
 static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
 {
 	struct host_backend *h = host(b);
 	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
+	size_t esize = gs_wire_size(b->wire);
+	bool staged = h->gloo && bk->elements > b->fusion_elements;
 	if (io->nranks == 0 || io->nranks > GS_PACK_SUM_MAX_SOURCES) {
 		snprintf(b->error, sizeof(b->error), "%u local ranks", io->nranks);
 		return GS_EINVAL;
 	}
-	if (ensure_span_room(h, bk->count) != GS_OK) {
-		snprintf(b->error, sizeof(b->error), "out of memory for bucket %u", io->bucket);
+	if (ensure_span_room(h, bk->count) != GS_OK ||
+	    (staged && ensure_staging(h, bk->elements) != GS_OK)) {
+		snprintf(b->error, sizeof(b->error), "out of memory for bucket %u (%llu elements)",
+			 io->bucket, (unsigned long long)bk->elements);
 		return GS_ENOMEM;
 	}
 	for (unsigned t = 0; t < h->nthreads; t++) {
@@ -319,22 +368,25 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 		h->thread[t].nonfinite = 0;
 	}
 	int rc = GS_OK;
-	for (uint64_t start = 0; start < bk->elements && rc == GS_OK;
-	     start += b->fusion_elements) {
+	for (uint64_t start = 0; start < bk->elements; start += b->fusion_elements) {
 		uint64_t len = bk->elements - start;
 		if (len > b->fusion_elements)
 			len = b->fusion_elements;
-		h->phase = (struct host_phase){ io, start, len, false, len };
-		gs_io_mark(io, GS_MARK_PACK, start, len);
-		run_phase(h);
-		gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
-		rc = all_nodes(h, len);
+		rc = reduce_chunk(h, io, start, len);
 		if (rc != GS_OK)
 			break;
 		gs_io_mark(io, GS_MARK_UNPACK, start, len);
-		h->phase.unpack = true;
-		run_phase(h);
+		if (staged)
+			memcpy(h->staging + start * esize, h->fusion, len * esize);
+		else
+			unpack_chunk(h, io, start, len, h->fusion);
 		gs_io_mark(io, GS_MARK_DONE, start, len);
+	}
+	for (uint64_t start = 0; staged && rc == GS_OK && start < bk->elements;
+	     start += b->fusion_elements) {
+		uint64_t len = bk->elements - start;
+		unpack_chunk(h, io, start, len < b->fusion_elements ? len : b->fusion_elements,
+			     h->staging + start * esize);
 	}
 	for (unsigned t = 0; t < h->nthreads; t++) {
 		for (unsigned r = 0; r < io->nranks; r++)
@@ -369,6 +421,7 @@ static void host_destroy(struct gs_backend *b)
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
 		free(h->thread[t].spans);
 	free(h->fusion);
+	free(h->staging);
 	free(h);
 }
 

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -396,6 +397,55 @@ static void peer_daemon_killed_and_back(void **state)
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
 }
 
+/* A tensor of many chunks, and node 1's daemon killed while node 0 is
+ * reducing it: node 0's trainer gets the step aborted, and the tensor
+ * holds that trainer's own gradient in full (check_aborted in the example
+ * trainer compares every element), not the chunks reduced before the
+ * loss. The kill waits until node 0's trace shows chunks of the bucket
+ * done, so that it lands between two of its chunks. */
+static void peer_lost_between_chunks(void **state)
+{
+	(void)state;
+	enum { BIG = 1 << 25, FUSION = 1024 }; /* 32,768 chunks */
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	char fusion[32];
+	snprintf(fusion, sizeof(fusion), "--fusion-buffer=%d", FUSION);
+	const char *const extra[] = { "--peer-timeout=10", fusion, NULL };
+	spawn_nodes(n, 2, local, extra, harness_free_port());
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+
+	char layout[200], trace[200], chunks[64], log0[200], log1[200];
+	snprintf(layout, sizeof(layout), "%s/big.txt", n[0].d.dir);
+	FILE *f = fopen(layout, "w");
+	assert_non_null(f);
+	fprintf(f, "first 1000\nbig %d\nlast 1000\n", BIG);
+	fclose(f);
+	snprintf(trace, sizeof(trace), "%s/trace.json", n[0].d.dir);
+	int fd = open(trace, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	assert_true(fd >= 0);
+	gs_client *ctl;
+	assert_int_equal(gs_control_connect(n[0].d.socket, 5000, &ctl), GS_OK);
+	assert_int_equal(gs_trace_start(ctl, fd, 5000, NULL), GS_OK);
+	close(fd);
+
+	static const char *const a0[] = { "--expect-abort-at", "1", NULL };
+	pid_t t0 = spawn_trainer(&n[0], 0, layout, "1", a0, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, layout, "1", NULL, log1);
+	snprintf(chunks, sizeof(chunks), "\"chunks\":%d", BIG / FUSION);
+	harness_wait_for_text(trace, chunks, 120);
+	kill(n[1].d.pid, SIGKILL);
+	kill(t1, SIGKILL);
+	harness_wait_for_text(log0, "ABORTED step 1 as expected", 30);
+	expect_in_log(log0, "node 1 went away");
+	expect_exit(t0, 0, log0);
+	harness_wait(n[1].d.pid, 5000);
+	harness_wait(t1, 5000);
+	gs_close(ctl);
+	assert_int_equal(harness_daemon_stop(&n[0].d), 0);
+}
+
 /* Once two nodes have joined, a third daemon claiming node rank 1 is
  * refused, and the job it tried to enter goes on. */
 static void clashing_node_rank(void **state)
@@ -511,6 +561,7 @@ int main(void)
 		cmocka_unit_test(wrong_world_size),
 		cmocka_unit_test(trainer_killed_on_other_node),
 		cmocka_unit_test(peer_daemon_killed_and_back),
+		cmocka_unit_test(peer_lost_between_chunks),
 		cmocka_unit_test(clashing_node_rank),
 		cmocka_unit_test(other_protocol_version),
 		cmocka_unit_test(coordinator_never_appears),
