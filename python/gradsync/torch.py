@@ -31,7 +31,7 @@ from typing import Any, Dict, Iterable, List, Optional, Union
 import torch
 
 from .client import Client, StepResult
-from .errors import InvalidArgumentError, StateError
+from .errors import DtypeError, InvalidArgumentError, StateError
 
 DEFAULT_THRESHOLD = 2097152
 
@@ -108,7 +108,7 @@ class GradSync:
         self.device = devices.pop()
         for name, p in named:
             if p.dtype != torch.float32:
-                raise InvalidArgumentError(-8, f"parameter {name} is {p.dtype}: gradsync "
+                raise DtypeError(-8, f"parameter {name} is {p.dtype}: gradsync "
                                            "reduces float32 gradients (keep fp32 master "
                                            "weights)", "GradSync")
 

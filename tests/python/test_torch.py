@@ -15,6 +15,7 @@ momentum m turns that into at most lr / (1 - m) * that per step in a
 weight, summed over the steps; a factor 4 leaves room for the small
 differences the two trajectories then feed back.
 """
+import copy
 import os
 import sys
 
@@ -150,6 +151,62 @@ def test_loss_scaler_figures():
     check(max_diff(res[0], res[1]) == 0, "the ranks' weights differ after the skip")
 
 
+def test_in_process_semantics():
+    """One trainer in this process (a world of one, so the result is the
+    local gradient rounded through fp16, which torch computes on its own):
+    the reduced gradients, an unused parameter, no_sync accumulation, and
+    the errors for settings or dtypes the daemon cannot take."""
+    import torch
+    import gradsync
+    import gradsync.torch as gst
+    torch.manual_seed(0)
+    d = Daemon(["--local-size=1", f"--threshold={THRESHOLD}"])
+    try:
+        model = torch.nn.ModuleDict({"used": torch.nn.Linear(16, 8),
+                                     "unused": torch.nn.Linear(4, 4)})
+        x = [torch.randn(32, 16) for _ in range(2)]
+
+        def local_grads(*batches):
+            twin = copy.deepcopy(model)
+            loss = sum(twin["used"](b).square().sum() for b in batches)
+            return torch.autograd.grad(loss, list(twin["used"].parameters()))
+
+        try:
+            gst.GradSync(model, threshold=THRESHOLD + 1, socket_path=d.socket)
+            raise AssertionError("a threshold other than the daemon's was accepted")
+        except gradsync.InvalidArgumentError as e:
+            check(str(THRESHOLD) in e.message and str(THRESHOLD + 1) in e.message,
+                  f"the message does not name both thresholds: {e.message}")
+        try:
+            gst.GradSync(copy.deepcopy(model).double(), threshold=None, socket_path=d.socket)
+            raise AssertionError("float64 parameters were accepted")
+        except gradsync.DtypeError as e:
+            check("float64" in e.message, f"the message does not name the dtype: {e.message}")
+
+        sync = gst.GradSync(model, threshold=THRESHOLD, socket_path=d.socket)
+        want = [g.half().float() for g in local_grads(x[0])]
+        model["used"](x[0]).square().sum().backward()
+        r = sync.wait()
+        check(not r.aborted and r.nonfinite == 0, f"result {r}")
+        for p, w in zip(model["used"].parameters(), want):
+            check(torch.equal(p.grad, w), "reduced gradient != its fp16 rounding")
+        for p in model["unused"].parameters():
+            check(p.grad is not None and not p.grad.any(), "unused parameter's gradient")
+
+        sync.zero_grad()
+        want = [g.half().float() for g in local_grads(x[0], x[1])]
+        with sync.no_sync():
+            model["used"](x[0]).square().sum().backward()
+        model["used"](x[1]).square().sum().backward()
+        sync.wait()
+        for p, w in zip(model["used"].parameters(), want):
+            check(torch.allclose(p.grad, w, rtol=2 ** -10, atol=0),
+                  "no_sync did not accumulate both backward passes")
+        sync.close()
+    finally:
+        d.cleanup()
+
+
 if __name__ == "__main__":
-    run([test_fp16_wire_matches_ddp_fp16_compress_hook, test_fp32_wire_matches_ddp,
+    run([test_in_process_semantics, test_fp16_wire_matches_ddp_fp16_compress_hook, test_fp32_wire_matches_ddp,
          test_backward_and_update_half_equals_gradsync_fp16, test_loss_scaler_figures])
