@@ -59,8 +59,19 @@ struct gs_daemon {
 	int exit_code;
 };
 
+/* Sets up d (its settings already loaded) on loop: the backend the
+ * settings ask for, the job, access rules, trace, systemd notifier and
+ * worker thread. Joining the other nodes (gs_cluster_start), signals and
+ * the listening socket are the caller's. Returns 0, or -1 having logged
+ * why; the caller should then exit. */
+int gs_daemon_init(struct gs_daemon *d, uv_loop_t *loop);
+
 /* Stops serving, finishes the work in flight and leaves the loop. */
 void gs_daemon_shutdown(struct gs_daemon *d, int exit_code);
+
+/* Frees what gs_daemon_init and the cluster made, once gs_daemon_shutdown
+ * has run and the loop has run dry. The loop stays the caller's to close. */
+void gs_daemon_free(struct gs_daemon *d);
 
 /* Nanoseconds of a monotonic clock. */
 uint64_t gs_now_ns(void);

@@ -2,9 +2,10 @@
  * libFuzzer target over gradsyncd's frame decoding and message handling.
  *
  * Each input gets a small real daemon in this process: its own uv loop,
- * settings from gs_settings_load (defaults plus a few flags), the host
- * backend, the worker thread, the job, the access rules, and one client
- * connection over a socketpair, set up as server.c's admit() does. The
+ * settings from gs_settings_load (defaults plus a few flags), started and
+ * stopped by the daemon core's gs_daemon_init, gs_daemon_shutdown and
+ * gs_daemon_free as gradsyncd's is, and one client connection over a
+ * socketpair, set up as server.c's admit() does. The
  * input's bytes are what the client writes (see fuzz-input.h for the two
  * bytes of flags in front); the loop runs without blocking until the daemon
  * is quiet, the client hangs up, and everything is closed and freed.
@@ -36,9 +37,7 @@
 #include "frame.h"
 #include "fuzz-input.h"
 #include "log.h"
-#include "server.h"
 #include "session.h"
-#include "trace.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -204,10 +203,10 @@ static void on_ready(struct gs_daemon *d, bool ok)
 static const char *const wire_flag[] = { "--wire=fp16", "--wire=bf16", "--wire=fp32",
 					 "--wire=fp16" };
 
-/* What main.c's run() does, less the signals, the listening socket and
- * systemd. Small limits, so that the fuzzer reaches them with small
- * inputs: a bucket per few tensors, chunks of the smallest fusion buffer,
- * frames of at most 4 KiB, 64 tensors, 64 KiB of gradients. */
+/* A daemon as gs_daemon_init sets one up, with no signals, listening
+ * socket or systemd. Small limits, so that the fuzzer reaches them with
+ * small inputs: a bucket per few tensors, chunks of the smallest fusion
+ * buffer, frames of at most 4 KiB, 64 tensors, 64 KiB of gradients. */
 static struct gs_daemon *daemon_open(unsigned flags)
 {
 	char level[64];
@@ -227,20 +226,7 @@ static struct gs_daemon *daemon_open(unsigned flags)
 	    GS_SETTINGS_RUN)
 		abort();
 	gs_log_init((enum gs_log_level)d->settings.log_level);
-	d->loop = loop;
-	d->listen_fd = -1;
-	d->start_ns = gs_now_ns();
-	d->cluster.cancel_fd = -1;
-	d->backend = gs_backend_host_create(d->settings.local_size, (enum gs_wire)d->settings.wire,
-					    d->settings.fusion_elements);
-	if (!d->backend)
-		abort();
-	gs_job_init(&d->job, d);
-	gs_access_init(&d->access, &d->settings);
-	d->trace = gs_trace_create(loop);
-	if (!d->trace || gs_worker_start(&d->worker, loop) < 0)
-		abort();
-	if (gs_cluster_start(d, on_ready) != 0)
+	if (gs_daemon_init(d, loop) < 0 || gs_cluster_start(d, on_ready) != 0)
 		abort();
 	return d;
 }
@@ -252,23 +238,13 @@ static void print_handle(uv_handle_t *h, void *arg)
 		(void *)h, uv_is_active(h) ? ", active" : "", uv_is_closing(h) ? ", closing" : "");
 }
 
-/* Stops as gs_daemon_shutdown and main.c's run() do, then frees it all;
- * a handle left open is a bug. */
+/* Stops and frees it as gradsyncd does; a handle left open is a bug. */
 static void daemon_close(struct gs_daemon *d)
 {
 	uv_loop_t *loop = d->loop;
-	gs_server_close(d);
-	gs_cluster_cancel(d);
-	gs_job_close(&d->job);
-	if (d->cluster.agree_timer.loop)
-		uv_close((uv_handle_t *)&d->cluster.agree_timer, NULL);
-	gs_worker_stop(&d->worker);
-	gs_trace_close(d->trace);
+	gs_daemon_shutdown(d, 0);
 	uv_run(loop, UV_RUN_DEFAULT);
-	gs_trace_destroy(d->trace);
-	gs_job_destroy(&d->job);
-	gs_cluster_destroy(d);
-	d->backend->ops->destroy(d->backend);
+	gs_daemon_free(d);
 	if (uv_loop_close(loop) != 0) {
 		fprintf(stderr, "fuzz-session: uv handles still open after shutdown:\n");
 		uv_walk(loop, print_handle, NULL);
