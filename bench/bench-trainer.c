@@ -139,7 +139,7 @@ static int failed(gs_client *c, const char *what, int r)
 
 /* Registers the layout in backpropagation order and fills it once with
  * small values of both signs. */
-static int setup(gs_client *c, const struct bench_layout *l)
+static int setup(gs_client *c, const struct layout_file *l)
 {
 	struct gs_tensor_spec *specs = calloc(l->n, sizeof(*specs));
 	if (!specs)
@@ -273,13 +273,13 @@ int main(int argc, char **argv)
 	int rc = parse_args(argc, argv, &o);
 	if (rc >= 0)
 		return rc;
-	struct bench_layout l;
-	if (bench_layout_read(o.layout, &l) < 0)
+	struct layout_file l;
+	if (layout_file_read(o.layout, &l) < 0)
 		return 1;
 	FILE *csv = NULL;
 	if (o.csv && !(csv = fopen(o.csv, "w"))) {
 		perror(o.csv);
-		bench_layout_free(&l);
+		layout_file_free(&l);
 		return 1;
 	}
 	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
@@ -297,6 +297,6 @@ int main(int argc, char **argv)
 	gs_close(c);
 	if (csv && fclose(csv) != 0)
 		rc = 1;
-	bench_layout_free(&l);
+	layout_file_free(&l);
 	return rc;
 }

@@ -1,6 +1,7 @@
 /*
- * What the benchmark programs share: the clock, gradient layouts, order
- * statistics, child processes and the CSV of every measurement.
+ * What the benchmark programs share: the clock, order statistics, child
+ * processes and the CSV of every measurement. Gradient layouts come from
+ * layouts/layout_file.h.
  */
 #ifndef GS_BENCH_H
 #define GS_BENCH_H
@@ -11,24 +12,10 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "layout_file.h"
+
 /* CLOCK_MONOTONIC in milliseconds. */
 double bench_now_ms(void);
-
-/* ---- Layouts ----------------------------------------------------------- */
-
-/* Tensors in model.parameters() order, as the files in layouts/ list them. */
-struct bench_layout {
-	char name[64]; /* the file's base name without ".txt" */
-	size_t n;
-	char **names;
-	uint64_t *counts;
-	uint64_t total; /* elements */
-};
-
-/* Reads "name count shape" lines ('#' comments, blank lines skipped).
- * Returns 0, or -1 after printing why to stderr. */
-int bench_layout_read(const char *path, struct bench_layout *l);
-void bench_layout_free(struct bench_layout *l);
 
 /* ---- Order statistics -------------------------------------------------- */
 

@@ -50,7 +50,7 @@ struct options {
 };
 
 struct layout_results {
-	struct bench_layout l;
+	struct layout_file l;
 	struct sync_result sys[1 + GLOO_SYSTEMS]; /* gradsync first */
 };
 
@@ -268,7 +268,7 @@ static int load_layouts(const struct options *o, struct layout_results *lr, size
 			snprintf(path, sizeof(path), "%s", tok);
 		else
 			snprintf(path, sizeof(path), "%s/%s.txt", o->layouts_dir, tok);
-		if (bench_layout_read(path, &lr[*n].l) < 0) {
+		if (layout_file_read(path, &lr[*n].l) < 0) {
 			free(list);
 			return -1;
 		}
@@ -492,7 +492,7 @@ static int run_all(struct options *o, struct layout_results *lr, size_t nl, doub
 		rc |= bench_control(&o->c, ctl) < 0;
 	}
 	for (size_t i = 0; o->sync && i < nl; i++) {
-		const struct bench_layout *l = &lr[i].l;
+		const struct layout_file *l = &lr[i].l;
 		snprintf(
 		    what, sizeof(what),
 		    "gradsync on %.63s: %zu tensors, %.1fM elements, %u daemon(s) x %u trainer(s)",
@@ -595,6 +595,6 @@ int main(int argc, char **argv)
 	else
 		fprintf(stderr, "gradsync-bench: some measurements failed; logs kept in %s\n", tmp);
 	for (size_t i = 0; i < nl; i++)
-		bench_layout_free(&lr[i].l);
+		layout_file_free(&lr[i].l);
 	return rc == 0 ? 0 : 1;
 }

@@ -65,12 +65,12 @@ struct sync_result {
 
 /* gradsync: N daemons joined on loopback, N x M bench trainers. Returns 0
  * or -1 (after printing why and the logs). */
-int sync_gradsync(const struct bench_config *c, const struct bench_layout *l,
+int sync_gradsync(const struct bench_config *c, const struct layout_file *l,
 		  struct sync_result *out);
 
 /* Gloo, DDP-style, N x M processes in one group: fp32 buckets, then fp16
  * buckets. Returns 0 or -1. */
-int sync_gloo(const struct bench_config *c, const struct bench_layout *l,
+int sync_gloo(const struct bench_config *c, const struct layout_file *l,
 	      struct sync_result out[GLOO_SYSTEMS]);
 
 struct kernel_result {

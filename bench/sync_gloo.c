@@ -37,7 +37,7 @@ struct ddp_bucket {
 
 struct gloo_run {
 	const struct bench_config *c;
-	const struct bench_layout *l;
+	const struct layout_file *l;
 	const char *store;
 	unsigned world;
 	struct ddp_bucket *buckets;
@@ -55,7 +55,7 @@ static const struct {
 };
 
 /* DDP's _compute_bucket_assignment_by_size for one dtype. */
-static size_t ddp_buckets(const struct bench_layout *l, struct ddp_bucket *out, uint64_t *largest)
+static size_t ddp_buckets(const struct layout_file *l, struct ddp_bucket *out, uint64_t *largest)
 {
 	size_t n = 0;
 	uint64_t bytes = 0, cap = FIRST_BUCKET_BYTES;
@@ -81,7 +81,7 @@ static size_t ddp_buckets(const struct bench_layout *l, struct ddp_bucket *out, 
 /* One bucket through the fp32 or fp16 path. offs[t]: tensor t's first
  * element in grads. */
 static int one_bucket(struct gs_gloo *g, enum gs_wire wire, const struct ddp_bucket *b,
-		      const struct bench_layout *l, const uint64_t *offs, float *grads, void *buf,
+		      const struct layout_file *l, const uint64_t *offs, float *grads, void *buf,
 		      float prescale, char *err, size_t errlen)
 {
 	struct gs_pack_params p = {.prescale = prescale};
@@ -119,7 +119,7 @@ static void fill(float *x, uint64_t n, unsigned rank)
 static int rank_main(struct gloo_run *run, unsigned rank)
 {
 	const struct bench_config *c = run->c;
-	const struct bench_layout *l = run->l;
+	const struct layout_file *l = run->l;
 	char err[512] = "out of memory";
 	uint64_t *offs = calloc(l->n, sizeof(*offs));
 	float *grads = aligned_alloc(64, (l->total * sizeof(float) + 63) & ~(size_t)63);
@@ -200,7 +200,7 @@ static void collect(const struct gloo_run *run, struct sync_result out[GLOO_SYST
 	free(worst);
 }
 
-int sync_gloo(const struct bench_config *c, const struct bench_layout *l,
+int sync_gloo(const struct bench_config *c, const struct layout_file *l,
 	      struct sync_result out[GLOO_SYSTEMS])
 {
 	struct gloo_run run = {.c = c, .l = l, .world = c->nodes * c->trainers};

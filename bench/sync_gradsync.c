@@ -138,7 +138,7 @@ static int run_job(const struct bench_config *c, const struct bench_cluster *cl,
 	return rc;
 }
 
-static int write_layout_file(const char *path, const struct bench_layout *l)
+static int write_layout_file(const char *path, const struct layout_file *l)
 {
 	FILE *f = fopen(path, "w");
 	if (!f)
@@ -149,7 +149,7 @@ static int write_layout_file(const char *path, const struct bench_layout *l)
 	return fclose(f) == 0 ? 0 : -1;
 }
 
-int sync_gradsync(const struct bench_config *c, const struct bench_layout *l,
+int sync_gradsync(const struct bench_config *c, const struct layout_file *l,
 		  struct sync_result *out)
 {
 	unsigned world = c->nodes * c->trainers;

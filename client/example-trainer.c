@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "gradsync.h"
+#include "layout_file.h"
 
 #define WAIT_TIMEOUT_MS 60000
 
@@ -43,13 +44,6 @@ struct options {
 	uint64_t pause_after;
 	uint64_t expect_abort_at; /* step the daemon must abort */
 	bool reconnect;           /* survive a daemon restart */
-};
-
-/* Tensors in model.parameters() order, as the file lists them. */
-struct layout {
-	size_t n;
-	char **names;
-	uint64_t *counts;
 };
 
 /* What a check needs besides the tensors: the session's arithmetic. */
@@ -80,7 +74,7 @@ struct gen {
 
 struct trainer {
 	struct options o;
-	struct layout layout;
+	struct layout_file layout; /* in model.parameters() order */
 	gs_client *c;
 	size_t n;           /* tensors, in registration order from here on */
 	const char **names;
@@ -261,70 +255,6 @@ static int parse_args(int argc, char **argv, struct options *o)
 		return 2;
 	}
 	return -1;
-}
-
-/* ---- layout file ------------------------------------------------------- */
-
-static bool layout_add(struct layout *l, const char *name, uint64_t count)
-{
-	char **names = realloc(l->names, (l->n + 1) * sizeof(*names));
-	if (names)
-		l->names = names;
-	uint64_t *counts = realloc(l->counts, (l->n + 1) * sizeof(*counts));
-	if (counts)
-		l->counts = counts;
-	char *copy = strdup(name);
-	if (!names || !counts || !copy) {
-		free(copy);
-		return false;
-	}
-	l->names[l->n] = copy;
-	l->counts[l->n++] = count;
-	return true;
-}
-
-/* One line: "name count shape"; blank lines and '#' comments skipped.
- * Returns 0 for a skipped line, 1 for a tensor, -1 for a bad line. */
-static int parse_line(char *line, char **name, uint64_t *count)
-{
-	char *save, *end;
-	char *hash = strchr(line, '#');
-	if (hash)
-		*hash = '\0';
-	*name = strtok_r(line, " \t\r\n", &save);
-	if (!*name)
-		return 0;
-	char *num = strtok_r(NULL, " \t\r\n", &save);
-	if (!num || *num == '-')
-		return -1;
-	*count = strtoull(num, &end, 10);
-	return *end == '\0' && *count > 0 ? 1 : -1;
-}
-
-static bool read_layout(const char *path, struct layout *l)
-{
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		perror(path);
-		return false;
-	}
-	char line[4096];
-	unsigned lineno = 0;
-	bool ok = true;
-	while (ok && fgets(line, sizeof(line), f)) {
-		char *name;
-		uint64_t count;
-		lineno++;
-		int r = parse_line(line, &name, &count);
-		if (r < 0)
-			fprintf(stderr, "%s:%u: expected 'name count shape'\n",
-				path, lineno);
-		ok = r >= 0 && (r == 0 || layout_add(l, name, count));
-	}
-	fclose(f);
-	if (ok && l->n == 0)
-		fprintf(stderr, "%s: no tensors\n", path);
-	return ok && l->n > 0;
 }
 
 /* ---- inputs ------------------------------------------------------------ */
@@ -539,7 +469,7 @@ static double now_ms(void)
  * parameters' gradients first. */
 static bool register_layout(struct trainer *tr)
 {
-	const struct layout *l = &tr->layout;
+	const struct layout_file *l = &tr->layout;
 	struct gs_tensor_spec *specs = calloc(l->n, sizeof(*specs));
 	tr->names = calloc(l->n, sizeof(*tr->names));
 	tr->counts = calloc(l->n, sizeof(*tr->counts));
@@ -762,10 +692,7 @@ static bool connect_session(struct trainer *tr)
 static void cleanup(struct trainer *tr)
 {
 	gs_close(tr->c);
-	for (size_t i = 0; i < tr->layout.n; i++)
-		free(tr->layout.names[i]);
-	free(tr->layout.names);
-	free(tr->layout.counts);
+	layout_file_free(&tr->layout);
 	free(tr->names);
 	free(tr->counts);
 	free(tr->gens);
@@ -781,7 +708,7 @@ int main(int argc, char **argv)
 	int r = parse_args(argc, argv, &tr.o);
 	if (r >= 0)
 		return r;
-	bool ok = read_layout(tr.o.layout, &tr.layout) && connect_session(&tr);
+	bool ok = layout_file_read(tr.o.layout, &tr.layout) == 0 && connect_session(&tr);
 	if (ok && !tr.o.quiet)
 		print_session(&tr);
 	ok = ok && run(&tr);

@@ -5,39 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-void layout_load(const char *path, struct layout *l)
-{
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "cannot open layout %s\n", path);
-		exit(2);
-	}
-	memset(l, 0, sizeof(*l));
-	size_t cap = 0;
-	char line[1024];
-	while (fgets(line, sizeof(line), f)) {
-		char name[512];
-		unsigned long long count;
-		if (line[0] == '#' || sscanf(line, "%511s %llu", name, &count) != 2)
-			continue;
-		if (l->n == cap) {
-			cap = cap ? 2 * cap : 256;
-			l->names = realloc(l->names, cap * sizeof(*l->names));
-			l->counts = realloc(l->counts, cap * sizeof(*l->counts));
-			if (!l->names || !l->counts)
-				exit(2);
-		}
-		l->names[l->n] = strdup(name);
-		l->counts[l->n++] = count;
-		l->total += count;
-	}
-	fclose(f);
-	if (l->n == 0) {
-		fprintf(stderr, "layout %s lists no tensors\n", path);
-		exit(2);
-	}
-}
-
 uint64_t rnd(uint64_t *s)
 {
 	*s ^= *s << 13;

@@ -1,24 +1,13 @@
 /*
- * What the GPU check programs share: a gradient layout read from
- * layouts/, reproducible inputs that reach the conversions' corner cases,
- * and time.
+ * What the GPU check programs share: reproducible inputs that reach the
+ * conversions' corner cases, and time. Gradient layouts come from
+ * layouts/layout_file.h.
  */
 #ifndef GS_GPU_COMMON_H
 #define GS_GPU_COMMON_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-struct layout {
-	size_t n;
-	char **names;
-	uint64_t *counts;
-	uint64_t total;
-};
-
-/* Reads "name count shape" lines (# comments). Exits with a message on
- * error. */
-void layout_load(const char *path, struct layout *l);
 
 /* A 64-bit xorshift generator. */
 uint64_t rnd(uint64_t *state);

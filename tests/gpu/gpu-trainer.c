@@ -29,6 +29,7 @@
 #include "common.h"
 #include "convert.h"
 #include "gradsync.h"
+#include "layout_file.h"
 
 #define CUDA(call)                                                                     \
 	do {                                                                           \
@@ -292,8 +293,9 @@ int main(int argc, char **argv)
 			snprintf(t.names[i], 32, "bench.%zu", i);
 		}
 	} else {
-		struct layout l;
-		layout_load(t.o.layout, &l);
+		struct layout_file l;
+		if (layout_file_read(t.o.layout, &l) < 0)
+			return 2;
 		t.n = l.n;
 		t.counts = l.counts;
 		t.names = l.names;
