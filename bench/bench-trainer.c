@@ -59,16 +59,6 @@ static void usage(FILE *f)
 		   "error, 2 usage.\n");
 }
 
-static int parse_uint(const char *s, unsigned max, unsigned *out)
-{
-	char *end;
-	unsigned long v = strtoul(s, &end, 10);
-	if (*s == '\0' || *s == '-' || *end != '\0' || v > max)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 static int parse_args(int argc, char **argv, struct options *o)
 {
 	static const struct option opts[] = {
@@ -85,7 +75,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 	    {NULL, 0, NULL, 0},
 	};
 	int opt, bad = 0;
-	unsigned rank = 0;
+	unsigned long v = 0;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 's':
@@ -95,16 +85,20 @@ static int parse_args(int argc, char **argv, struct options *o)
 			o->layout = optarg;
 			break;
 		case 'r':
-			bad |= parse_uint(optarg, 63, &rank);
+			bad |= bench_parse_uint(optarg, 0, 63, &v);
+			o->rank = (uint32_t)v;
 			break;
 		case 'k':
-			bad |= parse_uint(optarg, 1000000, &o->steps);
+			bad |= bench_parse_uint(optarg, 1, 1000000, &v);
+			o->steps = (unsigned)v;
 			break;
 		case 'w':
-			bad |= parse_uint(optarg, 1000000, &o->warmup);
+			bad |= bench_parse_uint(optarg, 0, 1000000, &v);
+			o->warmup = (unsigned)v;
 			break;
 		case 'b':
-			bad |= parse_uint(optarg, 1u << 20, &o->batch);
+			bad |= bench_parse_uint(optarg, 1, 1u << 20, &v);
+			o->batch = (unsigned)v;
 			break;
 		case 'c':
 			o->csv = optarg;
@@ -122,8 +116,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			bad = 1;
 		}
 	}
-	o->rank = rank;
-	if (bad || optind < argc || !o->layout || o->steps == 0 || o->batch == 0) {
+	if (bad || optind < argc || !o->layout) {
 		usage(stderr);
 		return 2;
 	}

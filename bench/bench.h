@@ -17,6 +17,10 @@
 /* CLOCK_MONOTONIC in milliseconds. */
 double bench_now_ms(void);
 
+/* An option's value: a decimal number in [min, max] into *out. Returns 0,
+ * or -1 when s is not one. */
+int bench_parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out);
+
 /* ---- Order statistics -------------------------------------------------- */
 
 struct bench_stats {

@@ -23,6 +23,16 @@ double bench_now_ms(void)
 	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+int bench_parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out)
+{
+	char *end;
+	unsigned long v = strtoul(s, &end, 10);
+	if (*s == '\0' || *s == '-' || *end != '\0' || v < min || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
 /* ---- Order statistics -------------------------------------------------- */
 
 static int cmp_double(const void *a, const void *b)

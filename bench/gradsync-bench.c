@@ -85,16 +85,6 @@ static void usage(FILE *f)
 		GS_BENCH_LAYOUTS, GS_BENCH_DAEMON, GS_BENCH_TRAINER);
 }
 
-static int parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out)
-{
-	char *end;
-	unsigned long v = strtoul(s, &end, 10);
-	if (*s == '\0' || *s == '-' || *end != '\0' || v < min || v > max)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 static int parse_only(const char *list, struct options *o)
 {
 	char buf[256];
@@ -139,31 +129,31 @@ static int parse_args(int argc, char **argv, struct options *o)
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (opt) {
 		case 'n':
-			bad |= parse_uint(optarg, 1, 16, &v);
+			bad |= bench_parse_uint(optarg, 1, 16, &v);
 			o->c.nodes = (unsigned)v;
 			break;
 		case 'm':
-			bad |= parse_uint(optarg, 1, 64, &v);
+			bad |= bench_parse_uint(optarg, 1, 64, &v);
 			o->c.trainers = (unsigned)v;
 			break;
 		case 'k':
-			bad |= parse_uint(optarg, 1, 100000, &v);
+			bad |= bench_parse_uint(optarg, 1, 100000, &v);
 			o->c.steps = (unsigned)v;
 			break;
 		case 'w':
-			bad |= parse_uint(optarg, 0, 100000, &v);
+			bad |= bench_parse_uint(optarg, 0, 100000, &v);
 			o->c.warmup = (unsigned)v;
 			break;
 		case 'r':
-			bad |= parse_uint(optarg, 1, 100000, &v);
+			bad |= bench_parse_uint(optarg, 1, 100000, &v);
 			o->c.reps = (unsigned)v;
 			break;
 		case 't':
-			bad |= parse_uint(optarg, 10, 1000000, &v);
+			bad |= bench_parse_uint(optarg, 10, 1000000, &v);
 			o->c.roundtrips = (unsigned)v;
 			break;
 		case 'e':
-			bad |= parse_uint(optarg, 16, 1ul << 30, &v);
+			bad |= bench_parse_uint(optarg, 16, 1ul << 30, &v);
 			o->elements = v;
 			break;
 		case 'l':
