@@ -172,6 +172,14 @@ int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 
 /* ---- tensors.c --------------------------------------------------------- */
 
+/* The bytes of one element of d; 0 for a dtype the library cannot size. */
+size_t gs_dtype_size(enum gs_dtype d);
+/* Checks what a memfd and a CUDA tensor spec share: tensor i has a name
+ * and elements, of a dtype the library can size (into *esize), not too
+ * many to address. Returns GS_OK, or the error (the last error says why). */
+int gs_check_tensor(struct gs_client *c, size_t i, const char *name, enum gs_dtype dtype,
+		    uint64_t count, size_t *esize);
+
 /* Unmaps and closes what a registration holds. */
 void gs_tensors_release(struct gs_client *c);
 /* Hello and welcome on c's connection, with its rank and job. */

@@ -16,7 +16,6 @@
 #include "client.h"
 #include "cuda_driver.h"
 
-#define NAME_MAX_BYTES 4096
 #define EVENTS_BUFFER 0
 
 struct cuda_alloc {
@@ -46,20 +45,6 @@ struct gs_cuda {
 	struct cuda_tensor *tensors;
 	size_t ntensors;
 };
-
-static size_t dtype_size(enum gs_dtype d)
-{
-	switch (d) {
-	case GS_UINT8: return 1;
-	case GS_FLOAT16:
-	case GS_BFLOAT16: return 2;
-	case GS_FLOAT32:
-	case GS_INT32: return 4;
-	case GS_FLOAT64:
-	case GS_INT64: return 8;
-	}
-	return 0;
-}
 
 static int driver_fail(struct gs_client *c, struct gs_cuda *g, int code, const char *what,
 		       gs_cu_result r)
@@ -108,20 +93,10 @@ void gs_cuda_release(struct gs_client *c)
 
 static int check_spec(struct gs_client *c, const struct gs_cuda_tensor_spec *s, size_t i)
 {
-	if (!s->name || !*s->name)
-		return gs_fail(c, GS_EINVAL, "tensor %zu has no name", i);
-	if (strlen(s->name) > NAME_MAX_BYTES)
-		return gs_fail(c, GS_ELIMIT, "tensor %zu's name is longer than %d bytes", i,
-			       NAME_MAX_BYTES);
-	size_t esize = dtype_size(s->dtype);
-	if (esize == 0)
-		return gs_fail(c, GS_EDTYPE, "tensor '%s' has unknown dtype %d", s->name,
-			       (int)s->dtype);
-	if (s->count == 0)
-		return gs_fail(c, GS_EINVAL, "tensor '%s' has no elements", s->name);
-	if (s->count > (UINT64_C(1) << 62) / esize)
-		return gs_fail(c, GS_ELIMIT, "tensor '%s' has too many elements (%" PRIu64 ")",
-			       s->name, s->count);
+	size_t esize;
+	int r = gs_check_tensor(c, i, s->name, s->dtype, s->count, &esize);
+	if (r < 0)
+		return r;
 	if (!s->data || (uintptr_t)s->data % esize)
 		return gs_fail(c, GS_EINVAL, "tensor '%s': device pointer %p is NULL or misaligned",
 			       s->name, s->data);
@@ -185,7 +160,7 @@ static int locate(struct gs_client *c, struct gs_cuda *g, const struct gs_cuda_t
 	gs_cu_result res = g->cu->mem_get_address_range(&base, &size, p);
 	if (res != GS_CU_SUCCESS)
 		return driver_fail(c, g, GS_EBUFFER, "cuMemGetAddressRange", res);
-	uint64_t bytes = s->count * dtype_size(s->dtype);
+	uint64_t bytes = s->count * gs_dtype_size(s->dtype);
 	if (p < base || p - base > size || bytes > size - (p - base))
 		return gs_fail(c, GS_EBUFFER,
 			       "tensor '%s' (%" PRIu64 " bytes at %p) runs past the end of its allocation of %zu bytes",

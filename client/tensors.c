@@ -24,7 +24,7 @@
 #define NAME_MAX_BYTES 4096
 #define BYTES_MAX (UINT64_C(1) << 62)
 
-static size_t dtype_size(enum gs_dtype d)
+size_t gs_dtype_size(enum gs_dtype d)
 {
 	switch (d) {
 	case GS_UINT8: return 1;
@@ -40,31 +40,41 @@ static size_t dtype_size(enum gs_dtype d)
 
 static uint64_t spec_bytes(const struct gs_tensor_spec *s)
 {
-	return s->count * dtype_size(s->dtype);
+	return s->count * gs_dtype_size(s->dtype);
 }
 
 /* The dtype itself is the daemon's to refuse, with its own words; only
  * what the library cannot size is refused here. */
-static int check_spec(struct gs_client *c, const struct gs_tensor_spec *s,
-		      size_t i)
+int gs_check_tensor(struct gs_client *c, size_t i, const char *name, enum gs_dtype dtype,
+		    uint64_t count, size_t *esize)
 {
-	if (!s->name || !*s->name)
+	if (!name || !*name)
 		return gs_fail(c, GS_EINVAL, "tensor %zu has no name", i);
-	if (strlen(s->name) > NAME_MAX_BYTES)
+	if (strlen(name) > NAME_MAX_BYTES)
 		return gs_fail(c, GS_ELIMIT,
 			       "tensor %zu's name is longer than %d bytes", i,
 			       NAME_MAX_BYTES);
-	size_t esize = dtype_size(s->dtype);
-	if (esize == 0)
+	*esize = gs_dtype_size(dtype);
+	if (*esize == 0)
 		return gs_fail(c, GS_EDTYPE, "tensor '%s' has unknown dtype %d",
-			       s->name, (int)s->dtype);
-	if (s->count == 0)
+			       name, (int)dtype);
+	if (count == 0)
 		return gs_fail(c, GS_EINVAL, "tensor '%s' has no elements",
-			       s->name);
-	if (s->count > BYTES_MAX / esize)
+			       name);
+	if (count > BYTES_MAX / *esize)
 		return gs_fail(c, GS_ELIMIT,
 			       "tensor '%s' has too many elements (%" PRIu64 ")",
-			       s->name, s->count);
+			       name, count);
+	return GS_OK;
+}
+
+static int check_spec(struct gs_client *c, const struct gs_tensor_spec *s,
+		      size_t i)
+{
+	size_t esize;
+	int r = gs_check_tensor(c, i, s->name, s->dtype, s->count, &esize);
+	if (r < 0)
+		return r;
 	if (s->memfd >= 0 && s->offset % esize != 0)
 		return gs_fail(c, GS_EINVAL,
 			       "tensor '%s': offset %" PRIu64
