@@ -93,7 +93,7 @@ int harness_wait(pid_t pid, int timeout_ms)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-static bool can_connect(const char *path)
+bool harness_listening(const char *path)
 {
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
@@ -129,7 +129,7 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms)
 {
 	long deadline = now_ms() + timeout_ms;
-	while (!can_connect(d->socket)) {
+	while (!harness_listening(d->socket)) {
 		if (!harness_daemon_alive(d) || now_ms() > deadline) {
 			harness_dump(d->log);
 			fail_msg("gradsyncd did not start listening on %s", d->socket);

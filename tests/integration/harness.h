@@ -28,6 +28,8 @@ void harness_daemon_start(struct gs_test_daemon *d, const char *const *args);
 void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args);
 /* Waits until a spawned daemon accepts trainers, up to timeout_ms. */
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms);
+/* Whether something accepts connections on the Unix socket at path. */
+bool harness_listening(const char *path);
 /* Whether gradsyncd was built with Gloo, which --nodes above 1 needs
  * (GS_HAVE_GLOO from meson). */
 bool harness_have_gloo(void);

@@ -14,10 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -26,40 +23,23 @@
 #include "gradsync.h"
 #include "harness.h"
 
-static long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static bool listening(const char *path)
-{
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_un addr = { .sun_family = AF_UNIX };
-	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
-	bool ok = connect(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0;
-	close(fd);
-	return ok;
-}
-
 static void cuda_backend_refused_without_gpu(void **state)
 {
 	struct gs_test_daemon d;
 	const char *args[] = { "--backend=cuda", NULL };
 	harness_daemon_spawn(&d, args);
-	long deadline = now_ms() + 60000;
+	double deadline = harness_now_s() + 60;
 	int status = 0;
 	for (;;) {
 		pid_t r = waitpid(d.pid, &status, WNOHANG);
 		if (r == d.pid)
 			break;
-		if (listening(d.socket)) {
+		if (harness_listening(d.socket)) {
 			/* A usable GPU: nothing to refuse here. */
 			harness_daemon_stop(&d);
 			skip();
 		}
-		if (now_ms() > deadline) {
+		if (harness_now_s() > deadline) {
 			harness_dump(d.log);
 			fail_msg("gradsyncd --backend cuda neither started nor exited in 60 s");
 		}
