@@ -71,14 +71,23 @@ void bench_stats(const double *x, size_t n, struct bench_stats *out)
 
 /* ---- Child processes --------------------------------------------------- */
 
-pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr)
+/* Forks once stdio is flushed (so that the child does not print the
+ * caller's buffered output again); the child dies with the caller. */
+static pid_t fork_child(void)
 {
 	fflush(stdout);
 	fflush(stderr);
 	pid_t pid = fork();
+	if (pid == 0)
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+	return pid;
+}
+
+pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr)
+{
+	pid_t pid = fork_child();
 	if (pid != 0)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (log) {
 		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 		if (fd >= 0) {
@@ -94,12 +103,9 @@ pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr)
 
 pid_t bench_fork(int (*fn)(void *arg), void *arg)
 {
-	fflush(stdout);
-	fflush(stderr);
-	pid_t pid = fork();
+	pid_t pid = fork_child();
 	if (pid != 0)
 		return pid;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	signal(SIGPIPE, SIG_IGN);
 	int rc = fn(arg);
 	fflush(stdout);
