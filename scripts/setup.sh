@@ -7,6 +7,7 @@ packages=(
   gcc pkg-config meson ninja-build
   libuv1-dev libprotobuf-c-dev protobuf-c-compiler
   libcmocka-dev
+  libssl-dev
   g++ libgloo-dev
   clang libclang-rt-14-dev
   systemd groff-base python3 python3-venv
