@@ -77,5 +77,7 @@ int main(int argc, char **argv)
 	}
 	gs_log_init((enum gs_log_level)d.settings.log_level);
 	signal(SIGPIPE, SIG_IGN);
-	return run(&d);
+	int status = run(&d);
+	gs_secret_wipe(d.settings.cluster_secret, sizeof(d.settings.cluster_secret));
+	return status;
 }

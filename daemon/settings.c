@@ -78,6 +78,8 @@ static const struct setting table[] = {
 	  "this node's rank among the nodes; rank 0 serves the rendezvous" },
 	{ "coordinator", K_TEXT, OFF(coordinator), "127.0.0.1:29500", 3, 255, NULL,
 	  "HOST:PORT of node rank 0's rendezvous (it listens there; the others connect)" },
+	{ "cluster-secret-file", K_TEXT, OFF(cluster_secret_file), "", 0, 255, NULL,
+	  "file holding the secret every node proves it knows before the rendezvous serves it: the same on every node, 16 to 4096 bytes (one trailing newline is trimmed), mode 0600 or 0400; empty: the rendezvous is unauthenticated" },
 	{ "gloo-host", K_TEXT, OFF(gloo_host), "", 0, 255, NULL,
 	  "interface name or address this node's Gloo device listens on; empty: the host name" },
 	{ "join-timeout", K_UINT, OFF(join_timeout), "300", 1, 86400, NULL,
@@ -387,6 +389,24 @@ static int file_setting(void *ctx, const char *key, const char *value, unsigned 
 	return -EINVAL;
 }
 
+/* Reads the secret the setting names; prints why the file is refused. */
+static int load_secret(struct gs_settings *s)
+{
+	if (!s->cluster_secret_file[0])
+		return 0;
+	char why[256];
+	if (gs_secret_load(s->cluster_secret_file, s->cluster_secret, &s->cluster_secret_len,
+			   why, sizeof(why)) == 0)
+		return 0;
+	const char *source = "?";
+	for (size_t i = 0; i < NSETTINGS; i++)
+		if (table[i].offset == OFF(cluster_secret_file))
+			source = sources[i];
+	fprintf(stderr, "gradsyncd: --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) '%s', from %s, is refused: %s\n",
+		s->cluster_secret_file, source, why);
+	return -EINVAL;
+}
+
 static int load_file(struct gs_settings *s)
 {
 	if (!s->config_path[0])
@@ -468,7 +488,7 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 		print_config(s);
 		return GS_SETTINGS_EXIT_OK;
 	}
-	return GS_SETTINGS_RUN;
+	return load_secret(s) < 0 ? GS_SETTINGS_EXIT_USAGE : GS_SETTINGS_RUN;
 }
 
 void gs_settings_shared_text(const struct gs_settings *s, char *out, size_t n)

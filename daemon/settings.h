@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "auth.h"
 #include "convert.h"
 
 /* Read at start unless --config or GRADSYNC_CONFIG say otherwise; the
@@ -41,6 +42,7 @@ struct gs_settings {
 	uint32_t nodes;
 	uint32_t node_rank;
 	char coordinator[256];    /* HOST:PORT of node rank 0's rendezvous */
+	char cluster_secret_file[256]; /* "": the rendezvous is unauthenticated */
 	char gloo_host[256];      /* where this node's Gloo device listens */
 	uint64_t join_timeout;    /* seconds to wait for the other nodes */
 	uint64_t peer_timeout;    /* seconds an all-reduce may wait on a peer */
@@ -49,6 +51,10 @@ struct gs_settings {
 	char group[64];           /* owns the socket; its members may connect */
 	char allow_uids[256];     /* more users that may connect, "1000,1001" */
 	uint64_t max_clients;     /* connections at once */
+	/* Not settings of the table: the secret read from
+	 * cluster_secret_file at start (len 0: none). */
+	uint8_t cluster_secret[GS_SECRET_MAX];
+	size_t cluster_secret_len;
 };
 
 enum gs_settings_result {
@@ -59,7 +65,8 @@ enum gs_settings_result {
 
 /* Fills *s from defaults, environment and argv; prints --help, --version,
  * --print-config output or the reason a value is refused (naming the
- * setting and its allowed range). */
+ * setting and its allowed range). To run, it also reads the cluster
+ * secret, refusing a file that is missing, too short or open to others. */
 enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 					 char **argv);
 
