@@ -169,6 +169,8 @@ static bool adopt_connection(struct gs_daemon *d)
 	c->conn = gs_conn_create(d, fd, 64u << 20, coordinator_dispatch, coordinator_closed);
 	if (c->conn) {
 		c->conn->role = GS_CONN_NODE;
+		snprintf(c->conn->addr, sizeof(c->conn->addr), "coordinator %.51s",
+			 d->settings.coordinator);
 		/* Bytes that came with the welcome are the start of what follows. */
 		if (len > 0 && gs_frame_reader_prepend(&c->conn->reader, pending, len) < 0)
 			gs_warn("dropped %zu bytes from the coordinator", len);
@@ -295,6 +297,9 @@ int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, boo
 		 s->nodes);
 	return GS_EINVAL;
 #endif
+	if (s->cluster_secret_len == 0)
+		gs_warn("the rendezvous at %s is unauthenticated: anyone who reaches it can join as a node or read and overwrite its store; set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node",
+			s->coordinator);
 	if (s->node_rank == 0 && gs_rdv_server_start(d) < 0)
 		return GS_ESYSTEM;
 	struct join_work *jw = calloc(1, sizeof(*jw));

@@ -80,7 +80,9 @@ void gs_conn_refuse(int fd, int code, const char *message)
 const char *gs_conn_name(const struct gs_conn *c)
 {
 	static char name[96];
-	if (c->trainer)
+	if (c->addr[0])
+		snprintf(name, sizeof(name), "%s", c->addr);
+	else if (c->trainer)
 		snprintf(name, sizeof(name), "pid %d uid %u (local rank %u)",
 			 (int)c->cred.pid, (unsigned)c->cred.uid,
 			 gs_trainer_rank(c->trainer));
@@ -148,10 +150,14 @@ void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	gs_warn("dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
+	gs_conn_end(c, code, msg);
+}
 
+void gs_conn_end(struct gs_conn *c, int code, const char *message)
+{
 	Gradsync__Error err = GRADSYNC__ERROR__INIT;
 	err.code = code;
-	err.message = msg;
+	err.message = (char *)message;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
 	m.error = &err;

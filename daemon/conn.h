@@ -36,7 +36,8 @@ struct gs_conn {
 	struct ucred cred;
 	enum gs_conn_role role;
 	struct gs_trainer *trainer;
-	void *owner; /* the rendezvous's node record, for GS_CONN_NODE */
+	void *owner; /* the rendezvous's record of the peer, for GS_CONN_NODE */
+	char addr[64]; /* a TCP peer's "host:port", for log lines; "": none */
 	/* What this kind of connection does with each message, and on close. */
 	void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m);
 	void (*closed)(struct gs_conn *c);
@@ -62,11 +63,15 @@ void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m);
 void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* gs_conn_fail for a caller that has logged why in its own words. */
+void gs_conn_end(struct gs_conn *c, int code, const char *message);
+
 /* Stops reading, calls closed, and frees the connection from the
  * loop. Safe to call twice. */
 void gs_conn_close(struct gs_conn *c);
 
-/* "pid 123 uid 1000" plus the local rank once known, for log lines. */
+/* "pid 123 uid 1000" plus the local rank once known, or a TCP peer's
+ * address, for log lines. */
 const char *gs_conn_name(const struct gs_conn *c);
 
 #endif

@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "daemon.h"
 #include "frame.h"
 #include "gradsync.h"
@@ -27,6 +28,7 @@ struct gs_rdv_client {
 	uint64_t generation;
 	struct gs_frame_reader reader;
 	int join_timeout_ms;
+	uint32_t node_rank;
 };
 
 static int64_t now_ms(void)
@@ -130,7 +132,7 @@ static int expect(struct gs_rdv_client *c, Gradsync__Message__BodyCase want,
 		return rc;
 	}
 	if (m->body_case == GRADSYNC__MESSAGE__BODY_ERROR) {
-		snprintf(err, n, "the coordinator refused: %s", m->error->message);
+		snprintf(err, n, "the coordinator refused node %u: %s", c->node_rank, m->error->message);
 		rc = m->error->code ? m->error->code : GS_EREFUSED;
 		gradsync__message__free_unpacked(m, NULL);
 		return rc;
@@ -198,6 +200,122 @@ static int connect_with_backoff(const struct gs_settings *s, int cancel_fd,
 	return -1;
 }
 
+/* ---- Authentication (auth.h) ----------------------------------------------- */
+
+static int send_proof(struct gs_rdv_client *c, const struct gs_settings *s,
+		      const uint8_t *nn, const uint8_t *cn, int64_t deadline)
+{
+	uint8_t mac[GS_AUTH_MAC];
+	if (gs_auth_mac(s->cluster_secret, s->cluster_secret_len, GS_AUTH_NODE, s->node_rank,
+			nn, cn, mac) < 0)
+		return GS_ESYSTEM;
+	Gradsync__NodeProof p = GRADSYNC__NODE_PROOF__INIT;
+	p.mac.data = mac;
+	p.mac.len = sizeof(mac);
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_PROOF;
+	m.node_proof = &p;
+	return send_msg(c, &m, deadline);
+}
+
+/* This node proves it holds the cluster secret, and the coordinator that
+ * it does, before anything else is said; without a secret on either side
+ * the exchange only checks that both agree there is none. */
+static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, int64_t deadline,
+			char *err, size_t n)
+{
+	bool mine = s->cluster_secret_len > 0;
+	uint8_t nn[GS_AUTH_NONCE], cn[GS_AUTH_NONCE];
+	if (gs_auth_nonce(nn) < 0) {
+		snprintf(err, n, "cannot draw a random nonce");
+		return GS_ESYSTEM;
+	}
+	Gradsync__NodeAuth a = GRADSYNC__NODE_AUTH__INIT;
+	a.protocol_version = GS_PROTOCOL_VERSION;
+	a.node_rank = s->node_rank;
+	a.nonce.data = nn;
+	a.nonce.len = sizeof(nn);
+	a.has_secret = mine;
+	Gradsync__Message am = GRADSYNC__MESSAGE__INIT;
+	am.body_case = GRADSYNC__MESSAGE__BODY_NODE_AUTH;
+	am.node_auth = &a;
+	int rc = send_msg(c, &am, deadline);
+	if (rc != GS_OK) {
+		snprintf(err, n, "cannot reach the coordinator: %s", gs_strerror(rc));
+		return rc;
+	}
+	Gradsync__Message *m;
+	rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE, deadline, &m, err, n);
+	if (rc != GS_OK)
+		return rc;
+	const Gradsync__NodeChallenge *ch = m->node_challenge;
+	bool theirs = ch->has_secret, good = ch->nonce.len == GS_AUTH_NONCE;
+	if (good)
+		memcpy(cn, ch->nonce.data, GS_AUTH_NONCE);
+	gradsync__message__free_unpacked(m, NULL);
+	/* The coordinator refuses a mismatch itself; one that does not is not
+	 * to be trusted either. */
+	if (!good) {
+		snprintf(err, n, "the coordinator's challenge is malformed");
+		return GS_EPROTO;
+	}
+	if (mine != theirs) {
+		snprintf(err, n, "node %u %s a cluster secret, but the coordinator %s (set the same --cluster-secret-file on every node)",
+			 s->node_rank, mine ? "has" : "has no", mine ? "has none" : "has one");
+		return GS_EREFUSED;
+	}
+	if (!mine)
+		return GS_OK;
+	rc = send_proof(c, s, nn, cn, deadline);
+	if (rc != GS_OK) {
+		snprintf(err, n, "cannot send this node's proof to the coordinator: %s", gs_strerror(rc));
+		return rc;
+	}
+	rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_PROOF, deadline, &m, err, n);
+	if (rc != GS_OK)
+		return rc;
+	bool ok = gs_auth_check(s->cluster_secret, s->cluster_secret_len, GS_AUTH_COORDINATOR,
+				s->node_rank, nn, cn, m->node_proof->mac.data, m->node_proof->mac.len);
+	gradsync__message__free_unpacked(m, NULL);
+	if (!ok) {
+		snprintf(err, n, "the coordinator at %s could not prove it holds the cluster secret: its secret differs, or it is not the coordinator (check --cluster-secret-file on every node)",
+			 s->coordinator);
+		return GS_EREFUSED;
+	}
+	return GS_OK;
+}
+
+/* A connection to the coordinator, retrying until the deadline, that has
+ * authenticated. */
+static int open_client(const struct gs_settings *s, int cancel_fd, int64_t deadline,
+		       struct gs_rdv_client **out, char *err, size_t errlen)
+{
+	struct gs_rdv_client *c = calloc(1, sizeof(*c));
+	if (!c) {
+		snprintf(err, errlen, "out of memory");
+		return GS_ENOMEM;
+	}
+	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
+	c->cancel_fd = cancel_fd;
+	c->node_rank = s->node_rank;
+	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
+	c->fd = connect_with_backoff(s, cancel_fd, deadline, err, errlen);
+	if (c->fd < 0) {
+		gs_rdv_client_close(c);
+		return GS_ETIMEDOUT;
+	}
+	int rc = authenticate(c, s, deadline, err, errlen);
+	if (rc == GS_ETIMEDOUT)
+		snprintf(err, errlen, "the coordinator %s did not answer the authentication within %llu s (--join-timeout)",
+			 s->coordinator, (unsigned long long)s->join_timeout);
+	if (rc != GS_OK) {
+		gs_rdv_client_close(c);
+		return rc;
+	}
+	*out = c;
+	return GS_OK;
+}
+
 static int say_hello(struct gs_rdv_client *c, const struct gs_settings *s,
 		     const char *gloo_host, int64_t deadline)
 {
@@ -240,22 +358,12 @@ int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_f
 		char *err, size_t errlen)
 {
 	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
-	struct gs_rdv_client *c = calloc(1, sizeof(*c));
-	if (!c) {
-		snprintf(err, errlen, "out of memory");
-		return GS_ENOMEM;
-	}
-	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
-	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
-	c->cancel_fd = cancel_fd;
-	c->fd = connect_with_backoff(s, cancel_fd, deadline, err, errlen);
-	if (c->fd < 0) {
-		gs_frame_reader_destroy(&c->reader);
-		free(c);
-		return GS_ETIMEDOUT;
-	}
+	struct gs_rdv_client *c;
+	int rc = open_client(s, cancel_fd, deadline, &c, err, errlen);
+	if (rc != GS_OK)
+		return rc;
 	Gradsync__Message *m = NULL;
-	int rc = say_hello(c, s, gloo_host, deadline);
+	rc = say_hello(c, s, gloo_host, deadline);
 	if (rc == GS_OK)
 		rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_WELCOME, deadline, &m, err, errlen);
 	else
@@ -342,20 +450,5 @@ int gs_rdv_store_connect(const struct gs_settings *s, int cancel_fd,
 			 struct gs_rdv_client **out, char *err, size_t errlen)
 {
 	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
-	struct gs_rdv_client *c = calloc(1, sizeof(*c));
-	if (!c) {
-		snprintf(err, errlen, "out of memory");
-		return GS_ENOMEM;
-	}
-	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
-	c->cancel_fd = cancel_fd;
-	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
-	c->fd = connect_with_backoff(s, cancel_fd, deadline, err, errlen);
-	if (c->fd < 0) {
-		gs_frame_reader_destroy(&c->reader);
-		free(c);
-		return GS_ETIMEDOUT;
-	}
-	*out = c;
-	return GS_OK;
+	return open_client(s, cancel_fd, deadline, out, err, errlen);
 }

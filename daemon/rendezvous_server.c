@@ -1,9 +1,11 @@
 /*
  * The rendezvous server, run by the node-rank-0 daemon on its event loop.
  * Node connections reuse conn.c (framing, write queue); this file owns what
- * they say: joining, the key-value store and layout agreement.
+ * they say: authentication, joining, the key-value store and layout
+ * agreement.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -12,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "conn.h"
 #include "daemon.h"
 #include "gradsync.h"
@@ -20,6 +23,25 @@
 
 /* Layouts of large models exceed a trainer's frame limit. */
 #define NODE_MAX_FRAME (64u << 20)
+/* Until a peer has authenticated, its frames are small (NodeAuth,
+ * NodeProof) and only so many such peers are served at once. */
+#define AUTH_MAX_FRAME 4096u
+#define AUTH_MAX_PENDING 64u
+
+enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
+
+/* One connection to the rendezvous: how far it has authenticated, and the
+ * node it joined as (NULL: not yet, or a connection for the store alone). */
+struct rdv_peer {
+	struct gs_conn *conn;
+	struct rdv_node *node;
+	enum peer_state state;
+	bool has_rank;
+	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
+	uint8_t node_nonce[GS_AUTH_NONCE];
+	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
+	uv_timer_t timer; /* bounds the authentication by --join-timeout */
+};
 
 struct rdv_node {
 	struct gs_conn *conn; /* NULL until joined, and after it leaves */
@@ -49,6 +71,7 @@ struct gs_rdv_server {
 	int fd;
 	uv_poll_t poll;
 	uint32_t nodes, joined;
+	uint32_t pending; /* connections not yet authenticated */
 	struct rdv_node *node;
 	bool formed;          /* the group has been built once */
 	uint64_t generation;  /* of the current group */
@@ -85,7 +108,8 @@ static void send_msg(struct gs_conn *c, Gradsync__Message *m)
 
 static struct rdv_node *node_of(struct gs_conn *c)
 {
-	return c->owner;
+	struct rdv_peer *p = c->owner;
+	return p ? p->node : NULL;
 }
 
 /* ---- Joining ------------------------------------------------------------ */
@@ -147,6 +171,12 @@ static void welcome_all(struct gs_rdv_server *s)
 static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__NodeHello *h)
 {
 	const char *peer = gs_conn_name(c);
+	struct rdv_peer *p = c->owner;
+	if (h->node_rank != p->rank) {
+		gs_conn_fail(c, GS_EREFUSED, "NodeHello says node rank %u but the connection authenticated as node %u",
+			     h->node_rank, p->rank);
+		return;
+	}
 	if (h->protocol_version != GS_PROTOCOL_VERSION) {
 		gs_conn_fail(c, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
 			     h->node_rank, h->protocol_version, GS_PROTOCOL_VERSION);
@@ -181,7 +211,7 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 	n->conn = c;
 	n->local_size = h->local_size;
 	snprintf(n->host, sizeof(n->host), "%s", h->host);
-	c->owner = n;
+	p->node = n;
 	s->joined++;
 	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
 		h->node_rank, peer, h->local_size, s->joined, s->nodes);
@@ -374,22 +404,177 @@ static void handle_offer(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 	judge_round(s);
 }
 
+/* ---- Authentication (auth.h) --------------------------------------------- */
+
+/* Logs why a peer is turned away, with its address, tells it the same
+ * words and closes the connection. */
+static void refuse(struct rdv_peer *p, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void refuse(struct rdv_peer *p, int code, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (p->has_rank)
+		gs_warn("rendezvous: refused node %u from %s: %s", p->rank, p->conn->addr, msg);
+	else
+		gs_warn("rendezvous: refused a connection from %s: %s", p->conn->addr, msg);
+	gs_conn_end(p->conn, code, msg);
+}
+
+static void on_auth_timeout(uv_timer_t *t)
+{
+	struct rdv_peer *p = t->data;
+	refuse(p, GS_ETIMEDOUT, "did not authenticate within %llu s (--join-timeout)",
+	       (unsigned long long)p->conn->d->settings.join_timeout);
+}
+
+static void authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	p->state = PEER_AUTHED;
+	s->pending--;
+	uv_timer_stop(&p->timer);
+	p->conn->reader.max_frame = NODE_MAX_FRAME;
+	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
+}
+
+static void send_challenge(struct rdv_peer *p, bool has_secret)
+{
+	Gradsync__NodeChallenge ch = GRADSYNC__NODE_CHALLENGE__INIT;
+	ch.nonce.data = p->nonce;
+	ch.nonce.len = GS_AUTH_NONCE;
+	ch.has_secret = has_secret;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE;
+	m.node_challenge = &ch;
+	send_msg(p->conn, &m);
+}
+
+/* The node's half of the nonces and what it claims; answered with the
+ * coordinator's half, or refused. */
+static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeAuth *a)
+{
+	const struct gs_settings *set = &s->d->settings;
+	bool mine = set->cluster_secret_len > 0;
+	if (a->protocol_version != GS_PROTOCOL_VERSION) {
+		refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
+		       a->node_rank, a->protocol_version, GS_PROTOCOL_VERSION);
+		return;
+	}
+	if (a->node_rank >= s->nodes) {
+		refuse(p, GS_EREFUSED, "node rank %u is out of range for %u nodes", a->node_rank, s->nodes);
+		return;
+	}
+	p->rank = a->node_rank;
+	p->has_rank = true;
+	if (a->nonce.len != GS_AUTH_NONCE) {
+		refuse(p, GS_EPROTO, "its NodeAuth nonce has %zu bytes; %d expected", a->nonce.len,
+		       GS_AUTH_NONCE);
+		return;
+	}
+	if (mine && !a->has_secret) {
+		refuse(p, GS_EREFUSED, "it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)");
+		return;
+	}
+	if (!mine && a->has_secret) {
+		refuse(p, GS_EREFUSED, "it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)");
+		return;
+	}
+	if (gs_auth_nonce(p->nonce) < 0) {
+		refuse(p, GS_ESYSTEM, "the coordinator cannot draw a random nonce");
+		return;
+	}
+	memcpy(p->node_nonce, a->nonce.data, GS_AUTH_NONCE);
+	send_challenge(p, mine);
+	if (mine)
+		p->state = PEER_CHALLENGED;
+	else
+		authenticated(s, p); /* neither side has a secret */
+}
+
+/* The node's proof; a good one is answered with the coordinator's. */
+static void handle_proof(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeProof *pr)
+{
+	const struct gs_settings *set = &s->d->settings;
+	if (!gs_auth_check(set->cluster_secret, set->cluster_secret_len, GS_AUTH_NODE, p->rank,
+			   p->node_nonce, p->nonce, pr->mac.data, pr->mac.len)) {
+		refuse(p, GS_EREFUSED, "cluster secret differs (check --cluster-secret-file on every node)");
+		return;
+	}
+	uint8_t mac[GS_AUTH_MAC];
+	if (gs_auth_mac(set->cluster_secret, set->cluster_secret_len, GS_AUTH_COORDINATOR, p->rank,
+			p->node_nonce, p->nonce, mac) < 0) {
+		refuse(p, GS_ESYSTEM, "the coordinator cannot compute its proof (libcrypto failed)");
+		return;
+	}
+	Gradsync__NodeProof mine = GRADSYNC__NODE_PROOF__INIT;
+	mine.mac.data = mac;
+	mine.mac.len = sizeof(mac);
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_PROOF;
+	m.node_proof = &mine;
+	send_msg(p->conn, &m);
+	authenticated(s, p);
+}
+
+/* Before a peer has authenticated, only the exchange itself is served. A
+ * NodeHello of another protocol version (a daemon from before this
+ * exchange, or after it) still gets the version's own message. */
+static void authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
+{
+	switch (m->body_case) {
+	case GRADSYNC__MESSAGE__BODY_NODE_AUTH:
+		if (p->state == PEER_NEW)
+			handle_auth(s, p, m->node_auth);
+		else
+			refuse(p, GS_EPROTO, "NodeAuth sent twice");
+		return;
+	case GRADSYNC__MESSAGE__BODY_NODE_PROOF:
+		if (p->state == PEER_CHALLENGED)
+			handle_proof(s, p, m->node_proof);
+		else
+			refuse(p, GS_EPROTO, "NodeProof before NodeAuth");
+		return;
+	case GRADSYNC__MESSAGE__BODY_NODE_HELLO:
+		if (m->node_hello->protocol_version != GS_PROTOCOL_VERSION) {
+			refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
+			       m->node_hello->node_rank, m->node_hello->protocol_version,
+			       GS_PROTOCOL_VERSION);
+			return;
+		}
+		break;
+	default:
+		break;
+	}
+	refuse(p, GS_EREFUSED, "message %d before authenticating: the rendezvous serves nothing until a node has proven it holds the cluster secret (NodeAuth, NodeProof)",
+	       (int)m->body_case);
+}
+
 /* ---- Connections ----------------------------------------------------------- */
 
 static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	struct gs_rdv_server *s = c->d->rdv_server;
+	struct rdv_peer *p = c->owner;
+	if (!s || !p)
+		return; /* shutting down */
+	if (p->state != PEER_AUTHED) {
+		authenticate(s, p, m);
+		return;
+	}
 	/* A connection of its own may use the store without joining: a
 	 * node's worker rebuilds the group on one. */
 	bool store = m->body_case == GRADSYNC__MESSAGE__BODY_STORE_SET ||
 		     m->body_case == GRADSYNC__MESSAGE__BODY_STORE_GET;
-	if (!c->owner && !store && m->body_case != GRADSYNC__MESSAGE__BODY_NODE_HELLO) {
+	if (!p->node && !store && m->body_case != GRADSYNC__MESSAGE__BODY_NODE_HELLO) {
 		gs_conn_fail(c, GS_EPROTO, "expected NodeHello first");
 		return;
 	}
 	switch (m->body_case) {
 	case GRADSYNC__MESSAGE__BODY_NODE_HELLO:
-		if (c->owner)
+		if (p->node)
 			gs_conn_fail(c, GS_EPROTO, "NodeHello sent twice");
 		else
 			handle_hello(s, c, m->node_hello);
@@ -408,11 +593,24 @@ static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	}
 }
 
+static void free_peer(uv_handle_t *h)
+{
+	free(h->data);
+}
+
 static void node_closed(struct gs_conn *c)
 {
 	struct gs_rdv_server *s = c->d->rdv_server;
+	struct rdv_peer *p = c->owner;
+	if (!p)
+		return;
+	/* The record goes with the connection; its timer is closed first. */
+	uv_timer_stop(&p->timer);
+	uv_close((uv_handle_t *)&p->timer, free_peer);
 	if (!s)
 		return; /* shutting down */
+	if (p->state != PEER_AUTHED)
+		s->pending--;
 	for (struct rdv_wait **w = &s->waits; *w;) {
 		struct rdv_wait *x = *w;
 		if (x->conn == c) {
@@ -444,18 +642,63 @@ static void node_closed(struct gs_conn *c)
 	broadcast(s, &m, n);
 }
 
+static void format_addr(const struct sockaddr_storage *a, char *out, size_t n)
+{
+	char host[48], port[8]; /* INET6_ADDRSTRLEN, "65535" */
+	if (getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), port,
+			sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+		snprintf(out, n, "an unknown address");
+	else if (a->ss_family == AF_INET6)
+		snprintf(out, n, "[%s]:%s", host, port);
+	else
+		snprintf(out, n, "%s:%s", host, port);
+}
+
+/* Limits first, before anything is allocated; the peer's record and the
+ * timer that bounds its authentication then come with the connection. */
+static void admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a)
+{
+	char addr[64];
+	format_addr(a, addr, sizeof(addr));
+	if (s->pending >= AUTH_MAX_PENDING) {
+		gs_warn("rendezvous: refused a connection from %s: %u connections are authenticating already",
+			addr, s->pending);
+		gs_conn_refuse(fd, GS_ELIMIT, "too many connections authenticating at once");
+		return;
+	}
+	struct rdv_peer *p = calloc(1, sizeof(*p));
+	if (!p) {
+		gs_conn_refuse(fd, GS_ENOMEM, "out of memory");
+		return;
+	}
+	struct gs_conn *c = gs_conn_create(s->d, fd, AUTH_MAX_FRAME, node_dispatch, node_closed);
+	if (!c) {
+		free(p);
+		return;
+	}
+	c->role = GS_CONN_NODE;
+	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	p->conn = c;
+	uv_timer_init(s->d->loop, &p->timer);
+	p->timer.data = p;
+	uv_timer_start(&p->timer, on_auth_timeout, s->d->settings.join_timeout * 1000, 0);
+	c->owner = p;
+	s->pending++;
+	gs_debug("rendezvous: connection from %s", addr);
+}
+
 static void on_accept(uv_poll_t *p, int status, int events)
 {
 	struct gs_rdv_server *s = p->data;
 	if (status < 0)
 		return;
 	for (int i = 0; i < 16; i++) {
-		int fd = accept4(s->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage a;
+		socklen_t len = sizeof(a);
+		int fd = accept4(s->fd, (struct sockaddr *)&a, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		struct gs_conn *c = gs_conn_create(s->d, fd, NODE_MAX_FRAME, node_dispatch, node_closed);
-		if (c)
-			c->role = GS_CONN_NODE;
+		admit(s, fd, &a);
 	}
 }
 
