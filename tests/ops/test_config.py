@@ -31,6 +31,7 @@ RANGES = {
     "nodes": ("an integer in [1, 1024]", ["0", "1025"]),
     "node-rank": ("an integer in [0, 1023]", ["1024", "x"]),
     "coordinator": ("a text of 3 to 255 bytes", ["h:", "h" * 256]),
+    "cluster-secret-file": ("a text of 0 to 255 bytes", ["/" + "k" * 300]),
     "gloo-host": ("a text of 0 to 255 bytes", ["g" * 256]),
     "join-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
     "peer-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
