@@ -24,9 +24,10 @@
 /* Layouts of large models exceed a trainer's frame limit. */
 #define NODE_MAX_FRAME (64u << 20)
 /* Until a peer has authenticated, its frames are small (NodeAuth,
- * NodeProof) and only so many such peers are served at once. */
+ * NodeProof), and only so many such peers are served at once: room for
+ * every node joining at the same moment, a few times over. */
 #define AUTH_MAX_FRAME 4096u
-#define AUTH_MAX_PENDING 64u
+#define AUTH_MAX_PENDING(nodes) (4u * (nodes) + 64u)
 
 enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
 
@@ -660,7 +661,7 @@ static void admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage
 {
 	char addr[64];
 	format_addr(a, addr, sizeof(addr));
-	if (s->pending >= AUTH_MAX_PENDING) {
+	if (s->pending >= AUTH_MAX_PENDING(s->nodes)) {
 		gs_warn("rendezvous: refused a connection from %s: %u connections are authenticating already",
 			addr, s->pending);
 		gs_conn_refuse(fd, GS_ELIMIT, "too many connections authenticating at once");

@@ -798,9 +798,9 @@ static void send_store_set(int fd, const char *key, const char *value)
 }
 
 /* Peers that do not hold the secret get nothing from the coordinator: a
- * join, the store, garbage, a forged proof and silence are each refused
- * (silence within --join-timeout), and the coordinator goes on serving
- * the real nodes, whose job then runs. */
+ * join, the store, garbage, a forged proof, a crowd and silence are each
+ * refused (silence within --join-timeout), and the coordinator goes on
+ * serving the real nodes, whose job then runs. */
 static void unauthenticated_peers_refused(void **state)
 {
 	(void)state;
@@ -848,6 +848,33 @@ static void unauthenticated_peers_refused(void **state)
 	raw_send(fd, &m, NULL, 0);
 	raw_expect_error(fd, GS_EREFUSED, "cluster secret differs");
 	close(fd);
+
+	/* Only so many peers may be authenticating at once (4 per node and
+	 * 64): the next is turned away at once, and room comes back as they
+	 * go. */
+	enum { PENDING = 4 * 2 + 64 };
+	int held[PENDING];
+	for (int i = 0; i < PENDING; i++)
+		held[i] = tcp_connect(port, 10);
+	fd = tcp_connect(port, 10);
+	raw_expect_error(fd, GS_ELIMIT, "too many connections authenticating at once");
+	close(fd);
+	for (int i = 0; i < PENDING; i++)
+		close(held[i]);
+	bool room = false;
+	for (int i = 0; i < 100 && !room; i++) {
+		fd = tcp_connect(port, 10);
+		send_node_hello(fd, 1);
+		Gradsync__Message *r = raw_recv(fd);
+		assert_non_null(r);
+		assert_int_equal(r->body_case, GRADSYNC__MESSAGE__BODY_ERROR);
+		room = r->error->code == GS_EREFUSED;
+		gradsync__message__free_unpacked(r, NULL);
+		close(fd);
+		if (!room)
+			usleep(20000);
+	}
+	assert_true(room);
 
 	/* A peer that says nothing, while the real node 1 joins. */
 	int silent = tcp_connect(port, 20);
