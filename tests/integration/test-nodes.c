@@ -67,6 +67,15 @@ static const char *write_secret(const char *name, const char *text, mode_t mode)
 	return path;
 }
 
+/* Removes the directory of a daemon that has exited as it should. */
+static void forget_daemon(const struct gs_test_daemon *d)
+{
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", d->dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", d->dir);
+}
+
 static void remove_secrets(void)
 {
 	if (!secret_dir[0])
@@ -683,6 +692,7 @@ static void wrong_cluster_secret(void **state)
 	expect_in_log(n0.d.log, "rendezvous: refused node 1 from 127.0.0.1:");
 	expect_in_log(n0.d.log, "cluster secret differs");
 	assert_true(harness_daemon_alive(&n0.d));
+	forget_daemon(&n1.d);
 
 	spawn_node(&back, 2, 1, 1, ea, port);
 	harness_daemon_wait_ready(&n0.d, 30000);
@@ -730,6 +740,7 @@ static void cluster_secret_on_one_node_only(void **state)
 		assert_int_equal(count_in_file(closed_log, "is unauthenticated"), 0);
 		assert_true(harness_daemon_alive(&n0.d));
 		assert_int_equal(harness_daemon_stop(&n0.d), 0);
+		forget_daemon(&n1.d);
 	}
 }
 
@@ -772,6 +783,7 @@ static void cluster_secret_file_refused(void **state)
 		expect_in_log(d.log, said);
 		expect_in_log(d.log, cases[i].why);
 		expect_in_log(d.log, "--cluster-secret-file");
+		forget_daemon(&d);
 	}
 }
 
