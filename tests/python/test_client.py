@@ -234,6 +234,45 @@ def test_control_agrees_with_trainers():
         d.cleanup()
 
 
+def test_caller_memfd_is_adopted():
+    """A tensor in a memfd of the caller's (sealed against shrinking, at an
+    offset): the daemon reads and writes that memory, seen here through an
+    mmap of our own."""
+    import fcntl
+    import mmap
+    count, offset = 1000, 4096
+    fd = os.memfd_create("gs-test", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    d = one_trainer_daemon()
+    try:
+        os.ftruncate(fd, offset + 4 * count)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+        mem = mmap.mmap(fd, offset + 4 * count)
+        mine = np.frombuffer(mem, dtype=np.float32, count=count, offset=offset)
+        x = inputs(0, 1, count, 0)
+        mine[:] = x
+        with gradsync.Client(d.socket) as c:
+            views = c.register([gradsync.TensorSpec("w", count, memfd=fd, offset=offset)])
+            check(same_bits(views[0], x), "the library's view of the caller's memfd")
+            with c.step() as s:
+                s.mark_ready([0])
+            check(same_bits(mine, reduce_reference([x], "fp16", 1, 1)),
+                  "the reduced result in the caller's own mapping")
+            del views
+        del mine
+        mem.close()
+        # Unsealed memory is refused with the daemon's reason.
+        fd2 = os.memfd_create("gs-test-unsealed", os.MFD_CLOEXEC)
+        os.ftruncate(fd2, 4 * count)
+        with gradsync.Client(d.socket) as c:
+            e = expect_error(gradsync.BufferError, -10,
+                             lambda: c.register([gradsync.TensorSpec("w", count, memfd=fd2)]))
+            check("seal" in e.message, f"the reason does not name the seals: {e.message!r}")
+        os.close(fd2)
+    finally:
+        os.close(fd)
+        d.cleanup()
+
+
 def test_arrays_keep_memory_until_dropped():
     d = one_trainer_daemon()
     try:
@@ -261,4 +300,5 @@ if __name__ == "__main__":
          test_fp32_average_equals_reference, test_clipping_and_nonfinite_counts,
          test_step_in_process_with_poll_and_fileno, test_errors_carry_code_and_message,
          test_layout_mismatch_names_the_tensor, test_abort_when_a_trainer_dies,
-         test_control_agrees_with_trainers, test_arrays_keep_memory_until_dropped])
+         test_control_agrees_with_trainers, test_caller_memfd_is_adopted,
+         test_arrays_keep_memory_until_dropped])
