@@ -273,6 +273,37 @@ def test_caller_memfd_is_adopted():
         d.cleanup()
 
 
+def test_reconnect_after_daemon_restart():
+    """gradsyncd killed while a trainer waits: DisconnectedError at once;
+    after a new gradsyncd on the same socket, reconnect() registers the
+    same memory again and the step runs."""
+    d = one_trainer_daemon()
+    try:
+        with gradsync.Client(d.socket) as c:
+            g = c.register([("w", 500), ("b", 5)])
+            x = inputs(0, 2, 500, 0)
+            g[0][:] = x
+            g[1][:] = 1.0
+            c.begin_step()
+            c.mark_ready([1])  # tensor 0 never comes: the step waits
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait(10)
+            t0 = time.monotonic()
+            expect_error(gradsync.DisconnectedError, -4, lambda: c.wait(timeout=30))
+            check(time.monotonic() - t0 < 5, "the disconnection took more than 5 s to show")
+            os.unlink(d.socket)
+            d2 = Daemon(["--local-size=1"], tmp=d.dir)
+            c.reconnect(timeout=10)
+            g[0][:] = x
+            with c.step() as s:
+                s.mark_ready([0, 1])
+            check(same_bits(g[0], reduce_reference([x], "fp16", 1, 1)),
+                  "the step after reconnect()")
+            d2.stop()
+    finally:
+        d.cleanup()
+
+
 def test_arrays_keep_memory_until_dropped():
     d = one_trainer_daemon()
     try:
@@ -301,4 +332,5 @@ if __name__ == "__main__":
          test_step_in_process_with_poll_and_fileno, test_errors_carry_code_and_message,
          test_layout_mismatch_names_the_tensor, test_abort_when_a_trainer_dies,
          test_control_agrees_with_trainers, test_caller_memfd_is_adopted,
+         test_reconnect_after_daemon_restart,
          test_arrays_keep_memory_until_dropped])
