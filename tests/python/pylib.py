@@ -11,7 +11,8 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.environ["GS_SOURCE_ROOT"], "tests", "ops"))
-from opslib import (Daemon, Skip, check, check_eq, run, spawn, wait_for)  # noqa: E402,F401
+from opslib import (HAVE_GLOO, Daemon, Skip, check, check_eq, run, spawn,  # noqa: E402,F401
+                    wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")

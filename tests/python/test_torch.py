@@ -120,6 +120,45 @@ def test_fp32_wire_matches_ddp():
             "fp32: gradsync vs DDP")
 
 
+def test_two_nodes_equal_one_node():
+    """GradSync with one trainer on each of two gradsyncd joined on
+    loopback (the Gloo path between nodes) gives bit for bit the weights
+    of two trainers on one node: the same fp16 sum of the same values."""
+    import socket
+    from pylib import HAVE_GLOO, Skip
+    if not HAVE_GLOO:
+        raise Skip("gradsyncd is built without Gloo")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    common = ["--nodes=2", f"--coordinator=127.0.0.1:{port}", "--gloo-host=127.0.0.1",
+              "--local-size=1", f"--threshold={THRESHOLD}", "--wire=fp16"]
+    nodes = [Daemon(common + [f"--node-rank={r}"], wait=False) for r in range(2)]
+    try:
+        for n in nodes:
+            n.wait_ready(60)
+        procs, outs = [], []
+        for r, n in enumerate(nodes):
+            out = os.path.join(n.dir, "two-nodes.npz")
+            argv = [sys.executable, os.path.join(HERE, "torch_trainer.py"), "gradsync", str(r),
+                    str(STEPS), out, "--socket", n.socket, "--wire", "fp16"]
+            # Each node's only trainer is its local rank 0; the data is
+            # still that of global rank r.
+            procs.append(spawn(argv + ["--local-rank", "0"], os.path.join(n.dir, "t.log")))
+            outs.append(out)
+        for p, n in zip(procs, nodes):
+            rc = p.wait(300)
+            check(rc == 0, f"trainer exited {rc}:\n" + open(os.path.join(n.dir, "t.log")).read())
+        two = [dict(np.load(o)) for o in outs]
+    finally:
+        for n in nodes:
+            n.cleanup()
+    one = gradsync_run("gradsync", "fp16")
+    check(max_diff(two[0], two[1]) == 0, "the two nodes' weights differ")
+    diff = max_diff(two[0], one[0])
+    check(diff == 0, f"two nodes differ from one node of two trainers by {diff:.3g}")
+
+
 def test_backward_and_update_half_equals_gradsync_fp16():
     half = gradsync_run("half", "fp16")
     ours = gradsync_run("gradsync", "fp16")
@@ -209,4 +248,5 @@ def test_in_process_semantics():
 
 if __name__ == "__main__":
     run([test_in_process_semantics, test_fp16_wire_matches_ddp_fp16_compress_hook, test_fp32_wire_matches_ddp,
-         test_backward_and_update_half_equals_gradsync_fp16, test_loss_scaler_figures])
+         test_backward_and_update_half_equals_gradsync_fp16, test_loss_scaler_figures,
+         test_two_nodes_equal_one_node])

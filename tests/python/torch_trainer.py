@@ -51,6 +51,8 @@ def main():
     ap.add_argument("--init")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--fp16-hook", action="store_true")
+    ap.add_argument("--local-rank", type=int, help="the trainer's rank on its node "
+                    "(default: RANK, all trainers on one node)")
     ap.add_argument("--clip", type=float)
     ap.add_argument("--inf-at", type=int, default=0)
     a = ap.parse_args()
@@ -61,8 +63,9 @@ def main():
     net = model
     if a.mode == "gradsync":
         import gradsync.torch
+        local_rank = a.rank if a.local_rank is None else a.local_rank
         gradsync.torch.GradSync(model, threshold=THRESHOLD, wire=a.wire, optimizer=opt,
-                                socket_path=a.socket, local_rank=a.rank)
+                                socket_path=a.socket, local_rank=local_rank)
     elif a.mode == "half":
         import gradsync.torch
     elif a.mode == "figures":
