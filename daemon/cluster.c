@@ -21,11 +21,12 @@
 /* ---- The Gloo group, built on the worker thread --------------------------- */
 
 #ifdef GS_HAVE_GLOO
-/* Store keys of one group generation, so that a rebuilt group never reads
- * a departed one's addresses. */
+/* Store keys of one group generation of one coordinator's incarnation, so
+ * that a rebuilt group never reads a departed one's addresses, nor one
+ * built for a coordinator that has since restarted. */
 struct prefixed_store {
 	struct gs_rdv_client *rdv;
-	char prefix[32];
+	char prefix[48];
 };
 
 static int prefixed_set(void *ctx, const char *key, const void *value, size_t len)
@@ -51,7 +52,8 @@ static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv, char *err
 	struct gs_cluster *c = &d->cluster;
 	const struct gs_settings *s = &d->settings;
 	struct prefixed_store ps = { rdv, "" };
-	snprintf(ps.prefix, sizeof(ps.prefix), "g%llu/", (unsigned long long)c->generation);
+	snprintf(ps.prefix, sizeof(ps.prefix), "i%016llx/g%llu/",
+		 (unsigned long long)c->incarnation, (unsigned long long)c->generation);
 	struct gs_gloo_store_ops store = { &ps, prefixed_set, prefixed_get };
 	char why[400];
 	int rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
@@ -96,6 +98,7 @@ static void join_run(struct gs_work *w)
 		return;
 #endif
 	c->generation = gs_rdv_generation(c->rdv);
+	c->incarnation = gs_rdv_incarnation(c->rdv);
 	jw->rc = build_group(d, c->rdv, jw->err, sizeof(jw->err));
 }
 

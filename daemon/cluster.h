@@ -32,6 +32,7 @@ struct gs_cluster {
 	bool group_ready;     /* the Gloo group works: buckets may launch */
 	bool *lost;           /* by node rank: its daemon went away */
 	uint64_t generation;  /* of the Gloo group */
+	uint64_t incarnation; /* of the coordinator that welcomed this node */
 	uv_timer_t agree_timer; /* bounds a layout agreement */
 	uint64_t agree_round; /* the offer waiting for its verdict, 0: none */
 };

@@ -60,6 +60,8 @@ int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
 
 /* The generation of the group the NodeWelcome asked for. */
 uint64_t gs_rdv_generation(const struct gs_rdv_client *c);
+/* The coordinator's incarnation the NodeWelcome named (never 0). */
+uint64_t gs_rdv_incarnation(const struct gs_rdv_client *c);
 
 /* Hands the joined connection over to the event loop: returns its
  * descriptor (non-blocking now) and, in *pending, a malloc'd copy of any

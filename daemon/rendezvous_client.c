@@ -26,6 +26,7 @@ struct gs_rdv_client {
 	int fd;
 	int cancel_fd;
 	uint64_t generation;
+	uint64_t incarnation;
 	struct gs_frame_reader reader;
 	int join_timeout_ms;
 	uint32_t node_rank;
@@ -337,6 +338,10 @@ static int say_hello(struct gs_rdv_client *c, const struct gs_settings *s,
 static int read_welcome(const Gradsync__NodeWelcome *w, const struct gs_settings *s,
 			struct gs_node_info *nodes, char *err, size_t n)
 {
+	if (w->incarnation == 0) {
+		snprintf(err, n, "the coordinator's welcome names no incarnation: it runs an older gradsyncd (run the same version on every node)");
+		return GS_EPROTO;
+	}
 	if (w->n_nodes != s->nodes) {
 		snprintf(err, n, "the coordinator welcomed %zu nodes; %u expected", w->n_nodes, s->nodes);
 		return GS_EPROTO;
@@ -374,6 +379,7 @@ int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_f
 	if (rc == GS_OK) {
 		rc = read_welcome(m->node_welcome, s, nodes, err, errlen);
 		c->generation = m->node_welcome->generation;
+		c->incarnation = m->node_welcome->incarnation;
 	}
 	if (m)
 		gradsync__message__free_unpacked(m, NULL);
@@ -431,6 +437,11 @@ int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
 uint64_t gs_rdv_generation(const struct gs_rdv_client *c)
 {
 	return c->generation;
+}
+
+uint64_t gs_rdv_incarnation(const struct gs_rdv_client *c)
+{
+	return c->incarnation;
 }
 
 int gs_rdv_client_detach(struct gs_rdv_client *c, uint8_t **pending, size_t *len)

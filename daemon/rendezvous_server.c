@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -76,6 +77,7 @@ struct gs_rdv_server {
 	struct rdv_node *node;
 	bool formed;          /* the group has been built once */
 	uint64_t generation;  /* of the current group */
+	uint64_t incarnation; /* drawn at start: this coordinator's store keys */
 	bool has_agreed;      /* the job's layout, once every node agreed */
 	struct gs_layout agreed;
 	char settings[512];
@@ -147,6 +149,7 @@ static void welcome_all(struct gs_rdv_server *s)
 	w.n_nodes = s->nodes;
 	w.nodes = ptrs;
 	w.generation = s->generation;
+	w.incarnation = s->incarnation;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_WELCOME;
 	m.node_welcome = &w;
@@ -734,6 +737,20 @@ static int listen_on(const char *coordinator)
 	return fd < 0 ? -err : fd;
 }
 
+/* A restarted coordinator knows nothing of its predecessor's groups: its
+ * store keys must not be mistaken for that one's, which nodes that were
+ * building a group when it went away may still write. */
+static int draw_incarnation(uint64_t *out)
+{
+	do {
+		if (getrandom(out, sizeof(*out), 0) != (ssize_t)sizeof(*out)) {
+			gs_error("cannot draw the rendezvous's incarnation id: %s", strerror(errno));
+			return -errno;
+		}
+	} while (*out == 0);
+	return 0;
+}
+
 int gs_rdv_server_start(struct gs_daemon *d)
 {
 	struct gs_rdv_server *s = calloc(1, sizeof(*s));
@@ -743,7 +760,9 @@ int gs_rdv_server_start(struct gs_daemon *d)
 	s->nodes = d->settings.nodes;
 	s->node = calloc(s->nodes, sizeof(*s->node));
 	gs_settings_shared_text(&d->settings, s->settings, sizeof(s->settings));
-	s->fd = s->node ? listen_on(d->settings.coordinator) : -ENOMEM;
+	s->fd = !s->node ? -ENOMEM
+		: draw_incarnation(&s->incarnation) < 0 ? -EIO
+		: listen_on(d->settings.coordinator);
 	if (s->fd < 0) {
 		int err = s->fd;
 		free(s->node);
@@ -754,7 +773,8 @@ int gs_rdv_server_start(struct gs_daemon *d)
 	s->poll.data = s;
 	uv_poll_start(&s->poll, UV_READABLE, on_accept);
 	d->rdv_server = s;
-	gs_info("rendezvous: serving %u nodes on %s", s->nodes, d->settings.coordinator);
+	gs_info("rendezvous: serving %u nodes on %s (incarnation %016llx)", s->nodes,
+		d->settings.coordinator, (unsigned long long)s->incarnation);
 	return 0;
 }
 
