@@ -3,12 +3,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "conn.h"
 #include "daemon.h"
 #include "gradsync.h"
+#include "job.h"
 #include "log.h"
 #include "worker.h"
 #ifdef GS_HAVE_GLOO
@@ -148,27 +151,52 @@ static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *
 	}
 }
 
-/* Without node 0's rendezvous the group cannot be rebuilt: say so, and
- * let the steps time out with that reason. */
+static void start_rejoin(struct gs_daemon *d);
+static void drop_group(struct gs_daemon *d);
+
+/* Node 0's daemon went away. Under systemd it is back within seconds,
+ * knowing nothing of this job: the step in flight is aborted, trainers
+ * stay, later steps wait, and this node joins the new coordinator as at
+ * start. Node 0's own connection closes only when it stops. */
 static void coordinator_closed(struct gs_conn *conn)
 {
 	struct gs_daemon *d = conn->d;
-	d->cluster.conn = NULL;
+	struct gs_cluster *c = &d->cluster;
+	c->conn = NULL;
 	if (d->stopping)
 		return;
-	d->cluster.group_ready = false;
-	gs_error("lost the connection to the coordinator (node 0) at %s: several-node steps stop until gradsyncd is restarted",
+	c->group_ready = false;
+	if (c->node_rank == 0) {
+		gs_error("lost this node's own connection to its rendezvous: several-node steps stop until gradsyncd is restarted");
+		gs_job_peer_lost(&d->job, "node 0 lost its connection to its own rendezvous");
+		return;
+	}
+	if (c->lost)
+		c->lost[0] = true;
+#ifdef GS_HAVE_CUDA
+	if (gs_backend_is_cuda(d->backend)) {
+		gs_error("lost the connection to the coordinator (node 0) at %s: the CUDA backend's NCCL communicators are not rebuilt; several-node steps stop until gradsyncd is restarted on every node",
+			 d->settings.coordinator);
+		gs_job_peer_lost(&d->job, "node 0 (the coordinator) went away");
+		return;
+	}
+#endif
+	char why[320];
+	snprintf(why, sizeof(why), "node 0 (the coordinator) went away: the connection to its rendezvous at %.200s closed; steps wait until it is back",
 		 d->settings.coordinator);
-	gs_job_peer_lost(&d->job, "the coordinator (node 0) went away");
+	gs_error("lost the connection to the coordinator (node 0) at %s: re-joining it when it is back (steps wait meanwhile, each up to --step-timeout)",
+		 d->settings.coordinator);
+	gs_job_peer_lost(&d->job, why);
+	drop_group(d);
+	start_rejoin(d);
 }
 
-static bool adopt_connection(struct gs_daemon *d)
+static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
 {
 	struct gs_cluster *c = &d->cluster;
 	uint8_t *pending;
 	size_t len;
-	int fd = gs_rdv_client_detach(c->rdv, &pending, &len);
-	c->rdv = NULL;
+	int fd = gs_rdv_client_detach(rdv, &pending, &len);
 	c->conn = gs_conn_create(d, fd, 64u << 20, coordinator_dispatch, coordinator_closed);
 	if (c->conn) {
 		c->conn->role = GS_CONN_NODE;
@@ -179,11 +207,23 @@ static bool adopt_connection(struct gs_daemon *d)
 			gs_warn("dropped %zu bytes from the coordinator", len);
 	}
 	free(pending);
-	c->lost = calloc(c->nodes, sizeof(*c->lost));
+	if (!c->lost)
+		c->lost = calloc(c->nodes, sizeof(*c->lost));
 	return c->conn != NULL && c->lost != NULL;
 }
 
 /* ---- Rebuilding the group when a node came back ---------------------------- */
+
+/* Worker thread: the backend stops using the group before it goes. */
+static void drop_group_run(struct gs_daemon *d)
+{
+	struct gs_cluster *c = &d->cluster;
+	gs_backend_host_attach_gloo(d->backend, NULL, 0);
+#ifdef GS_HAVE_GLOO
+	gs_gloo_destroy(c->gloo);
+#endif
+	c->gloo = NULL;
+}
 
 struct regroup_work {
 	struct gs_work work;
@@ -197,10 +237,7 @@ static void regroup_run(struct gs_work *w)
 	struct regroup_work *rw = (struct regroup_work *)w;
 	struct gs_daemon *d = rw->d;
 	struct gs_cluster *c = &d->cluster;
-#ifdef GS_HAVE_GLOO
-	gs_gloo_destroy(c->gloo);
-#endif
-	c->gloo = NULL;
+	drop_group_run(d);
 	struct gs_rdv_client *store;
 	rw->rc = gs_rdv_store_connect(&d->settings, c->cancel_fd, &store, rw->err, sizeof(rw->err));
 	if (rw->rc != GS_OK)
@@ -245,6 +282,219 @@ static void start_regroup(struct gs_daemon *d, uint64_t generation)
 	gs_worker_submit(&d->worker, &rw->work);
 }
 
+static void count_world(struct gs_cluster *c)
+{
+	c->world_size = 0;
+	c->rank_base = 0;
+	for (uint32_t r = 0; r < c->nodes; r++) {
+		if (r < c->node_rank)
+			c->rank_base += c->node[r].local_size;
+		c->world_size += c->node[r].local_size;
+	}
+}
+
+/* ---- Re-joining a restarted coordinator ------------------------------------ */
+
+/* A coordinator down for long is named at most once a minute, with the
+ * failures since; the attempts themselves go on while the daemon runs. */
+#define REJOIN_LOG_MS 60000
+#define REJOIN_PAUSE_MS 1000
+
+struct drop_work {
+	struct gs_work work;
+	struct gs_daemon *d;
+};
+
+static void drop_run(struct gs_work *w)
+{
+	drop_group_run(((struct drop_work *)w)->d);
+}
+
+static void drop_done(struct gs_work *w)
+{
+	free(w);
+}
+
+/* The group includes node 0, which is gone: votes fail at once instead of
+ * in a collective with it, and the backend no longer uses it. */
+static void drop_group(struct gs_daemon *d)
+{
+	struct drop_work *dw = calloc(1, sizeof(*dw));
+	if (!dw)
+		return; /* the group is dropped when it is rebuilt */
+	dw->work.run = drop_run;
+	dw->work.done = drop_done;
+	dw->d = d;
+	gs_worker_submit(&d->worker, &dw->work);
+}
+
+struct rejoin_work {
+	struct gs_work work;
+	struct gs_daemon *d;
+	struct gs_node_info *node; /* as the new coordinator welcomed them */
+	struct gs_rdv_client *rdv;
+	int rc;
+	char err[512];
+};
+
+static void rejoin_free(struct rejoin_work *rw)
+{
+	gs_rdv_client_close(rw->rdv);
+	free(rw->node);
+	free(rw);
+}
+
+/* Waits a moment between attempts; false once the daemon is stopping. */
+static bool pause_between(int cancel_fd)
+{
+	struct pollfd p = { cancel_fd, POLLIN, 0 };
+	int n;
+	while ((n = poll(&p, 1, REJOIN_PAUSE_MS)) < 0 && errno == EINTR)
+		;
+	return n == 0;
+}
+
+/* On the rejoiner's thread: joins as at start (back-off, each attempt
+ * bounded by --join-timeout) until the new coordinator has welcomed every
+ * node, or the daemon stops. */
+static void rejoin_run(struct gs_work *w)
+{
+	struct rejoin_work *rw = (struct rejoin_work *)w;
+	struct gs_daemon *d = rw->d;
+	const struct gs_settings *s = &d->settings;
+	const char *host = s->gloo_host[0] ? s->gloo_host : "";
+	unsigned failures = 0;
+	uint64_t logged_ns = 0;
+	for (;;) {
+		rw->rc = gs_rdv_join(s, host, d->cluster.cancel_fd, rw->node, &rw->rdv, rw->err,
+				     sizeof(rw->err));
+		if (rw->rc == GS_OK || rw->rc == GS_EABORTED)
+			return;
+		failures++;
+		uint64_t now = gs_now_ns();
+		if (failures == 1 || now - logged_ns >= REJOIN_LOG_MS * 1000000ull) {
+			gs_warn("cannot re-join the coordinator (node 0) yet (%u attempts): %s; trying again",
+				failures, rw->err);
+			logged_ns = now;
+		}
+		if (!pause_between(d->cluster.cancel_fd)) {
+			rw->rc = GS_EABORTED;
+			return;
+		}
+	}
+}
+
+/* On the worker: the group of the new coordinator's incarnation. */
+static void rebuild_run(struct gs_work *w)
+{
+	struct rejoin_work *rw = (struct rejoin_work *)w;
+	struct gs_daemon *d = rw->d;
+	struct gs_cluster *c = &d->cluster;
+	drop_group_run(d);
+#ifdef GS_HAVE_CUDA
+	/* As at start: the restarted coordinator learns this node's backend. */
+	rw->rc = gs_cuda_join(d->backend, rw->rdv, &d->settings, rw->node, c->cancel_fd, rw->err,
+			      sizeof(rw->err));
+	if (rw->rc != GS_OK)
+		return;
+#endif
+	c->generation = gs_rdv_generation(rw->rdv);
+	c->incarnation = gs_rdv_incarnation(rw->rdv);
+	rw->rc = build_group(d, rw->rdv, rw->err, sizeof(rw->err));
+	if (rw->rc == GS_OK)
+		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
+}
+
+static void reannounce_layout(struct gs_daemon *d);
+
+static void rebuild_done(struct gs_work *w)
+{
+	struct rejoin_work *rw = (struct rejoin_work *)w;
+	struct gs_daemon *d = rw->d;
+	struct gs_cluster *c = &d->cluster;
+	if (d->stopping) {
+		rejoin_free(rw);
+		return;
+	}
+	if (rw->rc != GS_OK) {
+		/* Closing the connection tells the coordinator; it welcomes
+		 * every node again once this one is back. */
+		gs_error("cannot build the group with the restarted coordinator: %s; re-joining",
+			 rw->err);
+		rejoin_free(rw);
+		c->rejoining = false;
+		start_rejoin(d);
+		return;
+	}
+	uint32_t world = c->world_size;
+	memcpy(c->node, rw->node, c->nodes * sizeof(*c->node));
+	count_world(c);
+	if (c->world_size != world) {
+		gs_warn("node 0 came back with %u trainers: %u in all, %u before", c->node[0].local_size,
+			c->world_size, world);
+		gs_job_set_world(&d->job);
+	}
+	struct gs_rdv_client *rdv = rw->rdv;
+	rw->rdv = NULL;
+	rejoin_free(rw);
+	c->rejoining = false;
+	if (!adopt_connection(d, rdv)) {
+		gs_error("out of memory adopting the connection to the coordinator");
+		return;
+	}
+	memset(c->lost, 0, c->nodes * sizeof(*c->lost));
+	c->group_ready = true;
+	gs_info("re-joined the coordinator (node 0, incarnation %016llx): the group of %u nodes is whole again",
+		(unsigned long long)c->incarnation, c->nodes);
+	reannounce_layout(d);
+	gs_job_resume(&d->job);
+}
+
+static void rejoin_done(struct gs_work *w)
+{
+	struct rejoin_work *rw = (struct rejoin_work *)w;
+	struct gs_daemon *d = rw->d;
+	if (rw->rc != GS_OK || d->stopping) {
+		d->cluster.rejoining = false;
+		rejoin_free(rw);
+		return;
+	}
+	gs_info("the coordinator (node 0) is back and every node has joined it: rebuilding the group");
+	rw->work.run = rebuild_run;
+	rw->work.done = rebuild_done;
+	gs_worker_submit(&d->worker, &rw->work);
+}
+
+static void start_rejoin(struct gs_daemon *d)
+{
+	struct gs_cluster *c = &d->cluster;
+	if (c->rejoining)
+		return;
+	if (!c->rejoiner_started) {
+		int r = gs_worker_start(&c->rejoiner, d->loop);
+		if (r < 0) {
+			gs_error("cannot start the thread that re-joins the coordinator: %s", strerror(-r));
+			return;
+		}
+		c->rejoiner_started = true;
+	}
+	struct rejoin_work *rw = calloc(1, sizeof(*rw));
+	if (rw)
+		rw->node = calloc(c->nodes, sizeof(*rw->node));
+	if (!rw || !rw->node) {
+		free(rw);
+		gs_error("out of memory re-joining the coordinator");
+		return;
+	}
+	rw->work.run = rejoin_run;
+	rw->work.done = rejoin_done;
+	rw->d = d;
+	c->rejoining = true;
+	gs_info("node %u: re-joining the rendezvous at %s (each attempt up to %llu s, until it answers)",
+		c->node_rank, d->settings.coordinator, (unsigned long long)d->settings.join_timeout);
+	gs_worker_submit(&c->rejoiner, &rw->work);
+}
+
 static void join_done(struct gs_work *w)
 {
 	struct join_work *jw = (struct join_work *)w;
@@ -252,19 +502,14 @@ static void join_done(struct gs_work *w)
 	struct gs_cluster *c = &d->cluster;
 	bool ok = jw->rc == GS_OK;
 	if (ok) {
-		c->world_size = 0;
-		c->rank_base = 0;
-		for (uint32_t r = 0; r < c->nodes; r++) {
-			if (r < c->node_rank)
-				c->rank_base += c->node[r].local_size;
-			c->world_size += c->node[r].local_size;
-		}
+		count_world(c);
 		c->joined = true;
 		c->group_ready = true;
 		gs_info("joined as node %u of %u: %u trainers in all, this node's are global ranks %u to %u",
 			c->node_rank, c->nodes, c->world_size, c->rank_base,
 			c->rank_base + d->settings.local_size - 1);
-		ok = adopt_connection(d);
+		ok = adopt_connection(d, c->rdv);
+		c->rdv = NULL;
 	} else if (jw->rc == GS_EABORTED) {
 		gs_info("node %u stopped joining: shutting down", c->node_rank);
 	} else {
@@ -323,6 +568,10 @@ void gs_cluster_cancel(struct gs_daemon *d)
 	uint64_t one = 1;
 	if (d->cluster.cancel_fd >= 0 && write(d->cluster.cancel_fd, &one, sizeof(one)) < 0)
 		gs_warn("cannot signal the cluster's waits to end");
+	if (d->cluster.rejoiner_started) {
+		d->cluster.rejoiner_started = false;
+		gs_worker_stop(&d->cluster.rejoiner);
+	}
 }
 
 void gs_cluster_destroy(struct gs_daemon *d)
@@ -364,12 +613,17 @@ static void on_agree_timeout(uv_timer_t *t)
 	gs_job_layout_verdict(&d->job, round, GS_ETIMEDOUT, why);
 }
 
-int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round)
+/* Offers the job's layout as round `round`; a verdict not come within
+ * --join-timeout fails the trainers that wait for it (timed). */
+static void offer_layout(struct gs_daemon *d, uint64_t round, bool timed)
 {
 	struct gs_cluster *c = &d->cluster;
 	const struct gs_job *j = &d->job;
+	c->agree_round = round;
+	if (timed)
+		uv_timer_start(&c->agree_timer, on_agree_timeout, d->settings.join_timeout * 1000, 0);
 	if (!c->conn)
-		return GS_EDISCONNECTED;
+		return; /* re-joining: offered once the coordinator is back */
 	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
 	o.round = round;
 	o.hash = j->layout_hash;
@@ -377,19 +631,40 @@ int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round)
 	o.names = j->layout.names;
 	o.n_counts = j->layout.n;
 	o.counts = j->layout.counts;
-	c->agree_round = round;
 	send_offer(d, &o);
-	uv_timer_start(&c->agree_timer, on_agree_timeout, d->settings.join_timeout * 1000, 0);
+}
+
+int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round)
+{
+	struct gs_cluster *c = &d->cluster;
+	if (!c->conn && !c->rejoining)
+		return GS_EDISCONNECTED;
+	offer_layout(d, round, true);
 	return GS_OK;
+}
+
+/* A restarted coordinator knows no layout: this node's job offers its own
+ * again, to be compared with what node 0's restarted trainers register.
+ * Trainers already registered are not timed out waiting for that. */
+static void reannounce_layout(struct gs_daemon *d)
+{
+	struct gs_job *j = &d->job;
+	if (!j->has_layout)
+		return;
+	j->layout_round++;
+	gs_info("job '%s': offering its layout to the restarted coordinator", j->id);
+	offer_layout(d, j->layout_round, !j->agreed);
 }
 
 void gs_cluster_withdraw_layout(struct gs_daemon *d)
 {
 	struct gs_cluster *c = &d->cluster;
-	if (c->nodes == 1 || !c->conn)
+	if (c->nodes == 1)
 		return;
 	c->agree_round = 0;
 	uv_timer_stop(&c->agree_timer);
+	if (!c->conn)
+		return; /* a restarted coordinator knows no layout to withdraw */
 	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
 	o.withdraw = true;
 	send_offer(d, &o);

@@ -2,7 +2,9 @@
  * The daemon's place among the nodes of a job: joining the rendezvous and
  * building the Gloo group at start (on the worker thread, so the loop of
  * node 0 keeps serving the rendezvous), and agreeing on each job's layout
- * with the other nodes before its first step. With --nodes 1 there is
+ * with the other nodes before its first step. A node other than 0 whose
+ * coordinator went away joins its successor, builds a new group with it
+ * and offers it the job's layout again. With --nodes 1 there is
  * nothing to join and every call here completes at once.
  */
 #ifndef GS_CLUSTER_H
@@ -13,6 +15,7 @@
 #include <uv.h>
 
 #include "rendezvous.h"
+#include "worker.h"
 
 struct gs_daemon;
 struct gs_gloo;
@@ -33,6 +36,12 @@ struct gs_cluster {
 	bool *lost;           /* by node rank: its daemon went away */
 	uint64_t generation;  /* of the Gloo group */
 	uint64_t incarnation; /* of the coordinator that welcomed this node */
+	/* Node 0 went away: a thread of its own joins its successor, with
+	 * the back-off of the start, while the worker stays free for the
+	 * votes that end steps. */
+	bool rejoining;
+	bool rejoiner_started;
+	struct gs_worker rejoiner;
 	uv_timer_t agree_timer; /* bounds a layout agreement */
 	uint64_t agree_round; /* the offer waiting for its verdict, 0: none */
 };
@@ -40,7 +49,8 @@ struct gs_cluster {
 /* Starts joining (node 0 also starts serving the rendezvous). ready runs on
  * the loop when the node has joined (ok) or failed (the reason logged). */
 int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, bool ok));
-/* Ends any wait on the other nodes (shutdown). */
+/* Ends any wait on the other nodes (shutdown), and joins the thread that
+ * re-joins a restarted coordinator. */
 void gs_cluster_cancel(struct gs_daemon *d);
 void gs_cluster_destroy(struct gs_daemon *d);
 

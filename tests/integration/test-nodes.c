@@ -446,6 +446,81 @@ static void peer_daemon_killed_and_back(void **state)
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
 }
 
+/* Node 0's daemon, the coordinator, is killed with its trainer while the
+ * other nodes wait for it in step 2's collectives: their trainers get the
+ * step aborted naming node 0 within seconds and stay connected. A new
+ * node-0 daemon on the same port, knowing nothing of the job, is joined by
+ * the other daemons, which offer it their layout again; node 0's restarted
+ * trainer registers, and step 3 is right on every node (every element
+ * checked by the trainers). Without the re-join, the new node 0 never sees
+ * the others and never starts serving. */
+static void coordinator_killed_and_back(unsigned nodes)
+{
+	struct node n[MAX_NODES];
+	const unsigned local[MAX_NODES] = { 1, 1, 1, 1 };
+	int port = harness_free_port();
+	static const char *const extra[] = { "--peer-timeout=30", NULL };
+	spawn_nodes(n, nodes, local, extra, port);
+	for (unsigned r = 0; r < nodes; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char logs[MAX_NODES][200], log0b[200];
+	pid_t t[MAX_NODES];
+	static const char *const a0[] = { "--pause-at-step", "2", "--pause-after", "5", NULL };
+	static const char *const ak[] = { "--expect-abort-at", "2", NULL };
+	for (unsigned r = 0; r < nodes; r++)
+		t[r] = spawn_trainer(&n[r], 0, harness_layout("resnet50.txt"), "3", r ? ak : a0,
+				     logs[r]);
+	harness_wait_for_text(logs[0], "PAUSED in step 2", 120);
+	for (unsigned r = 1; r < nodes; r++)
+		wait_in_step(&n[r].d, 2);
+	kill(n[0].d.pid, SIGKILL);
+	kill(t[0], SIGKILL);
+	for (unsigned r = 1; r < nodes; r++) {
+		double took = harness_wait_for_text(logs[r], "ABORTED step 2 as expected", 15);
+		print_message("node %u's trainer learned of it %.3f s after the kill\n", r, took);
+		assert_true(took < 5.0);
+		expect_in_log(logs[r], "node 0 (the coordinator) went away");
+		assert_true(harness_daemon_alive(&n[r].d));
+	}
+	harness_wait(n[0].d.pid, 5000);
+	harness_wait(t[0], 5000);
+	forget_daemon(&n[0].d);
+
+	/* systemd's Restart=on-failure: a new daemon of rank 0, same port. */
+	struct node back;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	spawn_node(&back, nodes, 0, 1, extra, port);
+	harness_daemon_wait_ready(&back.d, 30000);
+	for (unsigned r = 1; r < nodes; r++)
+		harness_wait_for_text(n[r].d.log, "re-joined the coordinator", 30);
+	print_message("every node re-joined %.3f s after node 0's daemon was started again\n",
+		      seconds_since(&t0));
+	static const char *const a0b[] = { "--first-step", "3", NULL };
+	pid_t t0b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", a0b, log0b);
+	expect_exit(t0b, 0, log0b);
+	for (unsigned r = 1; r < nodes; r++)
+		expect_exit(t[r], 0, logs[r]);
+	print_message("step 3 done on every node %.3f s after the restart\n", seconds_since(&t0));
+	for (unsigned r = 1; r < nodes; r++)
+		expect_in_log(n[r].d.log, "offering its layout to the restarted coordinator");
+	assert_int_equal(harness_daemon_stop(&back.d), 0);
+	for (unsigned r = 1; r < nodes; r++)
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+}
+
+static void coordinator_killed_and_back_two_nodes(void **state)
+{
+	(void)state;
+	coordinator_killed_and_back(2);
+}
+
+static void coordinator_killed_and_back_three_nodes(void **state)
+{
+	(void)state;
+	coordinator_killed_and_back(3);
+}
+
 /* A tensor of many chunks, and node 1's daemon killed while node 0 is
  * reducing it: node 0's trainer gets the step aborted, and the tensor
  * holds that trainer's own gradient in full (check_aborted in the example
@@ -918,6 +993,9 @@ int main(void)
 		return HARNESS_EXIT_SKIP;
 	}
 	atexit(remove_secrets);
+	/* GS_TEST_FILTER=coordinator_* runs only the cases it matches. */
+	if (getenv("GS_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("GS_TEST_FILTER"));
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(two_nodes_one_trainer_fp16),
 		cmocka_unit_test(two_nodes_two_trainers_fp16),
@@ -932,6 +1010,8 @@ int main(void)
 		cmocka_unit_test(wrong_world_size),
 		cmocka_unit_test(trainer_killed_on_other_node),
 		cmocka_unit_test(peer_daemon_killed_and_back),
+		cmocka_unit_test(coordinator_killed_and_back_two_nodes),
+		cmocka_unit_test(coordinator_killed_and_back_three_nodes),
 		cmocka_unit_test(peer_lost_between_chunks),
 		cmocka_unit_test(clashing_node_rank),
 		cmocka_unit_test(other_protocol_version),
