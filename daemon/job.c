@@ -371,6 +371,8 @@ static void describe_missing(const struct gs_job *j, char *out, size_t n)
 		if (missing > 0 && k < n)
 			k += (size_t)snprintf(out + k, n - k, " of bucket %u", b);
 	}
+	if (k == 0 && !j->d->cluster.group_ready)
+		snprintf(out, n, "every trainer here is ready, but a node went away and the group of nodes is not whole again");
 }
 
 static void on_stall(uv_timer_t *timer)
