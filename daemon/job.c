@@ -375,6 +375,14 @@ static void describe_missing(const struct gs_job *j, char *out, size_t n)
 		snprintf(out, n, "every trainer here is ready, but a node went away and the group of nodes is not whole again");
 }
 
+/* The stall timer first fires at the warning, or at the timeout when that
+ * comes first (a --step-timeout below --stall-warning has no warning). */
+static uint64_t first_stall_ms(const struct gs_settings *s)
+{
+	uint64_t first = s->stall_warning < s->step_timeout ? s->stall_warning : s->step_timeout;
+	return first * 1000;
+}
+
 static void on_stall(uv_timer_t *timer)
 {
 	struct gs_job *j = timer->data;
@@ -439,8 +447,7 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 		j->step_nonfinite = 0;
 		j->step_wire_bytes = 0;
 		j->stall_warned = false;
-		uv_timer_start(&j->stall_timer, on_stall,
-			       j->d->settings.stall_warning * 1000, 0);
+		uv_timer_start(&j->stall_timer, on_stall, first_stall_ms(&j->d->settings), 0);
 	}
 }
 

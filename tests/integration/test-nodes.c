@@ -521,6 +521,44 @@ static void coordinator_killed_and_back_three_nodes(void **state)
 	coordinator_killed_and_back(3);
 }
 
+/* Node 0's daemon killed and not restarted: node 1's trainer gets step 2
+ * aborted, and its step 3 is aborted --step-timeout seconds in, with a
+ * reason that says the group of nodes is not whole, not left waiting. */
+static void coordinator_stays_away(void **state)
+{
+	(void)state;
+	enum { STEP_TIMEOUT_S = 3 };
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	static const char *const extra[] = { "--peer-timeout=30", "--step-timeout=3", NULL };
+	spawn_nodes(n, 2, local, extra, harness_free_port());
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200];
+	static const char *const a0[] = { "--pause-at-step", "2", "--pause-after", "5", NULL };
+	static const char *const a1[] = { "--expect-abort-at", "2", NULL };
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
+	harness_wait_for_text(log0, "PAUSED in step 2", 120);
+	wait_in_step(&n[1].d, 2);
+	kill(n[0].d.pid, SIGKILL);
+	kill(t0, SIGKILL);
+	harness_wait_for_text(log1, "ABORTED step 2 as expected", 15);
+	struct timespec began;
+	clock_gettime(CLOCK_MONOTONIC, &began);
+	expect_exit(t1, 1, log1);
+	double took = seconds_since(&began);
+	print_message("step 3 ended %.2f s after step 2's abort (--step-timeout=%d)\n", took,
+		      STEP_TIMEOUT_S);
+	assert_true(took >= STEP_TIMEOUT_S - 0.5 && took < STEP_TIMEOUT_S + 5);
+	expect_in_log(log1, "the group of nodes is not whole again");
+	assert_true(harness_daemon_alive(&n[1].d));
+	harness_wait(n[0].d.pid, 5000);
+	harness_wait(t0, 5000);
+	forget_daemon(&n[0].d);
+	assert_int_equal(harness_daemon_stop(&n[1].d), 0);
+}
+
 /* A tensor of many chunks, and node 1's daemon killed while node 0 is
  * reducing it: node 0's trainer gets the step aborted, and the tensor
  * holds that trainer's own gradient in full (check_aborted in the example
@@ -1012,6 +1050,7 @@ int main(void)
 		cmocka_unit_test(peer_daemon_killed_and_back),
 		cmocka_unit_test(coordinator_killed_and_back_two_nodes),
 		cmocka_unit_test(coordinator_killed_and_back_three_nodes),
+		cmocka_unit_test(coordinator_stays_away),
 		cmocka_unit_test(peer_lost_between_chunks),
 		cmocka_unit_test(clashing_node_rank),
 		cmocka_unit_test(other_protocol_version),
