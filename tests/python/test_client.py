@@ -153,6 +153,11 @@ def test_errors_carry_code_and_message():
             check("5" in err.message and "local" in err.message,
                   f"the daemon's reason is missing: {err.message!r}")
         with gradsync.Client(d.socket) as c:
+            # CUDA tensors need the cuda backend, which this machine lacks.
+            expect_error(gradsync.StateError, -12,
+                         lambda: c.register_cuda([("w", 16, 0x7F0000000000)]),
+                         "host backend", "--backend cuda")
+        with gradsync.Client(d.socket) as c:
             expect_error(gradsync.StateError, -12, lambda: c.begin_step())
             c.register([("w", 16)])
             c.begin_step()
