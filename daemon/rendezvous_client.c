@@ -17,6 +17,7 @@
 #include "frame.h"
 #include "gradsync.h"
 #include "log.h"
+#include "node_protocol.h"
 #include "rendezvous.h"
 #include "settings.h"
 
@@ -232,7 +233,7 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 		return GS_ESYSTEM;
 	}
 	Gradsync__NodeAuth a = GRADSYNC__NODE_AUTH__INIT;
-	a.protocol_version = GS_PROTOCOL_VERSION;
+	a.protocol_version = GS_NODE_PROTOCOL_VERSION;
 	a.node_rank = s->node_rank;
 	a.nonce.data = nn;
 	a.nonce.len = sizeof(nn);
@@ -323,7 +324,7 @@ static int say_hello(struct gs_rdv_client *c, const struct gs_settings *s,
 	char shared[512];
 	gs_settings_shared_text(s, shared, sizeof(shared));
 	Gradsync__NodeHello h = GRADSYNC__NODE_HELLO__INIT;
-	h.protocol_version = GS_PROTOCOL_VERSION;
+	h.protocol_version = GS_NODE_PROTOCOL_VERSION;
 	h.node_rank = s->node_rank;
 	h.nodes = s->nodes;
 	h.local_size = s->local_size;

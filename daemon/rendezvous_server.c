@@ -20,6 +20,7 @@
 #include "daemon.h"
 #include "gradsync.h"
 #include "log.h"
+#include "node_protocol.h"
 #include "rendezvous.h"
 
 /* Layouts of large models exceed a trainer's frame limit. */
@@ -181,9 +182,9 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 			     h->node_rank, p->rank);
 		return;
 	}
-	if (h->protocol_version != GS_PROTOCOL_VERSION) {
+	if (h->protocol_version != GS_NODE_PROTOCOL_VERSION) {
 		gs_conn_fail(c, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-			     h->node_rank, h->protocol_version, GS_PROTOCOL_VERSION);
+			     h->node_rank, h->protocol_version, GS_NODE_PROTOCOL_VERSION);
 		return;
 	}
 	if (h->nodes != s->nodes) {
@@ -462,9 +463,9 @@ static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Grads
 {
 	const struct gs_settings *set = &s->d->settings;
 	bool mine = set->cluster_secret_len > 0;
-	if (a->protocol_version != GS_PROTOCOL_VERSION) {
+	if (a->protocol_version != GS_NODE_PROTOCOL_VERSION) {
 		refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-		       a->node_rank, a->protocol_version, GS_PROTOCOL_VERSION);
+		       a->node_rank, a->protocol_version, GS_NODE_PROTOCOL_VERSION);
 		return;
 	}
 	if (a->node_rank >= s->nodes) {
@@ -542,10 +543,10 @@ static void authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Grad
 			refuse(p, GS_EPROTO, "NodeProof before NodeAuth");
 		return;
 	case GRADSYNC__MESSAGE__BODY_NODE_HELLO:
-		if (m->node_hello->protocol_version != GS_PROTOCOL_VERSION) {
+		if (m->node_hello->protocol_version != GS_NODE_PROTOCOL_VERSION) {
 			refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
 			       m->node_hello->node_rank, m->node_hello->protocol_version,
-			       GS_PROTOCOL_VERSION);
+			       GS_NODE_PROTOCOL_VERSION);
 			return;
 		}
 		break;

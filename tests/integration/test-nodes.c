@@ -26,6 +26,7 @@
 
 #include "gradsync.h"
 #include "harness.h"
+#include "node_protocol.h"
 
 #define MAX_NODES 4
 
@@ -708,17 +709,24 @@ static void other_protocol_version(void **state)
 		const char *v[] = { "--nodes=2", "--node-rank=0", coord, with_secret ? file : NULL, NULL };
 		struct gs_test_daemon d0;
 		harness_daemon_spawn(&d0, v);
-		for (int auth = 0; auth < 2; auth++) {
-			int fd = tcp_connect(port, 10);
-			if (auth)
-				send_node_auth(fd, 99, with_secret);
-			else
-				send_node_hello(fd, 99);
-			raw_expect_error(fd, GS_EVERSION,
-					 "node 1 speaks protocol version 99; the coordinator (node 0) speaks 1");
-			close(fd);
-		}
+		/* 99, and 1: the daemons from before the authentication. */
+		static const uint32_t versions[] = { 99, 1 };
+		for (int k = 0; k < 2; k++)
+			for (int auth = 0; auth < 2; auth++) {
+				int fd = tcp_connect(port, 10);
+				if (auth)
+					send_node_auth(fd, versions[k], with_secret);
+				else
+					send_node_hello(fd, versions[k]);
+				char want[120];
+				snprintf(want, sizeof(want),
+					 "node 1 speaks protocol version %u; the coordinator (node 0) speaks %d",
+					 versions[k], GS_NODE_PROTOCOL_VERSION);
+				raw_expect_error(fd, GS_EVERSION, want);
+				close(fd);
+			}
 		expect_in_log(d0.log, "node 1 speaks protocol version 99");
+		expect_in_log(d0.log, "node 1 speaks protocol version 1;");
 		assert_int_equal(harness_daemon_stop(&d0), 0);
 	}
 }
@@ -937,7 +945,7 @@ static void unauthenticated_peers_refused(void **state)
 	spawn_node(&n[0], 2, 0, 1, ea, port);
 
 	int fd = tcp_connect(port, 10);
-	send_node_hello(fd, 1);
+	send_node_hello(fd, GS_NODE_PROTOCOL_VERSION);
 	raw_expect_error(fd, GS_EREFUSED, "before authenticating");
 	close(fd);
 	fd = tcp_connect(port, 10);
@@ -956,7 +964,7 @@ static void unauthenticated_peers_refused(void **state)
 
 	/* A proof made up without the secret. */
 	fd = tcp_connect(port, 10);
-	send_node_auth(fd, 1, true);
+	send_node_auth(fd, GS_NODE_PROTOCOL_VERSION, true);
 	Gradsync__Message *ch = raw_recv(fd);
 	assert_non_null(ch);
 	assert_int_equal(ch->body_case, GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE);
@@ -989,7 +997,7 @@ static void unauthenticated_peers_refused(void **state)
 	bool room = false;
 	for (int i = 0; i < 100 && !room; i++) {
 		fd = tcp_connect(port, 10);
-		send_node_hello(fd, 1);
+		send_node_hello(fd, GS_NODE_PROTOCOL_VERSION);
 		Gradsync__Message *r = raw_recv(fd);
 		assert_non_null(r);
 		assert_int_equal(r->body_case, GRADSYNC__MESSAGE__BODY_ERROR);

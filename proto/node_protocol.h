@@ -1,0 +1,16 @@
+/*
+ * The version of the protocol between daemons (the rendezvous: NodeAuth,
+ * NodeHello and what follows), apart from the trainers' protocol
+ * (GS_PROTOCOL_VERSION in gradsync.h), so that a change between daemons
+ * does not turn away trainers linked against an older libgradsync.
+ *
+ *   1  the rendezvous of the first release candidates
+ *   2  mutual authentication before anything else (NodeAuth, NodeChallenge,
+ *      NodeProof) and the coordinator's incarnation id in its welcome
+ */
+#ifndef GS_NODE_PROTOCOL_H
+#define GS_NODE_PROTOCOL_H
+
+#define GS_NODE_PROTOCOL_VERSION 2
+
+#endif
