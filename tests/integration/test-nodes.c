@@ -522,6 +522,53 @@ static void coordinator_killed_and_back_three_nodes(void **state)
 	coordinator_killed_and_back(3);
 }
 
+/* While node 0 is away, node 1's trainer is replaced: the new one
+ * registers on node 1 (its layout is offered to the coordinator once
+ * node 1 has re-joined it), and when node 0 is back with a new trainer,
+ * step 3 is right on both nodes. */
+static void trainer_registers_while_coordinator_away(void **state)
+{
+	(void)state;
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	int port = harness_free_port();
+	static const char *const extra[] = { "--peer-timeout=30", NULL };
+	spawn_nodes(n, 2, local, extra, port);
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200], log0b[200], want[120];
+	static const char *const a0[] = { "--pause-at-step", "2", "--pause-after", "5", NULL };
+	static const char *const a1[] = { "--expect-abort-at", "2", NULL };
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "2", a1, log1);
+	harness_wait_for_text(log0, "PAUSED in step 2", 120);
+	wait_in_step(&n[1].d, 2);
+	kill(n[0].d.pid, SIGKILL);
+	kill(t0, SIGKILL);
+	expect_exit(t1, 0, log1); /* step 2 aborted as expected, then done */
+	harness_wait(n[0].d.pid, 5000);
+	harness_wait(t0, 5000);
+	forget_daemon(&n[0].d);
+
+	/* A new trainer on node 1 while node 0 is still away. */
+	static const char *const b[] = { "--first-step", "3", NULL };
+	pid_t t1b = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "1", b, log1);
+	snprintf(want, sizeof(want), "trainer pid %d uid %u (local rank 0) registered 161 tensors",
+		 (int)t1b, (unsigned)getuid());
+	harness_wait_for_text(n[1].d.log, want, 30);
+	assert_true(harness_daemon_alive(&n[1].d));
+
+	struct node back;
+	spawn_node(&back, 2, 0, 1, extra, port);
+	harness_daemon_wait_ready(&back.d, 30000);
+	pid_t t0b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", b, log0b);
+	expect_exit(t0b, 0, log0b);
+	expect_exit(t1b, 0, log1);
+	expect_in_log(n[1].d.log, "offering its layout to the restarted coordinator");
+	assert_int_equal(harness_daemon_stop(&back.d), 0);
+	assert_int_equal(harness_daemon_stop(&n[1].d), 0);
+}
+
 /* Node 0's daemon killed and not restarted: node 1's trainer gets step 2
  * aborted, and its step 3 is aborted --step-timeout seconds in, with a
  * reason that says the group of nodes is not whole, not left waiting. */
@@ -1059,6 +1106,7 @@ int main(void)
 		cmocka_unit_test(coordinator_killed_and_back_two_nodes),
 		cmocka_unit_test(coordinator_killed_and_back_three_nodes),
 		cmocka_unit_test(coordinator_stays_away),
+		cmocka_unit_test(trainer_registers_while_coordinator_away),
 		cmocka_unit_test(peer_lost_between_chunks),
 		cmocka_unit_test(clashing_node_rank),
 		cmocka_unit_test(other_protocol_version),
