@@ -101,6 +101,12 @@ class TensorSpec:
 SpecLike = Union[TensorSpec, Tuple[str, int]]
 
 
+def _index_array(indices: Iterable[int]) -> Any:
+    """Tensor indices as the uint32_t array the library takes."""
+    idx = list(indices)
+    return (ctypes.c_uint32 * len(idx))(*idx)
+
+
 def _timeout_ms(timeout: Optional[float]) -> int:
     return -1 if timeout is None else max(0, int(timeout * 1000))
 
@@ -272,18 +278,16 @@ class Client(_Connection):
 
     def mark_ready(self, indices: Iterable[int]) -> None:
         """Marks registered tensors ready (one message for all of them)."""
-        idx = list(indices)
-        arr = (ctypes.c_uint32 * len(idx))(*idx)
+        arr = _index_array(indices)
         with self._lock:
-            self._check(_lib.lib().gs_mark_ready(self._ptr(), arr, len(idx)), "mark_ready")
+            self._check(_lib.lib().gs_mark_ready(self._ptr(), arr, len(arr)), "mark_ready")
 
     def cuda_mark_ready(self, indices: Iterable[int], stream: int = 0) -> None:
         """mark_ready for CUDA tensors: the daemon's GPU waits for the work
         queued on ``stream`` (a cudaStream_t as an int) so far."""
-        idx = list(indices)
-        arr = (ctypes.c_uint32 * len(idx))(*idx)
+        arr = _index_array(indices)
         with self._lock:
-            self._check(_lib.lib().gs_cuda_mark_ready(self._ptr(), arr, len(idx),
+            self._check(_lib.lib().gs_cuda_mark_ready(self._ptr(), arr, len(arr),
                                                       stream or None), "cuda_mark_ready")
 
     def cuda_stream_wait(self, stream: int = 0) -> None:

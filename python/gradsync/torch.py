@@ -25,8 +25,9 @@ mixed-precision loss scaler skip a step.
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Dict, Iterable, List, Optional, Union
+from typing import Any, Iterable, Iterator, List, Optional, Union
 
 import torch
 
@@ -149,11 +150,19 @@ class GradSync:
                              "before the next backward()", "GradSync")
         self._begin()
         self._bind(i)
-        if self.device.type == "cuda":
-            self.client.cuda_mark_ready([i], torch.cuda.current_stream(p.device).cuda_stream)
-        else:
-            self.client.mark_ready([i])
+        self._mark([i])
         self._marked[i] = True
+
+    def _mark(self, indices: List[int]) -> None:
+        """Marks gradients ready; on a GPU, after the work queued so far on
+        the current stream (the kernels that produced them)."""
+        if self.device.type == "cuda":
+            self.client.cuda_mark_ready(indices, self._stream())
+        else:
+            self.client.mark_ready(indices)
+
+    def _stream(self) -> int:
+        return torch.cuda.current_stream(self.device).cuda_stream
 
     def _begin(self) -> None:
         if not self._in_step:
@@ -188,22 +197,15 @@ class GradSync:
         for i in rest:
             self._bind(i)
         if rest:
-            if self.device.type == "cuda":
-                self.client.cuda_mark_ready(rest, torch.cuda.current_stream(self.device)
-                                            .cuda_stream)
-            else:
-                self.client.mark_ready(rest)
+            self._mark(rest)
         self._marked = [False] * len(self.params)
         self._in_step = False
         try:
             self.last_result = self.client.wait(self.timeout)
         finally:
             if self.device.type == "cuda":
-                self.client.cuda_stream_wait(torch.cuda.current_stream(self.device)
-                                             .cuda_stream)
+                self.client.cuda_stream_wait(self._stream())
         return self.last_result
-
-    synchronize = wait
 
     def zero_grad(self) -> None:
         """Zeroes the gradients in place, keeping them in the shared memory
@@ -213,20 +215,15 @@ class GradSync:
             g.zero_()
             self.params[i].grad = g
 
-    class _NoSync:
-        def __init__(self, owner: "GradSync"):
-            self.owner = owner
-
-        def __enter__(self) -> None:
-            self.owner._syncing = False
-
-        def __exit__(self, *exc: object) -> None:
-            self.owner._syncing = True
-
-    def no_sync(self) -> "_NoSync":
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
         """A context in which backward() accumulates gradients locally
         without synchronising (gradient accumulation), as DDP's no_sync."""
-        return GradSync._NoSync(self)
+        self._syncing = False
+        try:
+            yield
+        finally:
+            self._syncing = True
 
     def close(self) -> None:
         """Removes the hooks and closes the connection; the parameters keep
