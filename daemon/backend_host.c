@@ -369,9 +369,7 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 	}
 	int rc = GS_OK;
 	for (uint64_t start = 0; start < bk->elements; start += b->fusion_elements) {
-		uint64_t len = bk->elements - start;
-		if (len > b->fusion_elements)
-			len = b->fusion_elements;
+		uint64_t len = gs_chunk_len(bk->elements, start, b->fusion_elements);
 		rc = reduce_chunk(h, io, start, len);
 		if (rc != GS_OK)
 			break;
@@ -383,11 +381,9 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 		gs_io_mark(io, GS_MARK_DONE, start, len);
 	}
 	for (uint64_t start = 0; staged && rc == GS_OK && start < bk->elements;
-	     start += b->fusion_elements) {
-		uint64_t len = bk->elements - start;
-		unpack_chunk(h, io, start, len < b->fusion_elements ? len : b->fusion_elements,
+	     start += b->fusion_elements)
+		unpack_chunk(h, io, start, gs_chunk_len(bk->elements, start, b->fusion_elements),
 			     h->staging + start * esize);
-	}
 	for (unsigned t = 0; t < h->nthreads; t++) {
 		for (unsigned r = 0; r < io->nranks; r++)
 			io->clipped[r] += h->thread[t].clipped[r];

@@ -41,6 +41,13 @@ struct gs_span {
 	uint64_t count;
 };
 
+/* Elements in the chunk of a bucket of `total` elements that begins at
+ * `start`, when chunks hold at most `chunk` (one fusion buffer). */
+static inline uint64_t gs_chunk_len(uint64_t total, uint64_t start, uint64_t chunk)
+{
+	return total - start < chunk ? total - start : chunk;
+}
+
 /* Splits elements [start, start + len) of a bucket (its members laid end to
  * end) into spans. Writes at most max spans and returns how many it wrote;
  * a chunk touches at most bucket.count spans. */

@@ -140,7 +140,7 @@ static void bucket_work(struct gs_work *w)
 		run_whole(run);
 	else
 		for (uint64_t start = 0; start < total && run->status == GS_OK; start += chunk)
-			run_chunk(run, start, total - start < chunk ? total - start : chunk);
+			run_chunk(run, start, gs_chunk_len(total, start, chunk));
 	if (run->status != GS_OK)
 		j->worker_stopped_step = run->step;
 }

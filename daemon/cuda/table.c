@@ -42,9 +42,7 @@ int gs_cuda_plan_bucket(struct gs_cuda_bucket_plan *bp, const struct gs_plan *p,
 	bp->nspans = 0;
 	bp->table_bytes = 0;
 	for (uint64_t start = 0; start < bk->elements; start += fusion_elements) {
-		uint64_t len = bk->elements - start;
-		if (len > fusion_elements)
-			len = fusion_elements;
+		uint64_t len = gs_chunk_len(bk->elements, start, fusion_elements);
 		struct gs_cuda_launch *l = &bp->launches[bp->nlaunches++];
 		l->start = start;
 		l->elements = len;
