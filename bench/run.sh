@@ -6,14 +6,5 @@
 #   bench/run.sh [--nodes N] [--trainers M] [--steps K] [...]   (--help: all flags)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${GRADSYNC_BUILD:-build}
-
-./scripts/setup.sh
-log=$(mktemp /tmp/gradsync-bench-build-XXXXXX.log)
-if ! ./scripts/build.sh >"$log" 2>&1; then
-  cat "$log"
-  rm -f "$log"
-  exit 1
-fi
-rm -f "$log"
+. bench/prepare.sh
 exec "$build/bench/gradsync-bench" --out "$build/bench-results" "$@"

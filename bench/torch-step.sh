@@ -6,15 +6,7 @@
 #   bench/torch-step.sh [--procs N] [--steps K] [--repeat R]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=${GRADSYNC_BUILD:-build}
-./scripts/setup.sh
-log=$(mktemp /tmp/gradsync-bench-build-XXXXXX.log)
-if ! ./scripts/build.sh >"$log" 2>&1; then
-  cat "$log"
-  rm -f "$log"
-  exit 1
-fi
-rm -f "$log"
+. bench/prepare.sh
 ./scripts/python-env.sh
 venv=${GRADSYNC_VENV:-.venv}
 export GRADSYNC_LIBRARY=$PWD/$build/client/libgradsync.so.0
