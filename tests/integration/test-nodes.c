@@ -447,6 +447,20 @@ static void peer_daemon_killed_and_back(void **state)
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
 }
 
+/* Once node 0's trainer has paused in step 2 and every other node is in
+ * that step, kills node 0's daemon and trainer, and reaps them. */
+static void kill_node0_in_step_2(struct node *n, unsigned nodes, pid_t t0, const char *log0)
+{
+	harness_wait_for_text(log0, "PAUSED in step 2", 120);
+	for (unsigned r = 1; r < nodes; r++)
+		wait_in_step(&n[r].d, 2);
+	kill(n[0].d.pid, SIGKILL);
+	kill(t0, SIGKILL);
+	harness_wait(n[0].d.pid, 5000);
+	harness_wait(t0, 5000);
+	forget_daemon(&n[0].d);
+}
+
 /* Node 0's daemon, the coordinator, is killed with its trainer while the
  * other nodes wait for it in step 2's collectives: their trainers get the
  * step aborted naming node 0 within seconds and stay connected. A new
@@ -471,11 +485,7 @@ static void coordinator_killed_and_back(unsigned nodes)
 	for (unsigned r = 0; r < nodes; r++)
 		t[r] = spawn_trainer(&n[r], 0, harness_layout("resnet50.txt"), "3", r ? ak : a0,
 				     logs[r]);
-	harness_wait_for_text(logs[0], "PAUSED in step 2", 120);
-	for (unsigned r = 1; r < nodes; r++)
-		wait_in_step(&n[r].d, 2);
-	kill(n[0].d.pid, SIGKILL);
-	kill(t[0], SIGKILL);
+	kill_node0_in_step_2(n, nodes, t[0], logs[0]);
 	for (unsigned r = 1; r < nodes; r++) {
 		double took = harness_wait_for_text(logs[r], "ABORTED step 2 as expected", 15);
 		print_message("node %u's trainer learned of it %.3f s after the kill\n", r, took);
@@ -483,9 +493,6 @@ static void coordinator_killed_and_back(unsigned nodes)
 		expect_in_log(logs[r], "node 0 (the coordinator) went away");
 		assert_true(harness_daemon_alive(&n[r].d));
 	}
-	harness_wait(n[0].d.pid, 5000);
-	harness_wait(t[0], 5000);
-	forget_daemon(&n[0].d);
 
 	/* systemd's Restart=on-failure: a new daemon of rank 0, same port. */
 	struct node back;
@@ -541,14 +548,8 @@ static void trainer_registers_while_coordinator_away(void **state)
 	static const char *const a1[] = { "--expect-abort-at", "2", NULL };
 	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
 	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "2", a1, log1);
-	harness_wait_for_text(log0, "PAUSED in step 2", 120);
-	wait_in_step(&n[1].d, 2);
-	kill(n[0].d.pid, SIGKILL);
-	kill(t0, SIGKILL);
+	kill_node0_in_step_2(n, 2, t0, log0);
 	expect_exit(t1, 0, log1); /* step 2 aborted as expected, then done */
-	harness_wait(n[0].d.pid, 5000);
-	harness_wait(t0, 5000);
-	forget_daemon(&n[0].d);
 
 	/* A new trainer on node 1 while node 0 is still away. */
 	static const char *const b[] = { "--first-step", "3", NULL };
@@ -587,10 +588,7 @@ static void coordinator_stays_away(void **state)
 	static const char *const a1[] = { "--expect-abort-at", "2", NULL };
 	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
 	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
-	harness_wait_for_text(log0, "PAUSED in step 2", 120);
-	wait_in_step(&n[1].d, 2);
-	kill(n[0].d.pid, SIGKILL);
-	kill(t0, SIGKILL);
+	kill_node0_in_step_2(n, 2, t0, log0);
 	harness_wait_for_text(log1, "ABORTED step 2 as expected", 15);
 	struct timespec began;
 	clock_gettime(CLOCK_MONOTONIC, &began);
@@ -601,9 +599,6 @@ static void coordinator_stays_away(void **state)
 	assert_true(took >= STEP_TIMEOUT_S - 0.5 && took < STEP_TIMEOUT_S + 5);
 	expect_in_log(log1, "the group of nodes is not whole again");
 	assert_true(harness_daemon_alive(&n[1].d));
-	harness_wait(n[0].d.pid, 5000);
-	harness_wait(t0, 5000);
-	forget_daemon(&n[0].d);
 	assert_int_equal(harness_daemon_stop(&n[1].d), 0);
 }
 
