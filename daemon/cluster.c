@@ -49,7 +49,12 @@ static int prefixed_get(void *ctx, const char *key, void **value, size_t *len, i
 }
 #endif
 
-static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv, char *err, size_t n)
+/* The group of this generation (worker thread): with the cuda backend,
+ * first the NCCL communicators (node 0's unique id shared through the
+ * store), then the Gloo group, which every backend votes in. nodes are
+ * the nodes as the coordinator welcomed them. */
+static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv,
+		       const struct gs_node_info *nodes, char *err, size_t n)
 {
 #ifdef GS_HAVE_GLOO
 	struct gs_cluster *c = &d->cluster;
@@ -57,6 +62,13 @@ static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv, char *err
 	struct prefixed_store ps = { rdv, "" };
 	snprintf(ps.prefix, sizeof(ps.prefix), "i%016llx/g%llu/",
 		 (unsigned long long)c->incarnation, (unsigned long long)c->generation);
+#ifdef GS_HAVE_CUDA
+	int crc = gs_cuda_join(d->backend, rdv, ps.prefix, s, nodes, c->cancel_fd, err, n);
+	if (crc != GS_OK)
+		return crc;
+#else
+	(void)nodes;
+#endif
 	struct gs_gloo_store_ops store = { &ps, prefixed_set, prefixed_get };
 	char why[400];
 	int rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
@@ -66,6 +78,9 @@ static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv, char *err
 		snprintf(err, n, "building the Gloo group: %s", why);
 	return rc;
 #else
+	(void)d;
+	(void)rdv;
+	(void)nodes;
 	snprintf(err, n, "built without Gloo");
 	return GS_EINVAL;
 #endif
@@ -92,17 +107,9 @@ static void join_run(struct gs_work *w)
 			     sizeof(jw->err));
 	if (jw->rc != GS_OK)
 		return;
-#ifdef GS_HAVE_CUDA
-	/* The NCCL unique id: node 0 makes it, the rendezvous store shares it
-	 * ("nccl/uid"), then every node makes its communicators. */
-	jw->rc = gs_cuda_join(d->backend, c->rdv, s, c->node, c->cancel_fd, jw->err,
-			      sizeof(jw->err));
-	if (jw->rc != GS_OK)
-		return;
-#endif
 	c->generation = gs_rdv_generation(c->rdv);
 	c->incarnation = gs_rdv_incarnation(c->rdv);
-	jw->rc = build_group(d, c->rdv, jw->err, sizeof(jw->err));
+	jw->rc = build_group(d, c->rdv, c->node, jw->err, sizeof(jw->err));
 }
 
 /* ---- The coordinator's connection, on the loop -------------------------- */
@@ -173,14 +180,6 @@ static void coordinator_closed(struct gs_conn *conn)
 	}
 	if (c->lost)
 		c->lost[0] = true;
-#ifdef GS_HAVE_CUDA
-	if (gs_backend_is_cuda(d->backend)) {
-		gs_error("lost the connection to the coordinator (node 0) at %s: the CUDA backend's NCCL communicators are not rebuilt; several-node steps stop until gradsyncd is restarted on every node",
-			 d->settings.coordinator);
-		gs_job_peer_lost(&d->job, "node 0 (the coordinator) went away");
-		return;
-	}
-#endif
 	char why[320];
 	snprintf(why, sizeof(why), "node 0 (the coordinator) went away: the connection to its rendezvous at %.200s closed; steps wait until it is back",
 		 d->settings.coordinator);
@@ -214,11 +213,17 @@ static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
 
 /* ---- Rebuilding the group when a node came back ---------------------------- */
 
-/* Worker thread: the backend stops using the group before it goes. */
+/* Worker thread: the backend stops using the group before it goes; the
+ * cuda backend's communicators, which include the node that went away,
+ * are aborted (made again with the next group). */
 static void drop_group_run(struct gs_daemon *d)
 {
 	struct gs_cluster *c = &d->cluster;
 	gs_backend_host_attach_gloo(d->backend, NULL, 0);
+#ifdef GS_HAVE_CUDA
+	if (gs_backend_is_cuda(d->backend))
+		gs_backend_cuda_disconnect(d->backend);
+#endif
 #ifdef GS_HAVE_GLOO
 	gs_gloo_destroy(c->gloo);
 #endif
@@ -242,7 +247,7 @@ static void regroup_run(struct gs_work *w)
 	rw->rc = gs_rdv_store_connect(&d->settings, c->cancel_fd, &store, rw->err, sizeof(rw->err));
 	if (rw->rc != GS_OK)
 		return;
-	rw->rc = build_group(d, store, rw->err, sizeof(rw->err));
+	rw->rc = build_group(d, store, c->node, rw->err, sizeof(rw->err));
 	gs_rdv_client_close(store);
 	if (rw->rc == GS_OK)
 		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
@@ -391,16 +396,9 @@ static void rebuild_run(struct gs_work *w)
 	struct gs_daemon *d = rw->d;
 	struct gs_cluster *c = &d->cluster;
 	drop_group_run(d);
-#ifdef GS_HAVE_CUDA
-	/* As at start: the restarted coordinator learns this node's backend. */
-	rw->rc = gs_cuda_join(d->backend, rw->rdv, &d->settings, rw->node, c->cancel_fd, rw->err,
-			      sizeof(rw->err));
-	if (rw->rc != GS_OK)
-		return;
-#endif
 	c->generation = gs_rdv_generation(rw->rdv);
 	c->incarnation = gs_rdv_incarnation(rw->rdv);
-	rw->rc = build_group(d, rw->rdv, rw->err, sizeof(rw->err));
+	rw->rc = build_group(d, rw->rdv, rw->node, rw->err, sizeof(rw->err));
 	if (rw->rc == GS_OK)
 		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
 }

@@ -10,6 +10,12 @@
  *   writes half a result; then record the trainer's done event and copy the
  *   counters back.
  *
+ * With several nodes a bucket of several launches is staged, as on the
+ * host backend: each launch is packed and all-reduced in place in a
+ * staging buffer that holds the whole bucket, and the unpacks run only
+ * once every launch's all-reduce is through, so a peer lost between two
+ * launches leaves every tensor of the bucket as its trainer wrote it.
+ *
  * The host polls the streams and the communicators' async errors rather
  * than blocking, so a peer that stops or an NCCL error ends the wait within
  * --peer-timeout, and then every communicator is aborted (ncclCommAbort).
@@ -70,6 +76,8 @@ struct cuda_rank {
 	unsigned long long *counters; /* device: clipped, non-finite */
 	void *table, *staging;        /* device tables and their pinned source */
 	size_t table_cap;
+	void *stage;                  /* a staged bucket, in the wire dtype */
+	size_t stage_bytes;
 	/* The trainer's events (set on the loop thread, read on the worker). */
 	_Atomic(struct cuda_import *) events;
 	struct cuda_import *bucket_events; /* the ones this bucket waited on */
@@ -82,6 +90,7 @@ struct cuda_backend {
 	unsigned long long *host_counters; /* pinned: 2 per rank */
 	struct gs_cuda_bucket_plan plan;
 	int timeout_ms;
+	uint32_t world; /* global ranks of the communicators */
 	bool connected;
 	bool broken;
 	char broken_why[200];
@@ -333,15 +342,59 @@ static int prepare(struct cuda_backend *cb, const struct gs_bucket_io *io)
 	return GS_OK;
 }
 
-static int allreduce(struct cuda_backend *cb, uint64_t elements)
+/* A staged bucket's home on rank r's GPU: grown to the largest such
+ * bucket, and kept. Every bucket ends with the streams drained, so
+ * nothing uses the old buffer when it goes. */
+static int reserve_stage(struct cuda_backend *cb, unsigned r, size_t bytes)
+{
+	struct cuda_rank *rk = &cb->rank[r];
+	if (bytes <= rk->stage_bytes)
+		return GS_OK;
+	cudaFree(rk->stage);
+	rk->stage = NULL;
+	rk->stage_bytes = 0;
+	cudaError_t e = cudaMalloc(&rk->stage, bytes);
+	if (e != cudaSuccess)
+		return cuda_error(cb, "allocating the staging buffer of a bucket larger than --fusion-buffer",
+				  r, e);
+	rk->stage_bytes = bytes;
+	gs_info("cuda: local rank %u stages buckets larger than the fusion buffer in %zu MiB", r,
+		bytes >> 20);
+	return GS_OK;
+}
+
+/* Where launch l is packed and all-reduced on rank r: the fusion buffer,
+ * or its place in the staged bucket. */
+static void *launch_buffer(struct cuda_backend *cb, unsigned r, const struct gs_cuda_launch *l,
+			   bool staged)
+{
+	if (!staged)
+		return cb->rank[r].fusion;
+	return (char *)cb->rank[r].stage + l->start * gs_wire_size(cb->base.wire);
+}
+
+static const struct gs_cuda_entry *launch_entries(const struct cuda_rank *rk,
+						  const struct gs_cuda_launch *l)
+{
+	return (const struct gs_cuda_entry *)((const char *)rk->table + l->table_offset);
+}
+
+static const struct gs_cuda_task *launch_tasks(const struct cuda_rank *rk,
+					       const struct gs_cuda_launch *l)
+{
+	return (const struct gs_cuda_task *)((const char *)rk->table + gs_cuda_tasks_offset(l));
+}
+
+static int allreduce(struct cuda_backend *cb, const struct gs_cuda_launch *l, bool staged)
 {
 	ncclDataType_t type = nccl_type(cb->base.wire);
 	ncclGroupStart();
 	for (unsigned r = 0; r < cb->n; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
+		void *buf = launch_buffer(cb, r, l, staged);
 		cudaSetDevice(rk->device);
-		ncclResult_t res = ncclAllReduce(rk->fusion, rk->fusion, elements, type, ncclSum,
-						 rk->comm, rk->stream);
+		ncclResult_t res = ncclAllReduce(buf, buf, l->elements, type, ncclSum, rk->comm,
+						 rk->stream);
 		if (res != ncclSuccess && res != ncclInProgress) {
 			ncclGroupEnd();
 			return nccl_error(cb, "ncclAllReduce", r, res);
@@ -353,10 +406,12 @@ static int allreduce(struct cuda_backend *cb, uint64_t elements)
 	return wait_comms(cb, "queueing the all-reduce", cb->timeout_ms, -1);
 }
 
-static int run_launch(struct cuda_backend *cb, const struct gs_bucket_io *io, uint32_t i)
+/* Packs launch i on every rank and all-reduces it; returns once the host
+ * has seen the all-reduce succeed (or fail). */
+static int reduce_launch(struct cuda_backend *cb, const struct gs_bucket_io *io, uint32_t i,
+			 bool staged)
 {
 	const struct gs_cuda_launch *l = &cb->plan.launches[i];
-	enum gs_wire w = cb->base.wire;
 	/* The marks (trace, metrics) are host times: when each phase is
 	 * queued, and when the host has seen the all-reduce and the last
 	 * launch's unpack finish. */
@@ -364,35 +419,40 @@ static int run_launch(struct cuda_backend *cb, const struct gs_bucket_io *io, ui
 	for (unsigned r = 0; r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);
-		const char *t = rk->table;
-		cudaError_t e = gs_cuda_launch_pack(
-			w, (const struct gs_cuda_entry *)(t + l->table_offset),
-			(const struct gs_cuda_task *)(t + gs_cuda_tasks_offset(l)), l->ntasks,
-			rk->fusion, io->pack[r], &rk->counters[0], rk->stream);
+		cudaError_t e = gs_cuda_launch_pack(cb->base.wire, launch_entries(rk, l),
+						    launch_tasks(rk, l), l->ntasks,
+						    launch_buffer(cb, r, l, staged), io->pack[r],
+						    &rk->counters[0], rk->stream);
 		if (e != cudaSuccess)
 			return cuda_error(cb, "launching the pack kernel", r, e);
 	}
 	gs_io_mark(io, GS_MARK_ALLREDUCE, l->start, l->elements);
-	int rc = allreduce(cb, l->elements);
+	int rc = allreduce(cb, l, staged);
 	if (rc == GS_OK)
 		rc = wait_streams(cb, "the all-reduce");
-	if (rc == GS_OK)
-		gs_io_mark(io, GS_MARK_UNPACK, l->start, l->elements);
-	for (unsigned r = 0; rc == GS_OK && r < io->nranks; r++) {
+	return rc;
+}
+
+/* Writes launch i's result back to the trainers' tensors. */
+static int unpack_launch(struct cuda_backend *cb, const struct gs_bucket_io *io, uint32_t i,
+			 bool staged)
+{
+	const struct gs_cuda_launch *l = &cb->plan.launches[i];
+	gs_io_mark(io, GS_MARK_UNPACK, l->start, l->elements);
+	for (unsigned r = 0; r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);
-		const char *t = rk->table;
 		/* Every rank holds the same result: count its non-finite values once. */
-		cudaError_t e = gs_cuda_launch_unpack(
-			w, (const struct gs_cuda_entry *)(t + l->table_offset),
-			(const struct gs_cuda_task *)(t + gs_cuda_tasks_offset(l)), l->ntasks,
-			rk->fusion, io->postscale, r == 0 ? &rk->counters[1] : NULL, rk->stream);
+		cudaError_t e = gs_cuda_launch_unpack(cb->base.wire, launch_entries(rk, l),
+						      launch_tasks(rk, l), l->ntasks,
+						      launch_buffer(cb, r, l, staged), io->postscale,
+						      r == 0 ? &rk->counters[1] : NULL, rk->stream);
 		if (e != cudaSuccess)
-			rc = cuda_error(cb, "launching the unpack kernel", r, e);
+			return cuda_error(cb, "launching the unpack kernel", r, e);
 	}
-	if (rc == GS_OK && i + 1 < cb->plan.nlaunches)
+	if (i + 1 < cb->plan.nlaunches)
 		gs_io_mark(io, GS_MARK_DONE, l->start, l->elements);
-	return rc;
+	return GS_OK;
 }
 
 static int finish(struct cuda_backend *cb, const struct gs_bucket_io *io)
@@ -421,17 +481,22 @@ static int finish(struct cuda_backend *cb, const struct gs_bucket_io *io)
 	return GS_OK;
 }
 
+static int reconnect_alone(struct cuda_backend *cb);
+
 static int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
 {
 	struct cuda_backend *cb = cuda(b);
+	if (cb->broken && cb->world == cb->n && reconnect_alone(cb) != GS_OK)
+		return GS_ESYSTEM;
 	if (cb->broken) {
 		snprintf(b->error, sizeof(b->error),
-			 "the NCCL communicators were aborted after an earlier failure (%.160s); restart gradsyncd",
+			 "NCCL communicators aborted after: %.100s; rebuilt once a lost node is back (if none was lost, restart gradsyncd on every node)",
 			 cb->broken_why);
 		return GS_ESYSTEM;
 	}
 	if (!cb->connected || io->nranks != cb->n) {
-		snprintf(b->error, sizeof(b->error), "the NCCL communicators are not set up");
+		snprintf(b->error, sizeof(b->error),
+			 "the NCCL communicators are not set up (a node went away; they are rebuilt when it is back)");
 		return GS_ESTATE;
 	}
 	if (gs_cuda_plan_bucket(&cb->plan, io->plan, io->counts, io->bucket,
@@ -439,11 +504,26 @@ static int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 		snprintf(b->error, sizeof(b->error), "out of memory planning bucket %u", io->bucket);
 		return GS_ENOMEM;
 	}
-	int rc = prepare(cb, io);
-	/* A failed launch stops the bucket, as a failed chunk does on the
-	 * host backend: later launches keep the trainers' own gradients. */
-	for (uint32_t l = 0; rc == GS_OK && l < cb->plan.nlaunches; l++)
-		rc = run_launch(cb, io, l);
+	/* Staged (several nodes, several launches), the unpacks wait for the
+	 * last all-reduce; else each follows its own. A failed launch stops
+	 * the bucket: unpacked launches hold the result, the rest keep the
+	 * trainers' own gradients (all of them, staged). */
+	bool staged = cb->world > cb->n && cb->plan.nlaunches > 1;
+	size_t stage_bytes = io->plan->buckets[io->bucket].elements * gs_wire_size(b->wire);
+	int rc = GS_OK;
+	for (unsigned r = 0; staged && rc == GS_OK && r < io->nranks; r++) {
+		cudaSetDevice(cb->rank[r].device);
+		rc = reserve_stage(cb, r, stage_bytes);
+	}
+	if (rc == GS_OK)
+		rc = prepare(cb, io);
+	for (uint32_t l = 0; rc == GS_OK && l < cb->plan.nlaunches; l++) {
+		rc = reduce_launch(cb, io, l, staged);
+		if (rc == GS_OK && !staged)
+			rc = unpack_launch(cb, io, l, false);
+	}
+	for (uint32_t l = 0; staged && rc == GS_OK && l < cb->plan.nlaunches; l++)
+		rc = unpack_launch(cb, io, l, true);
 	if (rc == GS_OK)
 		rc = finish(cb, io);
 	return rc;
@@ -647,6 +727,7 @@ static void cuda_destroy(struct gs_backend *b)
 		cudaFree(rk->counters);
 		cudaFree(rk->table);
 		cudaFreeHost(rk->staging);
+		cudaFree(rk->stage);
 		if (rk->stream)
 			cudaStreamDestroy(rk->stream);
 	}
@@ -755,6 +836,7 @@ int gs_backend_cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_
 			    char *why, size_t n)
 {
 	struct cuda_backend *cb = cuda(b);
+	gs_backend_cuda_disconnect(b);
 	ncclUniqueId id;
 	memcpy(id.internal, uid, GS_NCCL_UID_BYTES);
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -779,7 +861,44 @@ int gs_backend_cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_
 		return rc;
 	}
 	cb->connected = true;
+	cb->world = world;
 	gs_info("cuda: %u NCCL communicators ready, global ranks %u to %u of %u", cb->n, rank_base,
 		rank_base + cb->n - 1, world);
 	return GS_OK;
+}
+
+void gs_backend_cuda_disconnect(struct gs_backend *b)
+{
+	struct cuda_backend *cb = cuda(b);
+	for (unsigned r = 0; r < cb->n; r++) {
+		if (cb->rank[r].comm)
+			ncclCommAbort(cb->rank[r].comm);
+		cb->rank[r].comm = NULL;
+	}
+	cb->connected = false;
+	cb->broken = false;
+}
+
+/* Alone (one node), the communicators an all-reduce failure aborted are
+ * rebuilt at the next bucket with a fresh unique id, once the streams
+ * have drained the aborted work: the daemon need not be restarted. */
+static int reconnect_alone(struct cuda_backend *cb)
+{
+	char why[sizeof(cb->base.error)];
+	int rc = wait_streams(cb, "draining the aborted all-reduce");
+	if (rc == GS_OK) {
+		gs_warn("cuda: rebuilding the NCCL communicators aborted after: %s", cb->broken_why);
+		uint8_t uid[GS_NCCL_UID_BYTES];
+		rc = gs_cuda_nccl_uid(uid, why, sizeof(why));
+		if (rc == GS_OK)
+			rc = gs_backend_cuda_connect(&cb->base, uid, 0, cb->n, cb->timeout_ms, -1, why,
+						     sizeof(why));
+	} else {
+		snprintf(why, sizeof(why), "%s", cb->base.error);
+	}
+	if (rc != GS_OK)
+		snprintf(cb->base.error, sizeof(cb->base.error),
+			 "cannot rebuild the NCCL communicators aborted after: %.80s: %.110s",
+			 cb->broken_why, why);
+	return rc;
 }

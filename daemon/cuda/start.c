@@ -4,7 +4,8 @@
  * several nodes that waits for the join (worker thread): every node says
  * which backend it runs, a CUDA node checks that all do the same, and node
  * 0's unique id reaches every node through the rendezvous store before the
- * communicators are made.
+ * communicators are made. The same happens again, under the keys of the
+ * new group, whenever the nodes regroup after one went away.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,14 +16,14 @@
 #include "rendezvous.h"
 #include "settings.h"
 
-static int check_backends(struct gs_rdv_client *rdv, const struct gs_settings *s, int timeout_ms,
-			  char *why, size_t n)
+static int check_backends(struct gs_rdv_client *rdv, const char *prefix,
+			  const struct gs_settings *s, int timeout_ms, char *why, size_t n)
 {
 	for (uint32_t r = 0; r < s->nodes; r++) {
-		char key[32];
+		char key[96];
 		void *value = NULL;
 		size_t len = 0;
-		snprintf(key, sizeof(key), "backend/%u", r);
+		snprintf(key, sizeof(key), "%sbackend/%u", prefix, r);
 		int rc = gs_rdv_store_get(rdv, key, &value, &len, timeout_ms);
 		if (rc != GS_OK) {
 			snprintf(why, n, "node %u did not say which backend it runs (%s)", r,
@@ -40,20 +41,22 @@ static int check_backends(struct gs_rdv_client *rdv, const struct gs_settings *s
 	return GS_OK;
 }
 
-static int share_uid(struct gs_rdv_client *rdv, const struct gs_settings *s, int timeout_ms,
-		     uint8_t uid[GS_NCCL_UID_BYTES], char *why, size_t n)
+static int share_uid(struct gs_rdv_client *rdv, const char *prefix, const struct gs_settings *s,
+		     int timeout_ms, uint8_t uid[GS_NCCL_UID_BYTES], char *why, size_t n)
 {
+	char key[96];
+	snprintf(key, sizeof(key), "%snccl/uid", prefix);
 	if (s->node_rank == 0) {
 		int rc = gs_cuda_nccl_uid(uid, why, n);
 		if (rc == GS_OK)
-			rc = gs_rdv_store_set(rdv, "nccl/uid", uid, GS_NCCL_UID_BYTES);
+			rc = gs_rdv_store_set(rdv, key, uid, GS_NCCL_UID_BYTES);
 		if (rc != GS_OK && !why[0])
 			snprintf(why, n, "publishing the NCCL unique id: %s", gs_strerror(rc));
 		return rc;
 	}
 	void *value = NULL;
 	size_t len = 0;
-	int rc = gs_rdv_store_get(rdv, "nccl/uid", &value, &len, timeout_ms);
+	int rc = gs_rdv_store_get(rdv, key, &value, &len, timeout_ms);
 	if (rc == GS_OK && len != GS_NCCL_UID_BYTES)
 		rc = GS_EPROTO;
 	if (rc == GS_OK)
@@ -64,13 +67,14 @@ static int share_uid(struct gs_rdv_client *rdv, const struct gs_settings *s, int
 	return rc;
 }
 
-int gs_cuda_join(struct gs_backend *b, struct gs_rdv_client *rdv, const struct gs_settings *s,
-		 const struct gs_node_info *nodes, int cancel_fd, char *why, size_t n)
+int gs_cuda_join(struct gs_backend *b, struct gs_rdv_client *rdv, const char *prefix,
+		 const struct gs_settings *s, const struct gs_node_info *nodes, int cancel_fd,
+		 char *why, size_t n)
 {
 	int timeout_ms = (int)(s->join_timeout * 1000);
-	char key[32];
+	char key[96];
 	why[0] = '\0';
-	snprintf(key, sizeof(key), "backend/%u", s->node_rank);
+	snprintf(key, sizeof(key), "%sbackend/%u", prefix, s->node_rank);
 	int rc = gs_rdv_store_set(rdv, key, b->name, strlen(b->name));
 	if (rc != GS_OK) {
 		snprintf(why, n, "saying which backend this node runs: %s", gs_strerror(rc));
@@ -78,10 +82,10 @@ int gs_cuda_join(struct gs_backend *b, struct gs_rdv_client *rdv, const struct g
 	}
 	if (!gs_backend_is_cuda(b))
 		return GS_OK;
-	rc = check_backends(rdv, s, timeout_ms, why, n);
+	rc = check_backends(rdv, prefix, s, timeout_ms, why, n);
 	uint8_t uid[GS_NCCL_UID_BYTES];
 	if (rc == GS_OK)
-		rc = share_uid(rdv, s, timeout_ms, uid, why, n);
+		rc = share_uid(rdv, prefix, s, timeout_ms, uid, why, n);
 	if (rc != GS_OK)
 		return rc;
 	uint32_t rank_base = 0, world = 0;
