@@ -430,6 +430,13 @@ static int reduce_launch(struct cuda_backend *cb, const struct gs_bucket_io *io,
 	int rc = allreduce(cb, l, staged);
 	if (rc == GS_OK)
 		rc = wait_streams(cb, "the all-reduce");
+	/* What a ring over the world sends out of this node: the ring leaves
+	 * each node once, carrying 2 (W - 1) / W of the buffer. NCCL may pick
+	 * a tree; this is the estimate status and metrics show. */
+	if (rc == GS_OK && cb->world > cb->n)
+		atomic_fetch_add(&cb->base.internode_bytes,
+				 2 * (cb->world - 1) * l->elements * gs_wire_size(cb->base.wire) /
+					 cb->world);
 	return rc;
 }
 
