@@ -157,7 +157,13 @@ static int locate(struct gs_client *c, struct gs_cuda *g, const struct gs_cuda_t
 		return r;
 	gs_cu_ptr base = 0;
 	size_t size = 0;
+	/* The query needs a current context, which the caller's thread may
+	 * lack: the tensors' own, as for every other call. */
+	r = push(c, g);
+	if (r < 0)
+		return r;
 	gs_cu_result res = g->cu->mem_get_address_range(&base, &size, p);
+	pop(g);
 	if (res != GS_CU_SUCCESS)
 		return driver_fail(c, g, GS_EBUFFER, "cuMemGetAddressRange", res);
 	uint64_t bytes = s->count * gs_dtype_size(s->dtype);

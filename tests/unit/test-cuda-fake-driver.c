@@ -11,6 +11,7 @@
 #include <string.h>
 
 #define ERR_INVALID_VALUE 1
+#define ERR_INVALID_CONTEXT 201
 #define ERR_INVALID_HANDLE 400
 #define MAX_ALLOCS 256
 #define MAX_EVENTS 64
@@ -101,6 +102,9 @@ API int cuPointerGetAttribute(void *data, int attribute, uint64_t ptr)
 
 API int cuMemGetAddressRange_v2(uint64_t *base, size_t *size, uint64_t ptr)
 {
+	/* As the real one, it needs a current context. */
+	if (depth == 0)
+		return ERR_INVALID_CONTEXT;
 	const struct alloc *a = find(ptr);
 	if (!a)
 		return ERR_INVALID_VALUE;
