@@ -3,8 +3,9 @@
  * the worker thread; importing and releasing trainers' handles run on the
  * loop thread, which alone touches the list of imports. A bucket goes:
  *
- *   each rank's stream: copy the bucket's tables, zero the counters, wait
- *   for the trainer's ready event; then per launch: pack (one kernel), all
+ *   the host waits for the trainers' ready events to complete; each rank's
+ *   stream: copy the bucket's tables, zero the counters, wait for the
+ *   trainer's ready event; then per launch: pack (one kernel), all
  *   ranks' ncclAllReduce in one group, and only once the host has seen the
  *   all-reduce succeed, unpack (one kernel), so an aborted all-reduce never
  *   writes half a result; then record the trainer's done event and copy the
@@ -319,13 +320,45 @@ static int reserve_tables(struct cuda_backend *cb, unsigned r, size_t bytes)
 	return GS_OK;
 }
 
+/* Until every trainer's ready event has completed, within --peer-timeout.
+ * The host waits, not only the stream: NCCL kernels queued behind a
+ * trainer's GPU work that never completes (a hung or killed trainer)
+ * would make even ncclCommAbort wait for ever, as it synchronises NCCL's
+ * stream, which follows ours. The trainer's own host never waits. */
+static int wait_ready(struct cuda_backend *cb, const struct gs_bucket_io *io)
+{
+	uint64_t deadline = now_ms() + (uint64_t)cb->timeout_ms;
+	unsigned spins = 0;
+	for (unsigned r = 0; r < io->nranks; r++) {
+		struct cuda_rank *rk = &cb->rank[r];
+		rk->bucket_events = atomic_load(&rk->events);
+		if (!rk->bucket_events)
+			continue;
+		cudaSetDevice(rk->device);
+		cudaError_t e;
+		while ((e = cudaEventQuery(rk->bucket_events->ready)) == cudaErrorNotReady) {
+			if (now_ms() > deadline) {
+				snprintf(cb->base.error, sizeof(cb->base.error),
+					 "local rank %u's gradients were not ready on its GPU within %d s (--peer-timeout): its GPU work is stuck, or it went away",
+					 r, cb->timeout_ms / 1000);
+				return GS_ETIMEDOUT;
+			}
+			backoff(&spins);
+		}
+		if (e != cudaSuccess)
+			return cuda_error(cb, "waiting for the trainer's ready event", r, e);
+	}
+	return GS_OK;
+}
+
 static int prepare(struct cuda_backend *cb, const struct gs_bucket_io *io)
 {
 	size_t bytes = cb->plan.table_bytes;
-	for (unsigned r = 0; r < io->nranks; r++) {
+	int rc = wait_ready(cb, io);
+	for (unsigned r = 0; rc == GS_OK && r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);
-		int rc = reserve_tables(cb, r, bytes);
+		rc = reserve_tables(cb, r, bytes);
 		if (rc != GS_OK)
 			return rc;
 		gs_cuda_fill_tables(&cb->plan, io->tensors[r], rk->staging);
@@ -333,13 +366,14 @@ static int prepare(struct cuda_backend *cb, const struct gs_bucket_io *io)
 						cudaMemcpyHostToDevice, rk->stream);
 		if (e == cudaSuccess)
 			e = cudaMemsetAsync(rk->counters, 0, 2 * sizeof(*rk->counters), rk->stream);
-		rk->bucket_events = atomic_load(&rk->events);
+		/* Complete already; the wait orders the pack after the trainer's
+		 * writes on the GPU's side too. */
 		if (e == cudaSuccess && rk->bucket_events)
 			e = cudaStreamWaitEvent(rk->stream, rk->bucket_events->ready, 0);
 		if (e != cudaSuccess)
 			return cuda_error(cb, "starting the bucket", r, e);
 	}
-	return GS_OK;
+	return rc;
 }
 
 /* A staged bucket's home on rank r's GPU: grown to the largest such
@@ -488,6 +522,39 @@ static int finish(struct cuda_backend *cb, const struct gs_bucket_io *io)
 	return GS_OK;
 }
 
+/* Staged (several nodes, several launches), the unpacks wait for the last
+ * all-reduce; else each follows its own. A failed launch stops the
+ * bucket: unpacked launches hold the result, the rest keep the trainers'
+ * own gradients (all of them, staged). */
+static int run_bucket(struct cuda_backend *cb, const struct gs_bucket_io *io)
+{
+	if (gs_cuda_plan_bucket(&cb->plan, io->plan, io->counts, io->bucket,
+				cb->base.fusion_elements) < 0) {
+		snprintf(cb->base.error, sizeof(cb->base.error), "out of memory planning bucket %u",
+			 io->bucket);
+		return GS_ENOMEM;
+	}
+	bool staged = cb->world > cb->n && cb->plan.nlaunches > 1;
+	size_t stage_bytes = io->plan->buckets[io->bucket].elements * gs_wire_size(cb->base.wire);
+	int rc = GS_OK;
+	for (unsigned r = 0; staged && rc == GS_OK && r < io->nranks; r++) {
+		cudaSetDevice(cb->rank[r].device);
+		rc = reserve_stage(cb, r, stage_bytes);
+	}
+	if (rc == GS_OK)
+		rc = prepare(cb, io);
+	for (uint32_t l = 0; rc == GS_OK && l < cb->plan.nlaunches; l++) {
+		rc = reduce_launch(cb, io, l, staged);
+		if (rc == GS_OK && !staged)
+			rc = unpack_launch(cb, io, l, false);
+	}
+	for (uint32_t l = 0; staged && rc == GS_OK && l < cb->plan.nlaunches; l++)
+		rc = unpack_launch(cb, io, l, true);
+	if (rc == GS_OK)
+		rc = finish(cb, io);
+	return rc;
+}
+
 static int reconnect_alone(struct cuda_backend *cb);
 
 static int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
@@ -506,33 +573,12 @@ static int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 			 "the NCCL communicators are not set up (a node went away; they are rebuilt when it is back)");
 		return GS_ESTATE;
 	}
-	if (gs_cuda_plan_bucket(&cb->plan, io->plan, io->counts, io->bucket,
-				b->fusion_elements) < 0) {
-		snprintf(b->error, sizeof(b->error), "out of memory planning bucket %u", io->bucket);
-		return GS_ENOMEM;
-	}
-	/* Staged (several nodes, several launches), the unpacks wait for the
-	 * last all-reduce; else each follows its own. A failed launch stops
-	 * the bucket: unpacked launches hold the result, the rest keep the
-	 * trainers' own gradients (all of them, staged). */
-	bool staged = cb->world > cb->n && cb->plan.nlaunches > 1;
-	size_t stage_bytes = io->plan->buckets[io->bucket].elements * gs_wire_size(b->wire);
-	int rc = GS_OK;
-	for (unsigned r = 0; staged && rc == GS_OK && r < io->nranks; r++) {
-		cudaSetDevice(cb->rank[r].device);
-		rc = reserve_stage(cb, r, stage_bytes);
-	}
-	if (rc == GS_OK)
-		rc = prepare(cb, io);
-	for (uint32_t l = 0; rc == GS_OK && l < cb->plan.nlaunches; l++) {
-		rc = reduce_launch(cb, io, l, staged);
-		if (rc == GS_OK && !staged)
-			rc = unpack_launch(cb, io, l, false);
-	}
-	for (uint32_t l = 0; staged && rc == GS_OK && l < cb->plan.nlaunches; l++)
-		rc = unpack_launch(cb, io, l, true);
-	if (rc == GS_OK)
-		rc = finish(cb, io);
+	/* NCCL pairs collectives by their order: a node that left this
+	 * bucket's all-reduce out (a failed launch, a trainer not ready)
+	 * would meet its peers in the wrong one. */
+	int rc = run_bucket(cb, io);
+	if (rc != GS_OK)
+		abort_comms(cb, b->error);
 	return rc;
 }
 
@@ -713,23 +759,44 @@ static void cuda_release(struct gs_backend *b, void *addr, uint64_t size)
 
 /* ---- Set-up and tear-down ------------------------------------------------------ */
 
+/* Whether every stream has drained within timeout_ms (shutting down). */
+static bool streams_drained(struct cuda_backend *cb, int timeout_ms)
+{
+	uint64_t deadline = now_ms() + (uint64_t)timeout_ms;
+	unsigned spins = 0;
+	for (unsigned r = 0; r < cb->n; r++) {
+		while (cb->rank[r].stream && cudaStreamQuery(cb->rank[r].stream) == cudaErrorNotReady) {
+			if (now_ms() > deadline)
+				return false;
+			backoff(&spins);
+		}
+	}
+	return true;
+}
+
+#define SHUTDOWN_DRAIN_MS 5000
+
 static void cuda_destroy(struct gs_backend *b)
 {
 	struct cuda_backend *cb = cuda(b);
+	/* Abort rather than destroy: shutting down must not wait for peers.
+	 * Trainers' memory and events are closed, and buffers freed, only
+	 * once nothing queued can touch them; else they are left to the
+	 * process's exit. */
+	gs_backend_cuda_disconnect(b);
+	if (!streams_drained(cb, SHUTDOWN_DRAIN_MS)) {
+		gs_warn("cuda: GPU work still queued after %d s at shutdown: leaving the trainers' mappings to the exit",
+			SHUTDOWN_DRAIN_MS / 1000);
+		return;
+	}
 	while (cb->imports) {
 		struct cuda_import *im = cb->imports;
 		cb->imports = im->next;
 		close_import(cb, im);
 	}
-	/* Abort rather than destroy: shutting down must not wait for peers. */
-	for (unsigned r = 0; r < cb->n; r++)
-		if (cb->rank[r].comm)
-			ncclCommAbort(cb->rank[r].comm);
 	for (unsigned r = 0; r < cb->n; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);
-		if (rk->stream)
-			cudaStreamSynchronize(rk->stream);
 		cudaFree(rk->fusion);
 		cudaFree(rk->counters);
 		cudaFree(rk->table);
@@ -849,17 +916,25 @@ int gs_backend_cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
 	config.blocking = 0; /* so a stuck collective can be aborted */
 	int rc = GS_OK;
+	unsigned failed = 0;
+	ncclResult_t res = ncclSuccess;
 	ncclGroupStart();
-	for (unsigned r = 0; r < cb->n && rc == GS_OK; r++) {
+	for (unsigned r = 0; r < cb->n; r++) {
 		cudaSetDevice(cb->rank[r].device);
-		ncclResult_t res = ncclCommInitRankConfig(&cb->rank[r].comm, (int)world, id,
-							  (int)(rank_base + r), &config);
-		if (res != ncclSuccess && res != ncclInProgress)
-			rc = nccl_error(cb, "ncclCommInitRankConfig", r, res);
+		res = ncclCommInitRankConfig(&cb->rank[r].comm, (int)world, id,
+					     (int)(rank_base + r), &config);
+		if (res != ncclSuccess && res != ncclInProgress) {
+			failed = r;
+			break;
+		}
 	}
-	ncclResult_t res = ncclGroupEnd();
-	if (rc == GS_OK && res != ncclSuccess && res != ncclInProgress)
-		rc = nccl_error(cb, "ncclGroupEnd of the communicators' creation", 0, res);
+	/* The group ends before any abort: aborting inside it would make the
+	 * others' creation blocking. */
+	ncclResult_t end = ncclGroupEnd();
+	if (res != ncclSuccess && res != ncclInProgress)
+		rc = nccl_error(cb, "ncclCommInitRankConfig", failed, res);
+	else if (end != ncclSuccess && end != ncclInProgress)
+		rc = nccl_error(cb, "ncclGroupEnd of the communicators' creation", 0, end);
 	if (rc == GS_OK)
 		rc = wait_comms(cb, "creating the NCCL communicators", timeout_ms, cancel_fd);
 	if (rc != GS_OK) {
