@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator, List, Optional, Union
 import torch
 
 from .client import Client, StepResult
-from .errors import DtypeError, InvalidArgumentError, StateError
+from .errors import DtypeError, InvalidArgumentError, StateError, StepAborted
 
 DEFAULT_THRESHOLD = 2097152
 
@@ -188,7 +188,10 @@ class GradSync:
         ``param.grad``. A parameter that got no gradient this step takes
         part with zeros (as DDP with find_unused_parameters). Raises
         StepAborted when the step was aborted (``param.grad`` then holds
-        this trainer's own gradient wherever it was not reduced)."""
+        this trainer's own gradient wherever it was not reduced), and
+        TimeoutError when it did not end within the timeout: the step then
+        still runs, and ``param.grad`` must not be read until
+        ``self.client.wait()`` has returned."""
         if not self._in_step and not any(p.grad is not None for p in self.params):
             raise StateError(-12, "no gradient to synchronise: call backward() first",
                              "GradSync.wait")
@@ -202,10 +205,18 @@ class GradSync:
         self._in_step = False
         try:
             self.last_result = self.client.wait(self.timeout)
-        finally:
-            if self.device.type == "cuda":
-                self.client.cuda_stream_wait(self._stream())
+        except StepAborted:
+            self._follow_daemon()
+            raise
+        self._follow_daemon()
         return self.last_result
+
+    def _follow_daemon(self) -> None:
+        # Once the step has ended: the gradients' stream waits for the
+        # daemon's last unpack on the GPU. Not after a TimeoutError: the
+        # step still runs, and the event holds no record of it yet.
+        if self.device.type == "cuda":
+            self.client.cuda_stream_wait(self._stream())
 
     def zero_grad(self) -> None:
         """Zeroes the gradients in place, keeping them in the shared memory

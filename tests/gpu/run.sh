@@ -24,6 +24,11 @@
 set -u
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# A fresh CUDA install puts neither nvcc on PATH nor its libraries where the
+# loader looks.
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+export PATH="$PATH:$CUDA_HOME/bin"
+export LD_LIBRARY_PATH="$CUDA_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 BUILD=${GS_GPU_BUILD:-${TMPDIR:-/tmp}/gradsync-gpu-build}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gradsync-gpu.XXXXXX")
 SIZES="1048576 8388608 33554432" # elements: 2, 16 and 64 MiB of fp16
@@ -109,7 +114,8 @@ build() {
 		exit 1
 	fi
 	local args=(-Dcuda=enabled -Dtests=false)
-	# CUDA 13's nvcc works with GCC 12; use it when the default is newer.
+	# The host compiler CI builds the CUDA code with (Debian 12's GCC 12;
+	# CUDA 13 accepts up to GCC 15).
 	if command -v g++-12 >/dev/null; then
 		args+=("-Dcuda_ccbindir=$(command -v g++-12)")
 	fi
@@ -210,6 +216,7 @@ if [ -z "$NGPU" ] || [ "$NGPU" -lt 1 ]; then
 	report FAIL gpu "no usable GPU: $(tail -n 1 "$WORK/gpus.log")"
 	exit 1
 fi
+[ "$NGPU" -gt 16 ] && NGPU=16 # as many as gpu-nccl-busbw drives
 check_kernels
 check_sync fp16
 check_sync bf16
