@@ -7,10 +7,13 @@
  *   1  the rendezvous of the first release candidates
  *   2  mutual authentication before anything else (NodeAuth, NodeChallenge,
  *      NodeProof) and the coordinator's incarnation id in its welcome
+ *   3  the cuda backend's store keys (backend names, NCCL unique id) are
+ *      the group's, "i<incarnation>/g<generation>/...", made again at
+ *      each regroup
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 2
+#define GS_NODE_PROTOCOL_VERSION 3
 
 #endif

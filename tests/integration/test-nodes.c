@@ -751,9 +751,10 @@ static void other_protocol_version(void **state)
 		const char *v[] = { "--nodes=2", "--node-rank=0", coord, with_secret ? file : NULL, NULL };
 		struct gs_test_daemon d0;
 		harness_daemon_spawn(&d0, v);
-		/* 99, and 1: the daemons from before the authentication. */
-		static const uint32_t versions[] = { 99, 1 };
-		for (int k = 0; k < 2; k++)
+		/* 99; 1: the daemons from before the authentication; 2: before
+		 * the cuda backend's keys of each group. */
+		static const uint32_t versions[] = { 99, 1, 2 };
+		for (int k = 0; k < 3; k++)
 			for (int auth = 0; auth < 2; auth++) {
 				int fd = tcp_connect(port, 10);
 				if (auth)
@@ -769,6 +770,7 @@ static void other_protocol_version(void **state)
 			}
 		expect_in_log(d0.log, "node 1 speaks protocol version 99");
 		expect_in_log(d0.log, "node 1 speaks protocol version 1;");
+		expect_in_log(d0.log, "node 1 speaks protocol version 2;");
 		assert_int_equal(harness_daemon_stop(&d0), 0);
 	}
 }
