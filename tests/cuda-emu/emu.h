@@ -1,0 +1,89 @@
+/*
+ * The CUDA emulation: what gradsync calls of the CUDA runtime, the CUDA
+ * driver and NCCL, done on the host so CI runs the real CUDA backend of
+ * gradsyncd and libgradsync's CUDA path without a GPU. Built as
+ * libcuda.so.1 (libgradsync dlopens that name) and linked into the test
+ * programs and gradsyncd-cuda-emu in place of cudart, NCCL and kernels.cu.
+ *
+ * "Device memory" is host memory from a memfd per allocation, so CUDA IPC
+ * works between processes; a stream is a thread running its queue in
+ * order; events live in shared memory; NCCL is a root thread that reduces
+ * over loopback TCP. This header is shared by its files only.
+ */
+#ifndef GS_CUDA_EMU_H
+#define GS_CUDA_EMU_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+/* Exported with default visibility: the library is built hidden. */
+#define EMU_API __attribute__((visibility("default")))
+
+#define EMU_MAX_DEVICES 16
+
+/* ---- Devices and errors (device.c) ---------------------------------------- */
+
+/* Devices emulated: GS_CUDA_EMU_DEVICES, default 2. */
+int emu_device_count(void);
+/* The calling thread's current device (cudaSetDevice, cuCtxPushCurrent). */
+int emu_current_device(void);
+void emu_set_current_device(int device);
+/* The context of a device: one per device, as the primary context. */
+CUcontext emu_context(int device);
+int emu_context_device(CUcontext ctx); /* -1: not a context */
+void emu_pci_bus_id(int device, char *id, int len);
+/* Remembers e as the thread's last error (cudaGetLastError); returns it. */
+cudaError_t emu_fail(cudaError_t e);
+/* The driver's code for a runtime error (they mostly agree). */
+CUresult emu_cu_result(cudaError_t e);
+/* Milliseconds from an environment variable, or def. */
+long emu_env_ms(const char *name, long def);
+
+/* ---- Memory (memory.c) ---------------------------------------------------- */
+
+enum emu_mem_kind { EMU_MEM_DEVICE, EMU_MEM_IMPORTED, EMU_MEM_HOST };
+
+struct emu_range {
+	void *base;
+	size_t size;
+	int device;
+	enum emu_mem_kind kind;
+};
+
+/* The allocation that holds p; false if none does. */
+bool emu_mem_find(const void *p, struct emu_range *out);
+
+/* ---- Streams (stream.c) ----------------------------------------------------- */
+
+/* Work on a stream: run() is called on the stream's thread with a copy of
+ * the bytes enqueued. It returns cudaSuccess or an error that sticks to the
+ * stream (cudaStreamQuery, cudaStreamSynchronize report it). */
+typedef cudaError_t (*emu_op_fn)(void *arg);
+
+cudaError_t emu_enqueue(cudaStream_t s, emu_op_fn run, const void *arg, size_t size);
+
+/* ---- Events (event.c) ------------------------------------------------------- */
+
+cudaError_t emu_event_create(cudaEvent_t *ev, unsigned flags);
+cudaError_t emu_event_destroy(cudaEvent_t ev);
+cudaError_t emu_event_record(cudaEvent_t ev, cudaStream_t s);
+cudaError_t emu_stream_wait_event(cudaStream_t s, cudaEvent_t ev);
+cudaError_t emu_event_ipc_handle(cudaIpcEventHandle_t *h, cudaEvent_t ev);
+
+/* ---- Shared helpers ------------------------------------------------------------- */
+
+/* Waits on a futex word shared between processes, up to ms. */
+void emu_futex_wait(_Atomic uint32_t *word, uint32_t seen, long ms);
+void emu_futex_wake(_Atomic uint32_t *word);
+/* Opens another process's descriptor by /proc/<pid>/fd/<fd>; -1 if it is
+ * gone or is not the file with inode ino. */
+int emu_open_remote_fd(int32_t pid, int32_t fd, uint64_t ino);
+void emu_sleep_ms(long ms);
+
+#endif

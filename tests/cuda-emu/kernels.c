@@ -1,0 +1,119 @@
+/*
+ * The pack and unpack kernels of daemon/cuda/kernels.cu, run on the
+ * emulated stream: the same walk of the entry and task tables (read when
+ * the stream reaches the launch, as the GPU reads them), elementwise.h's
+ * arithmetic, and kernels.cu's NaN rule (a NaN skips the multiply and is
+ * passed on quieted). What this cannot check is the device code itself;
+ * tests/gpu/run.sh does. GS_CUDA_EMU_KERNEL_DELAY_MS delays each launch,
+ * so that reading the trainers' memory too early shows in the tests.
+ */
+#include <string.h>
+
+#include "emu.h"
+#include "elementwise.h"
+#include "kernels.h"
+
+static bool is_nan(float x)
+{
+	return (gs_ew_bits(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+static float quiet(float x)
+{
+	return gs_ew_float(gs_ew_bits(x) | 0x400000u);
+}
+
+struct launch {
+	enum gs_wire w;
+	const struct gs_cuda_entry *entries;
+	const struct gs_cuda_task *tasks;
+	uint32_t ntasks;
+	void *fusion;
+	struct gs_pack_params p;
+	float postscale;
+	unsigned long long *counter;
+};
+
+static void delay(void)
+{
+	long ms = emu_env_ms("GS_CUDA_EMU_KERNEL_DELAY_MS", 0);
+	if (ms)
+		emu_sleep_ms(ms);
+}
+
+static cudaError_t run_pack(void *arg)
+{
+	const struct launch *l = arg;
+	unsigned long long n = 0;
+	delay();
+	for (uint32_t b = 0; b < l->ntasks; b++) { /* one block per task */
+		const struct gs_cuda_task t = l->tasks[b];
+		const struct gs_cuda_entry e = l->entries[t.entry];
+		const float *src = (const float *)(uintptr_t)e.ptr + t.start;
+		size_t base = e.offset + t.start;
+		for (uint32_t i = 0; i < t.count; i++) {
+			float x = src[i];
+			if (is_nan(x))
+				gs_ew_store(l->w, l->fusion, base + i, quiet(x));
+			else
+				n += gs_ew_pack_one(l->w, l->fusion, base + i, x, &l->p);
+		}
+	}
+	if (l->counter)
+		*l->counter += n;
+	return cudaSuccess;
+}
+
+static cudaError_t run_unpack(void *arg)
+{
+	const struct launch *l = arg;
+	unsigned long long n = 0;
+	delay();
+	for (uint32_t b = 0; b < l->ntasks; b++) {
+		const struct gs_cuda_task t = l->tasks[b];
+		const struct gs_cuda_entry e = l->entries[t.entry];
+		float *dst = (float *)(uintptr_t)e.ptr + t.start;
+		size_t base = e.offset + t.start;
+		for (uint32_t i = 0; i < t.count; i++) {
+			float y = gs_ew_unpack_one(l->w, l->fusion, base + i, l->postscale);
+			if (is_nan(y))
+				y = quiet(gs_ew_load(l->w, l->fusion, base + i));
+			dst[i] = y;
+			n += gs_ew_nonfinite(y);
+		}
+	}
+	if (l->counter)
+		*l->counter += n;
+	return cudaSuccess;
+}
+
+static bool valid_wire(enum gs_wire w)
+{
+	return w == GS_WIRE_F16 || w == GS_WIRE_BF16 || w == GS_WIRE_F32;
+}
+
+EMU_API cudaError_t gs_cuda_launch_pack(enum gs_wire w, const struct gs_cuda_entry *entries,
+					const struct gs_cuda_task *tasks, uint32_t ntasks,
+					void *fusion, struct gs_pack_params p,
+					unsigned long long *clipped, cudaStream_t s)
+{
+	if (ntasks == 0)
+		return cudaSuccess;
+	if (!valid_wire(w))
+		return cudaErrorInvalidValue;
+	struct launch l = { w, entries, tasks, ntasks, fusion, p, 0, clipped };
+	return emu_enqueue(s, run_pack, &l, sizeof(l));
+}
+
+EMU_API cudaError_t gs_cuda_launch_unpack(enum gs_wire w, const struct gs_cuda_entry *entries,
+					  const struct gs_cuda_task *tasks, uint32_t ntasks,
+					  const void *fusion, float postscale,
+					  unsigned long long *nonfinite, cudaStream_t s)
+{
+	if (ntasks == 0)
+		return cudaSuccess;
+	if (!valid_wire(w))
+		return cudaErrorInvalidValue;
+	struct launch l = { w, entries, tasks, ntasks, (void *)fusion, { 0, false, 0 }, postscale, nonfinite };
+	return emu_enqueue(s, run_unpack, &l, sizeof(l));
+}
