@@ -1,0 +1,396 @@
+/*
+ * The trainer of test-cuda-emu: a process of its own that hands gradsyncd
+ * CUDA tensors through libgradsync's real C API, on the CUDA emulation.
+ *
+ * The layout's tensors are pieces of one cudaMalloc, 512-byte aligned, as
+ * a caching allocator hands them out. Each step the gradients reach device
+ * memory behind a host function that sleeps (--delay-ms) on the trainer's
+ * stream, and are marked ready at once: only the ready event keeps
+ * gradsyncd from reading the previous step's results. After gs_step_wait
+ * the stream waits on the done event and copies the results back.
+ *
+ * Every element is checked, bit for bit (any NaN equals any NaN), against
+ * a reference computed here from every rank's inputs (each trainer
+ * regenerates them): clip, prescale, round to the wire dtype, sum in fp32
+ * in rank order, round, postscale, as tests/python/pylib.py's
+ * reduce_reference. The rounding is done another way than gradsync's
+ * kernels: in double, by the FPU's round-to-nearest-even (nearbyint) at
+ * the dtype's precision. The step's clipped and non-finite counts are
+ * checked too. Prints "PASS ..." and exits 0, or says what differed.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gradsync.h"
+#include "layout_file.h"
+
+#define CUDA(call)                                                                           \
+	do {                                                                                 \
+		cudaError_t e_ = (call);                                                     \
+		if (e_ != cudaSuccess) {                                                     \
+			fprintf(stderr, "emu-trainer: %s: %s\n", #call, cudaGetErrorString(e_)); \
+			exit(1);                                                             \
+		}                                                                            \
+	} while (0)
+
+#define GS(c, call)                                                                          \
+	do {                                                                                 \
+		int r_ = (call);                                                             \
+		if (r_ != GS_OK) {                                                           \
+			fprintf(stderr, "emu-trainer: %s: %s\n", #call, gs_last_error(c));   \
+			exit(1);                                                             \
+		}                                                                            \
+	} while (0)
+
+#define CLIP 0.5f
+
+struct options {
+	const char *socket, *layout;
+	unsigned rank;        /* local rank, and the emulated GPU */
+	unsigned global_rank; /* whose inputs these are */
+	unsigned steps, clip_step;
+	unsigned delay_ms;
+	bool hold; /* register, say so, and wait to be killed */
+};
+
+struct trainer {
+	struct options o;
+	gs_client *c;
+	struct gs_session_info info;
+	struct layout_file l;
+	float **dev;        /* per tensor */
+	uint64_t *host_off; /* per tensor, into in and out */
+	uint64_t total;
+	float *in, *out;    /* pinned host memory */
+	cudaStream_t stream;
+};
+
+static void parse(int argc, char **argv, struct options *o)
+{
+	static const struct option longs[] = {
+		{ "socket", required_argument, NULL, 's' },
+		{ "layout", required_argument, NULL, 'l' },
+		{ "rank", required_argument, NULL, 'r' },
+		{ "global-rank", required_argument, NULL, 'g' },
+		{ "steps", required_argument, NULL, 'n' },
+		{ "clip-step", required_argument, NULL, 'c' },
+		{ "delay-ms", required_argument, NULL, 'd' },
+		{ "hold", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 50, false };
+	bool global = false;
+	int opt;
+	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+		switch (opt) {
+		case 's': o->socket = optarg; break;
+		case 'l': o->layout = optarg; break;
+		case 'r': o->rank = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'g': o->global_rank = (unsigned)strtoul(optarg, NULL, 10); global = true; break;
+		case 'n': o->steps = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'c': o->clip_step = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'd': o->delay_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'h': o->hold = true; break;
+		default:
+			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--hold]\n");
+			exit(2);
+		}
+	}
+	if (!global)
+		o->global_rank = o->rank;
+	if (!o->socket || !o->layout) {
+		fprintf(stderr, "emu-trainer: --socket and --layout are needed\n");
+		exit(2);
+	}
+}
+
+/* ---- Inputs ------------------------------------------------------------------------ */
+
+static uint64_t splitmix(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15u;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+	return x ^ (x >> 31);
+}
+
+static float bits(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* Element i of rank r's gradient in step s: mostly gradients in [-2, 2),
+ * and one in 32 a hard case of the conversions. */
+static float input(unsigned r, unsigned s, uint64_t i)
+{
+	uint64_t h = splitmix(i ^ (uint64_t)r << 40 ^ (uint64_t)s << 52);
+	uint32_t u = (uint32_t)(h >> 32), sign = (uint32_t)(h & 2) << 30;
+	switch (h % 256) {
+	case 0: /* any bit pattern: NaN, infinity, subnormals */
+		return bits(u);
+	case 1: /* around fp16's largest (65504) and its overflow (65520) */
+		return bits(sign | (0x477fe000 + (u % 0x2000)));
+	case 2: /* an exact tie between two bf16 values */
+		return bits((u & 0xffff0000) | 0x8000);
+	case 3: /* an exact tie between two fp16 values */
+		return bits(sign | (113 + u % 30) << 23 | (u & 0x7fe000) | 0x1000);
+	case 4: /* fp16 subnormals and below */
+		return bits(sign | (96 + u % 18) << 23 | (u & 0x7fffff));
+	default:
+		if (h % 256 < 12) /* around the clip value */
+			return (sign ? -CLIP : CLIP) * (1.0f + (float)((int)(u % 2001) - 1000) * 1e-4f);
+		return (float)((double)(h >> 11) * 0x1p-53 * 4.0 - 2.0);
+	}
+}
+
+/* ---- The reference --------------------------------------------------------------------- */
+
+/* 2^k as a double, built from its bits (k within double's normal range). */
+static double pow2(int k)
+{
+	uint64_t u = (uint64_t)(k + 1023) << 52;
+	double d;
+	memcpy(&d, &u, sizeof(d));
+	return d;
+}
+
+/* x rounded to nearest even with `mant` fraction bits and exponents down
+ * to emin (subnormals below), infinity past max. Computed in double:
+ * scaling by powers of two is exact there, and adding and taking away
+ * 1.5 * 2^52 rounds |y| < 2^51 to an integer, to even on ties, in the
+ * FPU's default rounding mode. */
+static float round_to(float x, int mant, int emin, double max)
+{
+	if (isnan(x) || isinf(x) || x == 0)
+		return x;
+	int e = ilogbf(x);
+	if (e < emin)
+		e = emin;
+	double y = (double)x * pow2(mant - e);
+	double r = ((y + 0x1.8p52) - 0x1.8p52) * pow2(e - mant);
+	if (fabs(r) > max)
+		return copysignf(INFINITY, x);
+	return copysignf((float)r, x); /* a value rounded to 0 keeps its sign */
+}
+
+static float round_wire(float x, enum gs_wire_dtype w)
+{
+	switch (w) {
+	case GS_WIRE_DTYPE_FP16:
+		return round_to(x, 10, -14, 65504.0);
+	case GS_WIRE_DTYPE_BF16:
+		return round_to(x, 7, -126, 0x1.fep127);
+	default:
+		return x;
+	}
+}
+
+struct step_ref {
+	enum gs_wire_dtype w;
+	unsigned world, step;
+	bool clip;
+	float prescale, postscale;
+};
+
+static float reference(const struct step_ref *p, uint64_t i)
+{
+	float acc = 0;
+	for (unsigned r = 0; r < p->world; r++) {
+		float x = input(r, p->step, i);
+		if (p->clip)
+			x = x > CLIP ? CLIP : (x < -CLIP ? -CLIP : x);
+		float packed = round_wire(x * p->prescale, p->w);
+		acc = r == 0 ? packed : acc + packed;
+	}
+	return round_wire(acc, p->w) * p->postscale;
+}
+
+static bool same(float a, float b)
+{
+	return !memcmp(&a, &b, sizeof(a)) || (isnan(a) && isnan(b));
+}
+
+static uint64_t check_step(struct trainer *t, const struct step_ref *p,
+			   const struct gs_step_result *res)
+{
+	uint64_t bad = 0, first = t->total, clipped = 0, nonfinite = 0;
+	float want_first = 0;
+	for (uint64_t i = 0; i < t->total; i++) {
+		float want = reference(p, i);
+		float mine = t->in[i];
+		clipped += p->clip && (mine > CLIP || mine < -CLIP);
+		nonfinite += !isfinite(want);
+		if (same(want, t->out[i]))
+			continue;
+		if (bad++ == 0) {
+			first = i;
+			want_first = want;
+		}
+	}
+	if (bad)
+		fprintf(stderr, "emu-trainer: step %u: %" PRIu64 " of %" PRIu64 " elements differ, first %" PRIu64 ": %a, want %a\n",
+			p->step, bad, t->total, first, (double)t->out[first], (double)want_first);
+	if (res->clipped != clipped || res->nonfinite != nonfinite) {
+		fprintf(stderr, "emu-trainer: step %u: gradsyncd counted %" PRIu64 " clipped and %" PRIu64 " non-finite; the reference %" PRIu64 " and %" PRIu64 "\n",
+			p->step, res->clipped, res->nonfinite, clipped, nonfinite);
+		bad++;
+	}
+	return bad;
+}
+
+/* ---- The steps --------------------------------------------------------------------- */
+
+/* One allocation, as a caching allocator's segment; tensors 512-byte aligned in it. */
+static void allocate(struct trainer *t)
+{
+	size_t n = t->l.n;
+	uint64_t bytes = 0, *off = calloc(n, sizeof(*off));
+	t->dev = calloc(n, sizeof(*t->dev));
+	t->host_off = calloc(n, sizeof(*t->host_off));
+	for (size_t i = 0; i < n; i++) {
+		off[i] = bytes;
+		bytes += (t->l.counts[i] * 4 + 511) & ~(uint64_t)511;
+		t->host_off[i] = t->total;
+		t->total += t->l.counts[i];
+	}
+	char *base;
+	CUDA(cudaMalloc((void **)&base, bytes));
+	for (size_t i = 0; i < n; i++)
+		t->dev[i] = (float *)(base + off[i]);
+	free(off);
+	CUDA(cudaMallocHost((void **)&t->in, t->total * 4));
+	CUDA(cudaMallocHost((void **)&t->out, t->total * 4));
+}
+
+static void start(struct trainer *t)
+{
+	CUDA(cudaSetDevice((int)t->o.rank));
+	CUDA(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
+	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
+	co.socket_path = t->o.socket;
+	co.local_rank = t->o.rank;
+	co.timeout_ms = 30000;
+	if (gs_connect(&co, &t->c) != GS_OK) {
+		fprintf(stderr, "emu-trainer: gs_connect: %s\n", gs_last_error(NULL));
+		exit(1);
+	}
+	GS(t->c, gs_session_info(t->c, &t->info));
+	allocate(t);
+	struct gs_cuda_tensor_spec *specs = calloc(t->l.n, sizeof(*specs));
+	for (size_t i = 0; i < t->l.n; i++)
+		specs[i] = (struct gs_cuda_tensor_spec){ t->l.names[i], t->l.counts[i], GS_FLOAT32,
+							 t->dev[i] };
+	GS(t->c, gs_register_cuda(t->c, specs, t->l.n));
+	free(specs);
+}
+
+static void CUDART_CB sleep_on_stream(void *arg)
+{
+	usleep((useconds_t)(uintptr_t)arg * 1000);
+}
+
+/* This step's gradients, written on the stream behind the delay, marked
+ * ready eight at a time in backpropagation order without waiting. */
+static void produce_and_mark(struct trainer *t)
+{
+	CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream, (void *)(uintptr_t)t->o.delay_ms));
+	uint32_t batch[8];
+	size_t k = 0;
+	for (size_t j = t->l.n; j-- > 0;) {
+		CUDA(cudaMemcpyAsync(t->dev[j], t->in + t->host_off[j], t->l.counts[j] * 4,
+				     cudaMemcpyHostToDevice, t->stream));
+		batch[k++] = (uint32_t)j;
+		if (k == 8 || j == 0) {
+			GS(t->c, gs_cuda_mark_ready(t->c, batch, k, t->stream));
+			k = 0;
+		}
+	}
+}
+
+static void collect(struct trainer *t, struct gs_step_result *res)
+{
+	GS(t->c, gs_step_wait(t->c, 60000, res));
+	GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
+	for (size_t i = 0; i < t->l.n; i++)
+		CUDA(cudaMemcpyAsync(t->out + t->host_off[i], t->dev[i], t->l.counts[i] * 4,
+				     cudaMemcpyDeviceToHost, t->stream));
+	CUDA(cudaStreamSynchronize(t->stream));
+}
+
+static const char *wire_name(enum gs_wire_dtype w)
+{
+	return w == GS_WIRE_DTYPE_FP16 ? "fp16" : w == GS_WIRE_DTYPE_BF16 ? "bf16" : "fp32";
+}
+
+static int run(struct trainer *t)
+{
+	/* gradsyncd's scale factors, as gs_settings_scales derives them. */
+	double world = t->info.world_size, pre = t->info.predivide_factor;
+	struct step_ref p = {
+		.w = t->info.wire_dtype,
+		.world = t->info.world_size,
+		.prescale = (float)(1.0 / pre),
+		.postscale = (float)(t->info.op == GS_OP_AVERAGE ? pre / world : pre),
+	};
+	uint64_t bad = 0, clipped = 0, nonfinite = 0;
+	for (unsigned s = 1; s <= t->o.steps; s++) {
+		for (uint64_t i = 0; i < t->total; i++)
+			t->in[i] = input(t->o.global_rank, s, i);
+		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
+		so.clipping = s == t->o.clip_step;
+		so.clip_value = CLIP;
+		GS(t->c, gs_step_begin(t->c, &so));
+		produce_and_mark(t);
+		struct gs_step_result res;
+		collect(t, &res);
+		p.step = s;
+		p.clip = so.clipping;
+		bad += check_step(t, &p, &res);
+		clipped += res.clipped;
+		nonfinite += res.nonfinite;
+	}
+	if (bad) {
+		printf("FAIL rank %u %s: %" PRIu64 " mismatches\n", t->o.global_rank,
+		       wire_name(p.w), bad);
+		return 1;
+	}
+	printf("PASS rank %u of %u %s: %u steps of %zu tensors (%" PRIu64 " elements), bitwise equal to the reference; %" PRIu64 " clipped, %" PRIu64 " non-finite\n",
+	       t->o.global_rank, p.world, wire_name(p.w), t->o.steps, t->l.n, t->total, clipped,
+	       nonfinite);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct trainer t;
+	memset(&t, 0, sizeof(t));
+	parse(argc, argv, &t.o);
+	if (layout_file_read(t.o.layout, &t.l) < 0)
+		return 2;
+	start(&t);
+	if (t.o.hold) {
+		printf("REGISTERED\n");
+		fflush(stdout);
+		pause(); /* the test kills it: a trainer that dies holding handles */
+	}
+	int rc = run(&t);
+	gs_close(t.c);
+	CUDA(cudaStreamDestroy(t.stream));
+	CUDA(cudaFreeHost(t.in));
+	CUDA(cudaFreeHost(t.out));
+	CUDA(cudaFree(t.dev[0]));
+	free(t.dev);
+	free(t.host_off);
+	layout_file_free(&t.l);
+	return rc;
+}
