@@ -1,0 +1,250 @@
+/*
+ * gradsyncd's CUDA backend end to end on the CUDA emulation: the real
+ * daemon (gradsyncd-cuda-emu, GS_DAEMON) and real trainer processes
+ * (emu-trainer, GS_TRAINER) that register ResNet-50 as CUDA tensors
+ * through libgradsync and check every element of every step against their
+ * own reference. Also: a trainer that dies holding handles, or in the
+ * middle of its registration, leaves no mapping behind in the daemon,
+ * which serves the next trainers; and two daemons, one emulated GPU each,
+ * that share node 0's NCCL unique id through the rendezvous.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <cuda_runtime_api.h>
+
+#include "gradsync.h"
+#include "harness.h"
+
+/* Starts one emu-trainer; its output goes to log (200 bytes). */
+static pid_t trainer(const char *socket, const char *dir, unsigned rank, unsigned global_rank,
+		     const char *steps, const char *extra, char *log)
+{
+	char r[16], g[16];
+	snprintf(r, sizeof(r), "%u", rank);
+	snprintf(g, sizeof(g), "%u", global_rank);
+	snprintf(log, 200, "%s/trainer-%u.log", dir, global_rank);
+	const char *argv[] = { getenv("GS_TRAINER"), "--socket", socket, "--layout",
+			       harness_layout("resnet50.txt"), "--rank", r, "--global-rank", g,
+			       "--steps", steps, extra, NULL };
+	return harness_spawn(argv, log);
+}
+
+/* Waits for the trainers; each must exit 0 having printed PASS. */
+static void expect_pass(const pid_t *pids, char (*logs)[200], unsigned n)
+{
+	int failed = 0;
+	for (unsigned i = 0; i < n; i++) {
+		int status = harness_wait(pids[i], 120000);
+		if (status != 0 || !harness_file_contains(logs[i], "PASS")) {
+			harness_dump(logs[i]);
+			failed = 1;
+		}
+	}
+	assert_int_equal(failed, 0);
+}
+
+/* One daemon of two emulated GPUs, two trainers. */
+static void sync_case(const char *const *daemon_args, const char *steps)
+{
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, daemon_args);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(d.socket, d.dir, r, r, steps, NULL, logs[r]);
+	expect_pass(pids, logs, 2);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+static void sync_fp16(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
+	sync_case(args, "3"); /* step 2 clips */
+}
+
+/* Buckets of up to 2M elements (--threshold's default) through a fusion
+ * buffer of 256K: several launches per bucket. */
+static void sync_bf16_several_launches(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=bf16",
+			       "--fusion-buffer=262144", NULL };
+	sync_case(args, "2");
+}
+
+/* ---- Trainers that go away ---------------------------------------------------- */
+
+/* Lines of /proc/<pid>/maps that map memfds of the CUDA emulation made by
+ * process `owner` ("mem" or "event"). */
+static int mappings(pid_t pid, const char *kind, pid_t owner)
+{
+	char path[64], needle[64], line[512];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	snprintf(needle, sizeof(needle), "memfd:gs-cuda-emu-%s-%d ", kind, (int)owner);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	int n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Waits up to 10 s until the daemon maps nothing of owner's. */
+static void expect_unmapped(const struct gs_test_daemon *d, pid_t owner)
+{
+	for (int i = 0; i < 1000; i++) {
+		if (mappings(d->pid, "mem", owner) == 0 && mappings(d->pid, "event", owner) == 0)
+			return;
+		usleep(10000);
+	}
+	harness_dump(d->log);
+	fail_msg("gradsyncd still maps %d allocations and %d events of process %d, which is gone",
+		 mappings(d->pid, "mem", owner), mappings(d->pid, "event", owner), (int)owner);
+}
+
+/* The next pair of trainers gets its step done. */
+static void serves_next(struct gs_test_daemon *d)
+{
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(d->socket, d->dir, r, r, "1", NULL, logs[r]);
+	expect_pass(pids, logs, 2);
+	assert_true(harness_daemon_alive(d));
+}
+
+static void trainer_killed_after_registering(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	char log[200];
+	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", "--hold", log);
+	harness_wait_for_text(log, "REGISTERED", 30);
+	/* Its one allocation and its two events are open in the daemon. */
+	assert_int_equal(mappings(d.pid, "mem", t), 1);
+	assert_int_equal(mappings(d.pid, "event", t), 2);
+	kill(t, SIGKILL);
+	harness_wait(t, 10000);
+	expect_unmapped(&d, t);
+	serves_next(&d);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* Sends the first frame of a registration (the events and one allocation
+ * with a tensor in it, `last` unset) as a trainer of local rank 1 would,
+ * with real handles of this process's emulated GPU memory, and hangs up. */
+static void trainer_gone_mid_registration(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	void *mem;
+	cudaEvent_t ready, done;
+	cudaIpcMemHandle_t mh;
+	cudaIpcEventHandle_t rh, dh;
+	char pci[32];
+	assert_int_equal(cudaSetDevice(1), cudaSuccess);
+	assert_int_equal(cudaMalloc(&mem, 1 << 20), cudaSuccess);
+	assert_int_equal(cudaEventCreateWithFlags(&ready, cudaEventInterprocess | cudaEventDisableTiming), cudaSuccess);
+	assert_int_equal(cudaEventCreateWithFlags(&done, cudaEventInterprocess | cudaEventDisableTiming), cudaSuccess);
+	assert_int_equal(cudaIpcGetMemHandle(&mh, mem), cudaSuccess);
+	assert_int_equal(cudaIpcGetEventHandle(&rh, ready), cudaSuccess);
+	assert_int_equal(cudaIpcGetEventHandle(&dh, done), cudaSuccess);
+	assert_int_equal(cudaDeviceGetPCIBusId(pci, sizeof(pci), 1), cudaSuccess);
+
+	Gradsync__Buffer events = GRADSYNC__BUFFER__INIT, alloc = GRADSYNC__BUFFER__INIT;
+	events.device = alloc.device = 1;
+	events.pci_bus_id = alloc.pci_bus_id = pci;
+	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(rh), (uint8_t *)&rh };
+	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(dh), (uint8_t *)&dh };
+	alloc.size = 1 << 20;
+	alloc.cuda_ipc_handle = (ProtobufCBinaryData){ sizeof(mh), (uint8_t *)&mh };
+	Gradsync__Buffer *bufs[] = { &events, &alloc };
+	Gradsync__TensorSpec t = GRADSYNC__TENSOR_SPEC__INIT, *tp = &t;
+	t.name = "fc.weight";
+	t.count = 1000;
+	t.dtype = GRADSYNC__DTYPE__DTYPE_FLOAT32;
+	t.buffer = 1;
+	Gradsync__RegisterTensors r = GRADSYNC__REGISTER_TENSORS__INIT;
+	r.n_buffers = 2;
+	r.buffers = bufs;
+	r.n_tensors = 1;
+	r.tensors = &tp;
+	r.last = false;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
+	m.register_tensors = &r;
+
+	int sock = raw_connect(d.socket);
+	raw_hello(sock, 1);
+	raw_send(sock, &m, NULL, 0);
+	/* The daemon opens the handles as the frame comes... */
+	for (int i = 0; i < 1000 && mappings(d.pid, "mem", getpid()) == 0; i++)
+		usleep(10000);
+	assert_int_equal(mappings(d.pid, "mem", getpid()), 1);
+	assert_int_equal(mappings(d.pid, "event", getpid()), 2);
+	/* ...and closes them when the trainer goes before its last frame. */
+	close(sock);
+	expect_unmapped(&d, getpid());
+	serves_next(&d);
+	cudaFree(mem);
+	cudaEventDestroy(ready);
+	cudaEventDestroy(done);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* ---- Two nodes ------------------------------------------------------------------------------ */
+
+/* Two daemons with one emulated GPU and one trainer each: node 0 makes
+ * the NCCL unique id, the rendezvous hands it to node 1, the NCCL root
+ * sums across the two processes. */
+static void two_nodes(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	int port = harness_free_port();
+	struct gs_test_daemon d[2];
+	char args[2][3][64];
+	for (unsigned n = 0; n < 2; n++) {
+		snprintf(args[n][0], 64, "--node-rank=%u", n);
+		snprintf(args[n][1], 64, "--coordinator=127.0.0.1:%d", port);
+		const char *a[] = { "--backend=cuda", "--local-size=1", "--nodes=2", args[n][0],
+				    args[n][1], "--gloo-host=127.0.0.1", "--join-timeout=30", NULL };
+		harness_daemon_spawn(&d[n], a);
+	}
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned n = 0; n < 2; n++)
+		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "2", NULL, logs[n]);
+	expect_pass(pids, logs, 2);
+	for (unsigned n = 0; n < 2; n++)
+		assert_int_equal(harness_daemon_stop(&d[n]), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(sync_fp16),
+		cmocka_unit_test(sync_bf16_several_launches),
+		cmocka_unit_test(trainer_killed_after_registering),
+		cmocka_unit_test(trainer_gone_mid_registration),
+		cmocka_unit_test(two_nodes),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
