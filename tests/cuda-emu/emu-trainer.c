@@ -171,9 +171,11 @@ static double pow2(int k)
  * FPU's default rounding mode. */
 static float round_to(float x, int mant, int emin, double max)
 {
-	if (isnan(x) || isinf(x) || x == 0)
+	uint32_t u;
+	memcpy(&u, &x, sizeof(u));
+	int e = (int)((u >> 23) & 0xff) - 127; /* fp32 subnormals: below any emin here */
+	if (e == 128 || (u & 0x7fffffffu) == 0) /* infinity, NaN, zero */
 		return x;
-	int e = ilogbf(x);
 	if (e < emin)
 		e = emin;
 	double y = (double)x * pow2(mant - e);

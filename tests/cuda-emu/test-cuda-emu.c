@@ -25,15 +25,17 @@
 
 /* Starts one emu-trainer; its output goes to log (200 bytes). */
 static pid_t trainer(const char *socket, const char *dir, unsigned rank, unsigned global_rank,
-		     const char *steps, const char *extra, char *log)
+		     const char *steps, const char *const *extra, char *log)
 {
 	char r[16], g[16];
 	snprintf(r, sizeof(r), "%u", rank);
 	snprintf(g, sizeof(g), "%u", global_rank);
 	snprintf(log, 200, "%s/trainer-%u.log", dir, global_rank);
-	const char *argv[] = { getenv("GS_TRAINER"), "--socket", socket, "--layout",
-			       harness_layout("resnet50.txt"), "--rank", r, "--global-rank", g,
-			       "--steps", steps, extra, NULL };
+	const char *argv[16] = { getenv("GS_TRAINER"), "--socket", socket, "--layout",
+				 harness_layout("resnet50.txt"), "--rank", r, "--global-rank", g,
+				 "--steps", steps };
+	for (size_t i = 0; extra && extra[i] && i < 4; i++)
+		argv[11 + i] = extra[i];
 	return harness_spawn(argv, log);
 }
 
@@ -52,14 +54,15 @@ static void expect_pass(const pid_t *pids, char (*logs)[200], unsigned n)
 }
 
 /* One daemon of two emulated GPUs, two trainers. */
-static void sync_case(const char *const *daemon_args, const char *steps)
+static void sync_case(const char *const *daemon_args, const char *steps,
+		      const char *const *trainer_args)
 {
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, daemon_args);
 	pid_t pids[2];
 	char logs[2][200];
 	for (unsigned r = 0; r < 2; r++)
-		pids[r] = trainer(d.socket, d.dir, r, r, steps, NULL, logs[r]);
+		pids[r] = trainer(d.socket, d.dir, r, r, steps, trainer_args, logs[r]);
 	expect_pass(pids, logs, 2);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
@@ -68,7 +71,7 @@ static void sync_fp16(void **state)
 {
 	(void)state;
 	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
-	sync_case(args, "3"); /* step 2 clips */
+	sync_case(args, "2", NULL); /* step 2 clips */
 }
 
 /* Buckets of up to 2M elements (--threshold's default) through a fusion
@@ -78,7 +81,8 @@ static void sync_bf16_several_launches(void **state)
 	(void)state;
 	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=bf16",
 			       "--fusion-buffer=262144", NULL };
-	sync_case(args, "2");
+	const char *targs[] = { "--clip-step=1", NULL };
+	sync_case(args, "1", targs);
 }
 
 /* ---- Trainers that go away ---------------------------------------------------- */
@@ -130,7 +134,8 @@ static void trainer_killed_after_registering(void **state)
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, args);
 	char log[200];
-	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", "--hold", log);
+	const char *hold[] = { "--hold", NULL };
+	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", hold, log);
 	harness_wait_for_text(log, "REGISTERED", 30);
 	/* Its one allocation and its two events are open in the daemon. */
 	assert_int_equal(mappings(d.pid, "mem", t), 1);
@@ -231,20 +236,39 @@ static void two_nodes(void **state)
 	pid_t pids[2];
 	char logs[2][200];
 	for (unsigned n = 0; n < 2; n++)
-		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "2", NULL, logs[n]);
+		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", NULL, logs[n]);
 	expect_pass(pids, logs, 2);
 	for (unsigned n = 0; n < 2; n++)
 		assert_int_equal(harness_daemon_stop(&d[n]), 0);
 }
 
+/* Each case's time, in the log: the suite is meant to stay short in CI. */
+static double started;
+
+static int clock_start(void **state)
+{
+	(void)state;
+	started = harness_now_s();
+	return 0;
+}
+
+static int clock_print(void **state)
+{
+	(void)state;
+	print_message("took %.1f s\n", harness_now_s() - started);
+	return 0;
+}
+
+#define TIMED(f) cmocka_unit_test_setup_teardown(f, clock_start, clock_print)
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(sync_fp16),
-		cmocka_unit_test(sync_bf16_several_launches),
-		cmocka_unit_test(trainer_killed_after_registering),
-		cmocka_unit_test(trainer_gone_mid_registration),
-		cmocka_unit_test(two_nodes),
+		TIMED(sync_fp16),
+		TIMED(sync_bf16_several_launches),
+		TIMED(trainer_killed_after_registering),
+		TIMED(trainer_gone_mid_registration),
+		TIMED(two_nodes),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
