@@ -58,7 +58,9 @@ struct options {
 	unsigned global_rank; /* whose inputs these are */
 	unsigned steps, clip_step;
 	unsigned delay_ms;
-	bool hold; /* register, say so, and wait to be killed */
+	unsigned abort_step; /* must be aborted (a peer is lost in it); 0: none */
+	unsigned stall_step; /* its gradients come 5 s late; 0: none */
+	bool hold;           /* register, say so, and wait to be killed */
 };
 
 struct trainer {
@@ -83,10 +85,12 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "steps", required_argument, NULL, 'n' },
 		{ "clip-step", required_argument, NULL, 'c' },
 		{ "delay-ms", required_argument, NULL, 'd' },
+		{ "expect-abort-at", required_argument, NULL, 'a' },
+		{ "stall-at", required_argument, NULL, 'S' },
 		{ "hold", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 50, false };
+	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 50, 0, 0, false };
 	bool global = false;
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -98,9 +102,11 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'n': o->steps = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'c': o->clip_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'd': o->delay_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'a': o->abort_step = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'S': o->stall_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'h': o->hold = true; break;
 		default:
-			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--hold]\n");
+			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--hold]\n");
 			exit(2);
 		}
 	}
@@ -303,9 +309,10 @@ static void CUDART_CB sleep_on_stream(void *arg)
 
 /* This step's gradients, written on the stream behind the delay, marked
  * ready eight at a time in backpropagation order without waiting. */
-static void produce_and_mark(struct trainer *t)
+static void produce_and_mark(struct trainer *t, unsigned step)
 {
-	CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream, (void *)(uintptr_t)t->o.delay_ms));
+	uintptr_t ms = step == t->o.stall_step ? 5000 : t->o.delay_ms;
+	CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream, (void *)ms));
 	uint32_t batch[8];
 	size_t k = 0;
 	for (size_t j = t->l.n; j-- > 0;) {
@@ -319,14 +326,42 @@ static void produce_and_mark(struct trainer *t)
 	}
 }
 
-static void collect(struct trainer *t, struct gs_step_result *res)
+/* The step's results in out; gs_step_wait's code (an aborted step's
+ * tensors are copied back too). */
+static int collect(struct trainer *t, struct gs_step_result *res)
 {
-	GS(t->c, gs_step_wait(t->c, 60000, res));
+	int r = gs_step_wait(t->c, 60000, res);
+	if (r != GS_OK && r != GS_EABORTED)
+		GS(t->c, r);
 	GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
 	for (size_t i = 0; i < t->l.n; i++)
 		CUDA(cudaMemcpyAsync(t->out + t->host_off[i], t->dev[i], t->l.counts[i] * 4,
 				     cudaMemcpyDeviceToHost, t->stream));
 	CUDA(cudaStreamSynchronize(t->stream));
+	return r;
+}
+
+/* After an aborted step each tensor holds the reduced result or, bit for
+ * bit, this trainer's own gradient: never a mix, never half a launch. */
+static uint64_t check_aborted(struct trainer *t, const struct step_ref *p)
+{
+	size_t reduced = 0;
+	for (size_t j = 0; j < t->l.n; j++) {
+		bool red = gs_tensor_reduced(t->c, j);
+		reduced += red;
+		for (uint64_t i = t->host_off[j]; i < t->host_off[j] + t->l.counts[j]; i++) {
+			float want = red ? reference(p, i) : t->in[i];
+			if (!same(want, t->out[i])) {
+				fprintf(stderr, "emu-trainer: aborted step %u: tensor %zu (%s) is %s, but element %" PRIu64 " is %a, want %a\n",
+					p->step, j, t->l.names[j], red ? "reduced" : "not reduced",
+					i - t->host_off[j], (double)t->out[i], (double)want);
+				return 1;
+			}
+		}
+	}
+	printf("ABORTED step %u as expected: %s; %zu of %zu tensors reduced, the others hold their own gradients\n",
+	       p->step, gs_last_error(t->c), reduced, t->l.n);
+	return 0;
 }
 
 static const char *wire_name(enum gs_wire_dtype w)
@@ -352,12 +387,21 @@ static int run(struct trainer *t)
 		so.clipping = s == t->o.clip_step;
 		so.clip_value = CLIP;
 		GS(t->c, gs_step_begin(t->c, &so));
-		produce_and_mark(t);
+		produce_and_mark(t, s);
 		struct gs_step_result res;
-		collect(t, &res);
+		int r = collect(t, &res);
 		p.step = s;
 		p.clip = so.clipping;
+		if (r == GS_EABORTED && s == t->o.abort_step)
+			return (int)check_aborted(t, &p);
+		if (r != GS_OK || s == t->o.abort_step) {
+			fprintf(stderr, "emu-trainer: step %u: %s\n", s,
+				r != GS_OK ? gs_last_error(t->c) : "completed, but was to be aborted");
+			return 1;
+		}
 		bad += check_step(t, &p, &res);
+		printf("step %u done\n", s);
+		fflush(stdout);
 		clipped += res.clipped;
 		nonfinite += res.nonfinite;
 	}

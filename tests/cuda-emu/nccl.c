@@ -68,6 +68,9 @@ static void set_error(ncclComm_t c, ncclResult_t res, const char *fmt, ...)
 		vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
 		va_end(ap);
 		atomic_store(&c->async, res);
+		if (getenv("NCCL_DEBUG")) /* as NCCL_DEBUG=WARN shows NCCL's own */
+			fprintf(stderr, "NCCL WARN (CUDA emulation) rank %d of %d: %s\n", c->rank,
+				c->nranks, c->last_error);
 	}
 	pthread_mutex_unlock(&c->lock);
 }

@@ -261,6 +261,65 @@ static int clock_print(void **state)
 
 #define TIMED(f) cmocka_unit_test_setup_teardown(f, clock_start, clock_print)
 
+/* Node 1's daemon is killed while node 0's waits in an all-reduce with
+ * it (node 1's trainer is 5 s late with step 2's gradients): the emulated
+ * NCCL fails the collective on node 0 at once (its root sees rank 1's
+ * connection close), well within --peer-timeout. Node 0's step is aborted
+ * with every tensor either reduced or the trainer's own, and its daemon
+ * stays up. */
+static void node_lost_mid_allreduce(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	int port = harness_free_port();
+	struct gs_test_daemon d[2];
+	char args[2][3][64];
+	setenv("NCCL_DEBUG", "WARN", 1); /* the daemons log the emulated NCCL's failures */
+	for (unsigned n = 0; n < 2; n++) {
+		snprintf(args[n][0], 64, "--node-rank=%u", n);
+		snprintf(args[n][1], 64, "--coordinator=127.0.0.1:%d", port);
+		const char *a[] = { "--backend=cuda", "--local-size=1", "--nodes=2", args[n][0],
+				    args[n][1], "--gloo-host=127.0.0.1", "--join-timeout=30",
+				    "--peer-timeout=20", NULL };
+		harness_daemon_spawn(&d[n], a);
+	}
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	pid_t pids[2];
+	char logs[2][200];
+	const char *abort2[] = { "--expect-abort-at=2", NULL }, *stall2[] = { "--stall-at=2", NULL };
+	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "2", abort2, logs[0]);
+	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "2", stall2, logs[1]);
+	for (unsigned n = 0; n < 2; n++)
+		harness_wait_for_text(logs[n], "step 1 done", 30);
+	usleep(500000); /* node 0 is in step 2's first all-reduce, node 1 waits for gradients */
+	double t0 = harness_now_s();
+	kill(d[1].pid, SIGKILL);
+	int status = harness_wait(pids[0], 60000);
+	double took = harness_now_s() - t0;
+	kill(pids[1], SIGKILL);
+	harness_wait(pids[1], 10000);
+	if (status != 0 || !harness_file_contains(logs[0], "ABORTED step 2")) {
+		harness_dump(logs[0]);
+		harness_dump(d[0].log);
+		fail_msg("node 0's trainer did not see step 2 aborted (exit status %d)", status);
+	}
+	print_message("step 2 aborted %.1f s after node 1 was killed\n", took);
+	assert_true(took < 15);
+	/* The all-reduce itself failed, not only the step (NCCL_DEBUG). */
+	for (int i = 0; i < 500 && !harness_log_contains(&d[0], "rank 1 closed its connection"); i++)
+		usleep(10000);
+	if (!harness_log_contains(&d[0], "rank 1 closed its connection")) {
+		harness_dump(d[0].log);
+		fail_msg("node 0's all-reduce did not fail when rank 1's daemon died");
+	}
+	assert_true(harness_daemon_alive(&d[0]));
+	harness_daemon_stop(&d[1]);
+	assert_int_equal(harness_daemon_stop(&d[0]), 0);
+	unsetenv("NCCL_DEBUG");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -269,6 +328,7 @@ int main(void)
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(two_nodes),
+		TIMED(node_lost_mid_allreduce),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
