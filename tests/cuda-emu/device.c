@@ -36,7 +36,7 @@ void emu_sleep_ms(long ms)
 		;
 }
 
-int emu_device_count(void)
+static int emu_device_count(void)
 {
 	long n = emu_env_ms("GS_CUDA_EMU_DEVICES", 2);
 	return n > EMU_MAX_DEVICES ? EMU_MAX_DEVICES : (int)n;
@@ -47,17 +47,12 @@ int emu_current_device(void)
 	return current_device;
 }
 
-void emu_set_current_device(int device)
-{
-	current_device = device;
-}
-
 CUcontext emu_context(int device)
 {
 	return (CUcontext)(void *)&contexts[device];
 }
 
-int emu_context_device(CUcontext ctx)
+static int emu_context_device(CUcontext ctx)
 {
 	char *c = (char *)(void *)ctx;
 	if (c < contexts || c >= contexts + emu_device_count())
@@ -65,7 +60,7 @@ int emu_context_device(CUcontext ctx)
 	return (int)(c - contexts);
 }
 
-void emu_pci_bus_id(int device, char *id, int len)
+static void emu_pci_bus_id(int device, char *id, int len)
 {
 	snprintf(id, (size_t)len, "0000:%02x:00.0", 0x18 + device);
 }

@@ -29,35 +29,16 @@
 
 /* ---- Devices and errors (device.c) ---------------------------------------- */
 
-/* Devices emulated: GS_CUDA_EMU_DEVICES, default 2. */
-int emu_device_count(void);
 /* The calling thread's current device (cudaSetDevice, cuCtxPushCurrent). */
 int emu_current_device(void);
-void emu_set_current_device(int device);
 /* The context of a device: one per device, as the primary context. */
 CUcontext emu_context(int device);
-int emu_context_device(CUcontext ctx); /* -1: not a context */
-void emu_pci_bus_id(int device, char *id, int len);
 /* Remembers e as the thread's last error (cudaGetLastError); returns it. */
 cudaError_t emu_fail(cudaError_t e);
 /* The driver's code for a runtime error (they mostly agree). */
 CUresult emu_cu_result(cudaError_t e);
 /* Milliseconds from an environment variable, or def. */
 long emu_env_ms(const char *name, long def);
-
-/* ---- Memory (memory.c) ---------------------------------------------------- */
-
-enum emu_mem_kind { EMU_MEM_DEVICE, EMU_MEM_IMPORTED, EMU_MEM_HOST };
-
-struct emu_range {
-	void *base;
-	size_t size;
-	int device;
-	enum emu_mem_kind kind;
-};
-
-/* The allocation that holds p; false if none does. */
-bool emu_mem_find(const void *p, struct emu_range *out);
 
 /* ---- Streams (stream.c) ----------------------------------------------------- */
 
@@ -68,15 +49,7 @@ typedef cudaError_t (*emu_op_fn)(void *arg);
 
 cudaError_t emu_enqueue(cudaStream_t s, emu_op_fn run, const void *arg, size_t size);
 
-/* ---- Events (event.c) ------------------------------------------------------- */
-
-cudaError_t emu_event_create(cudaEvent_t *ev, unsigned flags);
-cudaError_t emu_event_destroy(cudaEvent_t ev);
-cudaError_t emu_event_record(cudaEvent_t ev, cudaStream_t s);
-cudaError_t emu_stream_wait_event(cudaStream_t s, cudaEvent_t ev);
-cudaError_t emu_event_ipc_handle(cudaIpcEventHandle_t *h, cudaEvent_t ev);
-
-/* ---- Shared helpers ------------------------------------------------------------- */
+/* ---- Sharing between processes (ipc.c), and sleeping -------------------------------- */
 
 /* Waits on a futex word shared between processes, up to ms. */
 void emu_futex_wait(_Atomic uint32_t *word, uint32_t seen, long ms);

@@ -77,7 +77,7 @@ fail:
 	return NULL;
 }
 
-cudaError_t emu_event_create(cudaEvent_t *out, unsigned flags)
+static cudaError_t event_create(cudaEvent_t *out, unsigned flags)
 {
 	struct CUevent_st *ev = calloc(1, sizeof(*ev));
 	if (!ev)
@@ -99,7 +99,7 @@ cudaError_t emu_event_create(cudaEvent_t *out, unsigned flags)
 	return cudaSuccess;
 }
 
-cudaError_t emu_event_destroy(cudaEvent_t ev)
+static cudaError_t event_destroy(cudaEvent_t ev)
 {
 	if (!ev)
 		return emu_fail(cudaErrorInvalidResourceHandle);
@@ -154,7 +154,7 @@ static cudaError_t run_wait(void *arg)
 	return e;
 }
 
-cudaError_t emu_event_record(cudaEvent_t ev, cudaStream_t s)
+static cudaError_t event_record(cudaEvent_t ev, cudaStream_t s)
 {
 	if (!ev)
 		return emu_fail(cudaErrorInvalidResourceHandle);
@@ -167,7 +167,7 @@ cudaError_t emu_event_record(cudaEvent_t ev, cudaStream_t s)
 	return e;
 }
 
-cudaError_t emu_stream_wait_event(cudaStream_t s, cudaEvent_t ev)
+static cudaError_t stream_wait_event(cudaStream_t s, cudaEvent_t ev)
 {
 	if (!ev)
 		return emu_fail(cudaErrorInvalidResourceHandle);
@@ -183,7 +183,7 @@ cudaError_t emu_stream_wait_event(cudaStream_t s, cudaEvent_t ev)
 
 /* ---- IPC ---------------------------------------------------------------------------- */
 
-cudaError_t emu_event_ipc_handle(cudaIpcEventHandle_t *out, cudaEvent_t ev)
+static cudaError_t event_ipc_handle(cudaIpcEventHandle_t *out, cudaEvent_t ev)
 {
 	if (!ev || ev->fd < 0)
 		return emu_fail(cudaErrorInvalidResourceHandle);
@@ -226,27 +226,27 @@ static cudaError_t open_event(cudaEvent_t *out, const void *handle)
 
 EMU_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags)
 {
-	return emu_event_create(ev, flags);
+	return event_create(ev, flags);
 }
 
 EMU_API cudaError_t cudaEventCreate(cudaEvent_t *ev)
 {
-	return emu_event_create(ev, cudaEventDefault);
+	return event_create(ev, cudaEventDefault);
 }
 
 EMU_API cudaError_t cudaEventDestroy(cudaEvent_t ev)
 {
-	return emu_event_destroy(ev);
+	return event_destroy(ev);
 }
 
 EMU_API cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s)
 {
-	return emu_event_record(ev, s);
+	return event_record(ev, s);
 }
 
 EMU_API cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t ev, unsigned flags)
 {
-	return emu_stream_wait_event(s, ev);
+	return stream_wait_event(s, ev);
 }
 
 EMU_API cudaError_t cudaEventQuery(cudaEvent_t ev)
@@ -265,7 +265,7 @@ EMU_API cudaError_t cudaEventSynchronize(cudaEvent_t ev)
 
 EMU_API cudaError_t cudaIpcGetEventHandle(cudaIpcEventHandle_t *h, cudaEvent_t ev)
 {
-	return emu_event_ipc_handle(h, ev);
+	return event_ipc_handle(h, ev);
 }
 
 EMU_API cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t h)
@@ -276,25 +276,25 @@ EMU_API cudaError_t cudaIpcOpenEventHandle(cudaEvent_t *ev, cudaIpcEventHandle_t
 EMU_API CUresult cuEventCreate(CUevent *ev, unsigned flags)
 {
 	/* CU_EVENT_DISABLE_TIMING and CU_EVENT_INTERPROCESS have the runtime's values. */
-	return emu_cu_result(emu_event_create(ev, flags));
+	return emu_cu_result(event_create(ev, flags));
 }
 
 EMU_API CUresult cuEventDestroy(CUevent ev)
 {
-	return emu_cu_result(emu_event_destroy(ev));
+	return emu_cu_result(event_destroy(ev));
 }
 
 EMU_API CUresult cuEventRecord(CUevent ev, CUstream s)
 {
-	return emu_cu_result(emu_event_record(ev, s));
+	return emu_cu_result(event_record(ev, s));
 }
 
 EMU_API CUresult cuStreamWaitEvent(CUstream s, CUevent ev, unsigned flags)
 {
-	return emu_cu_result(emu_stream_wait_event(s, ev));
+	return emu_cu_result(stream_wait_event(s, ev));
 }
 
 EMU_API CUresult cuIpcGetEventHandle(CUipcEventHandle *h, CUevent ev)
 {
-	return emu_cu_result(emu_event_ipc_handle((cudaIpcEventHandle_t *)(void *)h, ev));
+	return emu_cu_result(event_ipc_handle((cudaIpcEventHandle_t *)(void *)h, ev));
 }

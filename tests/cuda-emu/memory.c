@@ -17,9 +17,18 @@
 
 #define MEM_MAGIC "GSEMUMEM"
 
+enum mem_kind { MEM_DEVICE, MEM_IMPORTED, MEM_HOST };
+
+struct range {
+	void *base;
+	size_t size;
+	int device;
+	enum mem_kind kind;
+};
+
 struct alloc {
 	struct alloc *next;
-	struct emu_range r;
+	struct range r;
 	int fd; /* own device memory: kept open, for the handle */
 	uint64_t ino;
 };
@@ -52,7 +61,7 @@ static void add(struct alloc *a)
 }
 
 /* Unlinks the allocation starting at p of one of the kinds; NULL if none. */
-static struct alloc *take(const void *p, enum emu_mem_kind kind)
+static struct alloc *take(const void *p, enum mem_kind kind)
 {
 	pthread_mutex_lock(&lock);
 	struct alloc *a = NULL;
@@ -78,7 +87,8 @@ static struct alloc *find_locked(const void *p)
 	return NULL;
 }
 
-bool emu_mem_find(const void *p, struct emu_range *out)
+/* The allocation that holds p; false if none does. */
+static bool mem_find(const void *p, struct range *out)
 {
 	pthread_mutex_lock(&lock);
 	struct alloc *a = find_locked(p);
@@ -109,7 +119,7 @@ EMU_API cudaError_t cudaMalloc(void **p, size_t size)
 		free(a);
 		return emu_fail(cudaErrorMemoryAllocation);
 	}
-	a->r = (struct emu_range){ m, size, emu_current_device(), EMU_MEM_DEVICE };
+	a->r = (struct range){ m, size, emu_current_device(), MEM_DEVICE };
 	a->fd = fd;
 	a->ino = (uint64_t)st.st_ino;
 	add(a);
@@ -121,7 +131,7 @@ EMU_API cudaError_t cudaFree(void *p)
 {
 	if (!p)
 		return cudaSuccess;
-	struct alloc *a = take(p, EMU_MEM_DEVICE);
+	struct alloc *a = take(p, MEM_DEVICE);
 	if (!a)
 		return emu_fail(cudaErrorInvalidValue);
 	munmap(a->r.base, mapped_size(a->r.size));
@@ -140,7 +150,7 @@ EMU_API cudaError_t cudaHostAlloc(void **p, size_t size, unsigned flags)
 		free(a);
 		return emu_fail(size ? cudaErrorMemoryAllocation : cudaErrorInvalidValue);
 	}
-	a->r = (struct emu_range){ m, size, emu_current_device(), EMU_MEM_HOST };
+	a->r = (struct range){ m, size, emu_current_device(), MEM_HOST };
 	a->fd = -1;
 	add(a);
 	*p = m;
@@ -156,7 +166,7 @@ EMU_API cudaError_t cudaFreeHost(void *p)
 {
 	if (!p)
 		return cudaSuccess;
-	struct alloc *a = take(p, EMU_MEM_HOST);
+	struct alloc *a = take(p, MEM_HOST);
 	if (!a)
 		return emu_fail(cudaErrorInvalidValue);
 	munmap(a->r.base, mapped_size(a->r.size));
@@ -171,7 +181,7 @@ static cudaError_t mem_handle(struct mem_handle *h, const void *p)
 	memset(h, 0, sizeof(*h));
 	pthread_mutex_lock(&lock);
 	struct alloc *a = find_locked(p);
-	bool ok = a && a->r.kind == EMU_MEM_DEVICE;
+	bool ok = a && a->r.kind == MEM_DEVICE;
 	if (ok) {
 		memcpy(h->magic, MEM_MAGIC, 8);
 		h->pid = (int32_t)getpid();
@@ -212,7 +222,7 @@ EMU_API cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, un
 			munmap(m, mapped_size(h.size));
 		return emu_fail(cudaErrorMapBufferObjectFailed);
 	}
-	a->r = (struct emu_range){ m, h.size, h.device, EMU_MEM_IMPORTED };
+	a->r = (struct range){ m, h.size, h.device, MEM_IMPORTED };
 	a->fd = -1;
 	a->ino = h.ino;
 	add(a);
@@ -222,7 +232,7 @@ EMU_API cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, un
 
 EMU_API cudaError_t cudaIpcCloseMemHandle(void *p)
 {
-	struct alloc *a = take(p, EMU_MEM_IMPORTED);
+	struct alloc *a = take(p, MEM_IMPORTED);
 	if (!a)
 		return emu_fail(cudaErrorInvalidValue);
 	munmap(a->r.base, mapped_size(a->r.size));
@@ -240,8 +250,8 @@ EMU_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p)
 
 EMU_API CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
-	struct emu_range r;
-	if (!emu_mem_find((const void *)(uintptr_t)p, &r) || r.kind == EMU_MEM_HOST)
+	struct range r;
+	if (!mem_find((const void *)(uintptr_t)p, &r) || r.kind == MEM_HOST)
 		return CUDA_ERROR_NOT_FOUND;
 	if (base)
 		*base = (CUdeviceptr)(uintptr_t)r.base;
@@ -252,22 +262,22 @@ EMU_API CUresult cuMemGetAddressRange(CUdeviceptr *base, size_t *size, CUdevicep
 
 EMU_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
 {
-	struct emu_range r;
-	if (!emu_mem_find((const void *)(uintptr_t)p, &r))
+	struct range r;
+	if (!mem_find((const void *)(uintptr_t)p, &r))
 		return CUDA_ERROR_INVALID_VALUE;
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
 		*(CUcontext *)data = emu_context(r.device);
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-		*(unsigned *)data = r.kind == EMU_MEM_HOST ? CU_MEMORYTYPE_HOST
+		*(unsigned *)data = r.kind == MEM_HOST ? CU_MEMORYTYPE_HOST
 							  : CU_MEMORYTYPE_DEVICE;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
 		*(int *)data = r.device;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-		*(int *)data = r.kind == EMU_MEM_DEVICE;
+		*(int *)data = r.kind == MEM_DEVICE;
 		return CUDA_SUCCESS;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;

@@ -7,7 +7,8 @@
  * failure sets the communicator's async error (ncclRemoteError when the
  * root says a peer failed, ncclSystemError when the root is gone) and
  * ncclGetLastError names it; ncclCommAbort shuts the connection down, so
- * a stream blocked in a collective goes on at once.
+ * a stream blocked in a collective goes on at once. NCCL_DEBUG=WARN logs
+ * failures to stderr, NCCL_DEBUG=INFO each all-reduce as it starts.
  */
 #include <arpa/inet.h>
 #include <limits.h>
@@ -17,13 +18,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#pragma GCC diagnostic push
+/* nccl.h declares ncclGroupStart() and others without (void), which is no
+ * prototype: its definitions here would warn. */
 #pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#pragma GCC diagnostic ignored "-Wmissing-prototypes"
 #include <nccl.h>
-#pragma GCC diagnostic pop
 
 #include "emu.h"
 #include "nccl_wire.h"
@@ -57,6 +60,15 @@ static void unref(ncclComm_t c)
 }
 
 /* Keeps the first error: later ones are its consequences. */
+/* NCCL_DEBUG, as NCCL reads it: WARN logs failures, INFO each all-reduce too. */
+static int debug_level(void)
+{
+	const char *v = getenv("NCCL_DEBUG");
+	if (!v)
+		return 0;
+	return !strcasecmp(v, "INFO") || !strcasecmp(v, "TRACE") ? 2 : !strcasecmp(v, "WARN");
+}
+
 __attribute__((format(printf, 3, 4)))
 static void set_error(ncclComm_t c, ncclResult_t res, const char *fmt, ...)
 {
@@ -68,7 +80,7 @@ static void set_error(ncclComm_t c, ncclResult_t res, const char *fmt, ...)
 		vsnprintf(c->last_error, sizeof(c->last_error), fmt, ap);
 		va_end(ap);
 		atomic_store(&c->async, res);
-		if (getenv("NCCL_DEBUG")) /* as NCCL_DEBUG=WARN shows NCCL's own */
+		if (debug_level() >= 1)
 			fprintf(stderr, "NCCL WARN (CUDA emulation) rank %d of %d: %s\n", c->rank,
 				c->nranks, c->last_error);
 	}
@@ -238,6 +250,9 @@ static void exchange(const struct allreduce *a)
 static cudaError_t run_allreduce(void *arg)
 {
 	struct allreduce *a = arg;
+	if (debug_level() >= 2)
+		fprintf(stderr, "NCCL INFO (CUDA emulation) rank %d of %d: all-reduce %u, %zu elements\n",
+			a->c->rank, a->c->nranks, a->seq, a->count);
 	if (!atomic_load(&a->c->aborted) && atomic_load(&a->c->async) == ncclSuccess)
 		exchange(a);
 	unref(a->c);

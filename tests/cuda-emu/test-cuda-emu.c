@@ -147,55 +147,80 @@ static void trainer_killed_after_registering(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* Sends the first frame of a registration (the events and one allocation
- * with a tensor in it, `last` unset) as a trainer of local rank 1 would,
- * with real handles of this process's emulated GPU memory, and hangs up. */
+/* A raw trainer of local rank 1 holding real handles of this process's
+ * emulated GPU memory: one allocation of 1 MiB and the two events. */
+struct raw_trainer {
+	void *mem;
+	cudaEvent_t ready, done;
+	cudaIpcMemHandle_t mh;
+	cudaIpcEventHandle_t rh, dh;
+	char pci[32];
+};
+
+static void raw_trainer_make(struct raw_trainer *t)
+{
+	unsigned flags = cudaEventInterprocess | cudaEventDisableTiming;
+	assert_int_equal(cudaSetDevice(1), cudaSuccess);
+	assert_int_equal(cudaMalloc(&t->mem, 1 << 20), cudaSuccess);
+	assert_int_equal(cudaEventCreateWithFlags(&t->ready, flags), cudaSuccess);
+	assert_int_equal(cudaEventCreateWithFlags(&t->done, flags), cudaSuccess);
+	assert_int_equal(cudaIpcGetMemHandle(&t->mh, t->mem), cudaSuccess);
+	assert_int_equal(cudaIpcGetEventHandle(&t->rh, t->ready), cudaSuccess);
+	assert_int_equal(cudaIpcGetEventHandle(&t->dh, t->done), cudaSuccess);
+	assert_int_equal(cudaDeviceGetPCIBusId(t->pci, sizeof(t->pci), 1), cudaSuccess);
+}
+
+static void raw_trainer_free(struct raw_trainer *t)
+{
+	cudaFree(t->mem);
+	cudaEventDestroy(t->ready);
+	cudaEventDestroy(t->done);
+}
+
+/* Connects and sends the first frame of a registration, `last` unset: the
+ * events, then the allocation (claimed to have `size` bytes) with one
+ * tensor in it. Returns the socket. */
+static int raw_trainer_register(const struct raw_trainer *t, const struct gs_test_daemon *d,
+				uint64_t size)
+{
+	Gradsync__Buffer events = GRADSYNC__BUFFER__INIT, alloc = GRADSYNC__BUFFER__INIT;
+	events.device = alloc.device = 1;
+	events.pci_bus_id = alloc.pci_bus_id = (char *)t->pci;
+	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(t->rh), (uint8_t *)&t->rh };
+	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(t->dh), (uint8_t *)&t->dh };
+	alloc.size = size;
+	alloc.cuda_ipc_handle = (ProtobufCBinaryData){ sizeof(t->mh), (uint8_t *)&t->mh };
+	Gradsync__Buffer *bufs[] = { &events, &alloc };
+	Gradsync__TensorSpec spec = GRADSYNC__TENSOR_SPEC__INIT, *sp = &spec;
+	spec.name = "fc.weight";
+	spec.count = 1000;
+	spec.dtype = GRADSYNC__DTYPE__DTYPE_FLOAT32;
+	spec.buffer = 1;
+	Gradsync__RegisterTensors r = GRADSYNC__REGISTER_TENSORS__INIT;
+	r.n_buffers = 2;
+	r.buffers = bufs;
+	r.n_tensors = 1;
+	r.tensors = &sp;
+	r.last = false;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
+	m.register_tensors = &r;
+	int sock = raw_connect(d->socket);
+	raw_hello(sock, 1);
+	raw_send(sock, &m, NULL, 0);
+	return sock;
+}
+
+/* A trainer that hangs up after the first frame of its registration. */
 static void trainer_gone_mid_registration(void **state)
 {
 	(void)state;
 	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, args);
-	void *mem;
-	cudaEvent_t ready, done;
-	cudaIpcMemHandle_t mh;
-	cudaIpcEventHandle_t rh, dh;
-	char pci[32];
-	assert_int_equal(cudaSetDevice(1), cudaSuccess);
-	assert_int_equal(cudaMalloc(&mem, 1 << 20), cudaSuccess);
-	assert_int_equal(cudaEventCreateWithFlags(&ready, cudaEventInterprocess | cudaEventDisableTiming), cudaSuccess);
-	assert_int_equal(cudaEventCreateWithFlags(&done, cudaEventInterprocess | cudaEventDisableTiming), cudaSuccess);
-	assert_int_equal(cudaIpcGetMemHandle(&mh, mem), cudaSuccess);
-	assert_int_equal(cudaIpcGetEventHandle(&rh, ready), cudaSuccess);
-	assert_int_equal(cudaIpcGetEventHandle(&dh, done), cudaSuccess);
-	assert_int_equal(cudaDeviceGetPCIBusId(pci, sizeof(pci), 1), cudaSuccess);
-
-	Gradsync__Buffer events = GRADSYNC__BUFFER__INIT, alloc = GRADSYNC__BUFFER__INIT;
-	events.device = alloc.device = 1;
-	events.pci_bus_id = alloc.pci_bus_id = pci;
-	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(rh), (uint8_t *)&rh };
-	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(dh), (uint8_t *)&dh };
-	alloc.size = 1 << 20;
-	alloc.cuda_ipc_handle = (ProtobufCBinaryData){ sizeof(mh), (uint8_t *)&mh };
-	Gradsync__Buffer *bufs[] = { &events, &alloc };
-	Gradsync__TensorSpec t = GRADSYNC__TENSOR_SPEC__INIT, *tp = &t;
-	t.name = "fc.weight";
-	t.count = 1000;
-	t.dtype = GRADSYNC__DTYPE__DTYPE_FLOAT32;
-	t.buffer = 1;
-	Gradsync__RegisterTensors r = GRADSYNC__REGISTER_TENSORS__INIT;
-	r.n_buffers = 2;
-	r.buffers = bufs;
-	r.n_tensors = 1;
-	r.tensors = &tp;
-	r.last = false;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
-	m.register_tensors = &r;
-
-	int sock = raw_connect(d.socket);
-	raw_hello(sock, 1);
-	raw_send(sock, &m, NULL, 0);
+	struct raw_trainer t;
+	raw_trainer_make(&t);
+	int sock = raw_trainer_register(&t, &d, 1 << 20);
 	/* The daemon opens the handles as the frame comes... */
 	for (int i = 0; i < 1000 && mappings(d.pid, "mem", getpid()) == 0; i++)
 		usleep(10000);
@@ -205,9 +230,31 @@ static void trainer_gone_mid_registration(void **state)
 	close(sock);
 	expect_unmapped(&d, getpid());
 	serves_next(&d);
-	cudaFree(mem);
-	cudaEventDestroy(ready);
-	cudaEventDestroy(done);
+	raw_trainer_free(&t);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* Handles the daemon must refuse, with what the driver says: a freed
+ * allocation's, and an allocation smaller than the trainer claims. */
+static void bad_handles(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	struct raw_trainer t;
+	raw_trainer_make(&t);
+	int sock = raw_trainer_register(&t, &d, 2 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "the trainer says its allocation has 2097152 bytes, but the one its handle opens has 1048576");
+	close(sock);
+	assert_int_equal(cudaFree(t.mem), cudaSuccess);
+	t.mem = NULL;
+	sock = raw_trainer_register(&t, &d, 1 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "cannot open its CUDA IPC handle: mapping of buffer object failed");
+	close(sock);
+	expect_unmapped(&d, getpid());
+	raw_trainer_free(&t);
+	assert_true(harness_daemon_alive(&d));
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -242,6 +289,59 @@ static void two_nodes(void **state)
 		assert_int_equal(harness_daemon_stop(&d[n]), 0);
 }
 
+/* Node 1's daemon is killed while node 0's waits in the first all-reduce
+ * with it (node 1's trainer is 5 s late with its gradients): the emulated
+ * NCCL fails the collective on node 0 at once (its root sees rank 1's
+ * connection close), well within --peer-timeout. Node 0's step is aborted
+ * with every tensor either reduced or the trainer's own, and its daemon
+ * stays up. */
+static void node_lost_mid_allreduce(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	int port = harness_free_port();
+	struct gs_test_daemon d[2];
+	char args[2][3][64];
+	/* The daemons log each all-reduce of the emulated NCCL and its failures. */
+	setenv("NCCL_DEBUG", "INFO", 1);
+	for (unsigned n = 0; n < 2; n++) {
+		snprintf(args[n][0], 64, "--node-rank=%u", n);
+		snprintf(args[n][1], 64, "--coordinator=127.0.0.1:%d", port);
+		const char *a[] = { "--backend=cuda", "--local-size=1", "--nodes=2", args[n][0],
+				    args[n][1], "--gloo-host=127.0.0.1", "--join-timeout=30",
+				    "--peer-timeout=20", NULL };
+		harness_daemon_spawn(&d[n], a);
+	}
+	unsetenv("NCCL_DEBUG");
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	pid_t pids[2];
+	char logs[2][200];
+	const char *abort1[] = { "--expect-abort-at=1", NULL }, *stall1[] = { "--stall-at=1", NULL };
+	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
+	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "1", stall1, logs[1]);
+	harness_wait_for_text(d[0].log, "rank 0 of 2: all-reduce 1,", 30);
+	double t0 = harness_now_s();
+	kill(d[1].pid, SIGKILL);
+	int status = harness_wait(pids[0], 60000);
+	double took = harness_now_s() - t0;
+	kill(pids[1], SIGKILL);
+	harness_wait(pids[1], 10000);
+	if (status != 0 || !harness_file_contains(logs[0], "ABORTED step 1")) {
+		harness_dump(logs[0]);
+		harness_dump(d[0].log);
+		fail_msg("node 0's trainer did not see step 1 aborted (exit status %d)", status);
+	}
+	print_message("step 1 aborted %.1f s after node 1 was killed\n", took);
+	assert_true(took < 15);
+	/* The all-reduce itself failed, not only the step. */
+	harness_wait_for_text(d[0].log, "rank 1 closed its connection", 5);
+	assert_true(harness_daemon_alive(&d[0]));
+	harness_daemon_stop(&d[1]);
+	assert_int_equal(harness_daemon_stop(&d[0]), 0);
+}
+
 /* Each case's time, in the log: the suite is meant to stay short in CI. */
 static double started;
 
@@ -261,65 +361,6 @@ static int clock_print(void **state)
 
 #define TIMED(f) cmocka_unit_test_setup_teardown(f, clock_start, clock_print)
 
-/* Node 1's daemon is killed while node 0's waits in an all-reduce with
- * it (node 1's trainer is 5 s late with step 2's gradients): the emulated
- * NCCL fails the collective on node 0 at once (its root sees rank 1's
- * connection close), well within --peer-timeout. Node 0's step is aborted
- * with every tensor either reduced or the trainer's own, and its daemon
- * stays up. */
-static void node_lost_mid_allreduce(void **state)
-{
-	(void)state;
-	if (!harness_have_gloo())
-		skip();
-	int port = harness_free_port();
-	struct gs_test_daemon d[2];
-	char args[2][3][64];
-	setenv("NCCL_DEBUG", "WARN", 1); /* the daemons log the emulated NCCL's failures */
-	for (unsigned n = 0; n < 2; n++) {
-		snprintf(args[n][0], 64, "--node-rank=%u", n);
-		snprintf(args[n][1], 64, "--coordinator=127.0.0.1:%d", port);
-		const char *a[] = { "--backend=cuda", "--local-size=1", "--nodes=2", args[n][0],
-				    args[n][1], "--gloo-host=127.0.0.1", "--join-timeout=30",
-				    "--peer-timeout=20", NULL };
-		harness_daemon_spawn(&d[n], a);
-	}
-	for (unsigned n = 0; n < 2; n++)
-		harness_daemon_wait_ready(&d[n], 30000);
-	pid_t pids[2];
-	char logs[2][200];
-	const char *abort2[] = { "--expect-abort-at=2", NULL }, *stall2[] = { "--stall-at=2", NULL };
-	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "2", abort2, logs[0]);
-	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "2", stall2, logs[1]);
-	for (unsigned n = 0; n < 2; n++)
-		harness_wait_for_text(logs[n], "step 1 done", 30);
-	usleep(500000); /* node 0 is in step 2's first all-reduce, node 1 waits for gradients */
-	double t0 = harness_now_s();
-	kill(d[1].pid, SIGKILL);
-	int status = harness_wait(pids[0], 60000);
-	double took = harness_now_s() - t0;
-	kill(pids[1], SIGKILL);
-	harness_wait(pids[1], 10000);
-	if (status != 0 || !harness_file_contains(logs[0], "ABORTED step 2")) {
-		harness_dump(logs[0]);
-		harness_dump(d[0].log);
-		fail_msg("node 0's trainer did not see step 2 aborted (exit status %d)", status);
-	}
-	print_message("step 2 aborted %.1f s after node 1 was killed\n", took);
-	assert_true(took < 15);
-	/* The all-reduce itself failed, not only the step (NCCL_DEBUG). */
-	for (int i = 0; i < 500 && !harness_log_contains(&d[0], "rank 1 closed its connection"); i++)
-		usleep(10000);
-	if (!harness_log_contains(&d[0], "rank 1 closed its connection")) {
-		harness_dump(d[0].log);
-		fail_msg("node 0's all-reduce did not fail when rank 1's daemon died");
-	}
-	assert_true(harness_daemon_alive(&d[0]));
-	harness_daemon_stop(&d[1]);
-	assert_int_equal(harness_daemon_stop(&d[0]), 0);
-	unsetenv("NCCL_DEBUG");
-}
-
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -327,6 +368,7 @@ int main(void)
 		TIMED(sync_bf16_several_launches),
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
+		TIMED(bad_handles),
 		TIMED(two_nodes),
 		TIMED(node_lost_mid_allreduce),
 	};
