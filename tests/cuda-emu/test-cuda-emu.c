@@ -234,8 +234,8 @@ static void trainer_gone_mid_registration(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* Handles the daemon must refuse, with what the driver says: a freed
- * allocation's, and an allocation smaller than the trainer claims. */
+/* Handles the daemon must refuse, with what the driver says: an
+ * allocation smaller than the trainer claims, and a freed allocation's. */
 static void bad_handles(void **state)
 {
 	(void)state;
@@ -247,11 +247,16 @@ static void bad_handles(void **state)
 	int sock = raw_trainer_register(&t, &d, 2 << 20);
 	raw_expect_error(sock, GS_EBUFFER, "the trainer says its allocation has 2097152 bytes, but the one its handle opens has 1048576");
 	close(sock);
+	/* Freed, and its descriptor number most likely taken by the next
+	 * allocation: the handle must not open that one. */
+	void *next;
 	assert_int_equal(cudaFree(t.mem), cudaSuccess);
+	assert_int_equal(cudaMalloc(&next, 1 << 20), cudaSuccess);
 	t.mem = NULL;
 	sock = raw_trainer_register(&t, &d, 1 << 20);
 	raw_expect_error(sock, GS_EBUFFER, "cannot open its CUDA IPC handle: mapping of buffer object failed");
 	close(sock);
+	cudaFree(next);
 	expect_unmapped(&d, getpid());
 	raw_trainer_free(&t);
 	assert_true(harness_daemon_alive(&d));
