@@ -75,14 +75,18 @@ static void sync_fp16(void **state)
 }
 
 /* Buckets of up to 2M elements (--threshold's default) through a fusion
- * buffer of 256K: several launches per bucket. */
+ * buffer of 256K: several launches per bucket. Each emulated kernel takes
+ * 3 ms longer, so that whatever the daemon read before its stream got
+ * there would be stale. */
 static void sync_bf16_several_launches(void **state)
 {
 	(void)state;
 	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=bf16",
 			       "--fusion-buffer=262144", NULL };
 	const char *targs[] = { "--clip-step=1", NULL };
+	setenv("GS_CUDA_EMU_KERNEL_DELAY_MS", "3", 1);
 	sync_case(args, "1", targs);
+	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
 }
 
 /* ---- Trainers that go away ---------------------------------------------------- */
