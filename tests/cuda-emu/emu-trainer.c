@@ -57,6 +57,7 @@ struct options {
 	unsigned rank;        /* local rank, and the emulated GPU */
 	unsigned global_rank; /* whose inputs these are */
 	unsigned steps, clip_step;
+	unsigned first_step;  /* the number (and inputs) of the first step run */
 	unsigned delay_ms;
 	unsigned abort_step; /* must be aborted (a peer is lost in it); 0: none */
 	unsigned stall_step; /* its gradients come 5 s late; 0: none */
@@ -88,9 +89,10 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "expect-abort-at", required_argument, NULL, 'a' },
 		{ "stall-at", required_argument, NULL, 'S' },
 		{ "hold", no_argument, NULL, 'h' },
+		{ "first-step", required_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 50, 0, 0, false };
+	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 1, 50, 0, 0, false };
 	bool global = false;
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -105,8 +107,9 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'a': o->abort_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'S': o->stall_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'h': o->hold = true; break;
+		case 'f': o->first_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		default:
-			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--hold]\n");
+			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--hold]\n");
 			exit(2);
 		}
 	}
@@ -361,6 +364,7 @@ static uint64_t check_aborted(struct trainer *t, const struct step_ref *p)
 	}
 	printf("ABORTED step %u as expected: %s; %zu of %zu tensors reduced, the others hold their own gradients\n",
 	       p->step, gs_last_error(t->c), reduced, t->l.n);
+	fflush(stdout);
 	return 0;
 }
 
@@ -380,7 +384,7 @@ static int run(struct trainer *t)
 		.postscale = (float)(t->info.op == GS_OP_AVERAGE ? pre / world : pre),
 	};
 	uint64_t bad = 0, clipped = 0, nonfinite = 0;
-	for (unsigned s = 1; s <= t->o.steps; s++) {
+	for (unsigned s = t->o.first_step; s < t->o.first_step + t->o.steps; s++) {
 		for (uint64_t i = 0; i < t->total; i++)
 			t->in[i] = input(t->o.global_rank, s, i);
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
@@ -392,8 +396,11 @@ static int run(struct trainer *t)
 		int r = collect(t, &res);
 		p.step = s;
 		p.clip = so.clipping;
-		if (r == GS_EABORTED && s == t->o.abort_step)
-			return (int)check_aborted(t, &p);
+		if (r == GS_EABORTED && s == t->o.abort_step) {
+			if (check_aborted(t, &p))
+				return 1;
+			continue; /* the next step must be right again */
+		}
 		if (r != GS_OK || s == t->o.abort_step) {
 			fprintf(stderr, "emu-trainer: step %u: %s\n", s,
 				r != GS_OK ? gs_last_error(t->c) : "completed, but was to be aborted");

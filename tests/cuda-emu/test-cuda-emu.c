@@ -5,8 +5,12 @@
  * through libgradsync and check every element of every step against their
  * own reference. Also: a trainer that dies holding handles, or in the
  * middle of its registration, leaves no mapping behind in the daemon,
- * which serves the next trainers; and two daemons, one emulated GPU each,
- * that share node 0's NCCL unique id through the rendezvous.
+ * which serves the next trainers; a trainer whose GPU work is late past
+ * --peer-timeout aborts the step, and the communicators are made again for
+ * the next; two daemons, one emulated GPU each, that share node 0's NCCL
+ * unique id through the rendezvous; a node lost in an all-reduce, or
+ * between two launches of a staged bucket; a node (node 0 too) lost and
+ * back, with new communicators.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -269,6 +273,22 @@ static void bad_handles(void **state)
 
 /* ---- Two nodes ------------------------------------------------------------------------------ */
 
+/* Node `rank` of two, one emulated GPU, on the rendezvous at port; extra
+ * arguments (NULL ended) after the usual ones. Does not wait for it. */
+static void spawn_node(struct gs_test_daemon *d, unsigned rank, int port,
+		       const char *const *extra)
+{
+	char r[32], c[64];
+	snprintf(r, sizeof(r), "--node-rank=%u", rank);
+	snprintf(c, sizeof(c), "--coordinator=127.0.0.1:%d", port);
+	const char *a[16] = { "--backend=cuda", "--local-size=1", "--nodes=2", r, c,
+			      "--gloo-host=127.0.0.1", "--join-timeout=30" };
+	size_t n = 7;
+	for (size_t i = 0; extra && extra[i] && n < 15; i++)
+		a[n++] = extra[i];
+	harness_daemon_spawn(d, a);
+}
+
 /* Two daemons with one emulated GPU and one trainer each: node 0 makes
  * the NCCL unique id, the rendezvous hands it to node 1, the NCCL root
  * sums across the two processes. */
@@ -279,14 +299,8 @@ static void two_nodes(void **state)
 		skip();
 	int port = harness_free_port();
 	struct gs_test_daemon d[2];
-	char args[2][3][64];
-	for (unsigned n = 0; n < 2; n++) {
-		snprintf(args[n][0], 64, "--node-rank=%u", n);
-		snprintf(args[n][1], 64, "--coordinator=127.0.0.1:%d", port);
-		const char *a[] = { "--backend=cuda", "--local-size=1", "--nodes=2", args[n][0],
-				    args[n][1], "--gloo-host=127.0.0.1", "--join-timeout=30", NULL };
-		harness_daemon_spawn(&d[n], a);
-	}
+	for (unsigned n = 0; n < 2; n++)
+		spawn_node(&d[n], n, port, NULL);
 	for (unsigned n = 0; n < 2; n++)
 		harness_daemon_wait_ready(&d[n], 30000);
 	pid_t pids[2];
@@ -296,6 +310,21 @@ static void two_nodes(void **state)
 	expect_pass(pids, logs, 2);
 	for (unsigned n = 0; n < 2; n++)
 		assert_int_equal(harness_daemon_stop(&d[n]), 0);
+}
+
+/* The trainer exits 0 having seen step `step` aborted as it expected. */
+static void expect_aborted(pid_t pid, const char *log, const struct gs_test_daemon *d,
+			   unsigned step)
+{
+	char want[64];
+	snprintf(want, sizeof(want), "ABORTED step %u as expected", step);
+	int status = harness_wait(pid, 60000);
+	if (status != 0 || !harness_file_contains(log, want) || !harness_file_contains(log, "PASS")) {
+		harness_dump(log);
+		harness_dump(d->log);
+		fail_msg("the trainer did not see step %u aborted and the rest right (exit status %d)",
+			 step, status);
+	}
 }
 
 /* Node 1's daemon is killed while node 0's waits in the first all-reduce
@@ -311,17 +340,11 @@ static void node_lost_mid_allreduce(void **state)
 		skip();
 	int port = harness_free_port();
 	struct gs_test_daemon d[2];
-	char args[2][3][64];
+	const char *extra[] = { "--peer-timeout=20", NULL };
 	/* The daemons log each all-reduce of the emulated NCCL and its failures. */
 	setenv("NCCL_DEBUG", "INFO", 1);
-	for (unsigned n = 0; n < 2; n++) {
-		snprintf(args[n][0], 64, "--node-rank=%u", n);
-		snprintf(args[n][1], 64, "--coordinator=127.0.0.1:%d", port);
-		const char *a[] = { "--backend=cuda", "--local-size=1", "--nodes=2", args[n][0],
-				    args[n][1], "--gloo-host=127.0.0.1", "--join-timeout=30",
-				    "--peer-timeout=20", NULL };
-		harness_daemon_spawn(&d[n], a);
-	}
+	for (unsigned n = 0; n < 2; n++)
+		spawn_node(&d[n], n, port, extra);
 	unsetenv("NCCL_DEBUG");
 	for (unsigned n = 0; n < 2; n++)
 		harness_daemon_wait_ready(&d[n], 30000);
@@ -333,15 +356,10 @@ static void node_lost_mid_allreduce(void **state)
 	harness_wait_for_text(d[0].log, "rank 0 of 2: all-reduce 1,", 30);
 	double t0 = harness_now_s();
 	kill(d[1].pid, SIGKILL);
-	int status = harness_wait(pids[0], 60000);
+	expect_aborted(pids[0], logs[0], &d[0], 1);
 	double took = harness_now_s() - t0;
 	kill(pids[1], SIGKILL);
 	harness_wait(pids[1], 10000);
-	if (status != 0 || !harness_file_contains(logs[0], "ABORTED step 1")) {
-		harness_dump(logs[0]);
-		harness_dump(d[0].log);
-		fail_msg("node 0's trainer did not see step 1 aborted (exit status %d)", status);
-	}
 	print_message("step 1 aborted %.1f s after node 1 was killed\n", took);
 	assert_true(took < 15);
 	/* The all-reduce itself failed, not only the step. */
@@ -349,6 +367,122 @@ static void node_lost_mid_allreduce(void **state)
 	assert_true(harness_daemon_alive(&d[0]));
 	harness_daemon_stop(&d[1]);
 	assert_int_equal(harness_daemon_stop(&d[0]), 0);
+}
+
+/* Node 1's daemon is killed between two launches of a bucket larger than
+ * the fusion buffer: node 1's kernels take 200 ms each, and node 0 is seen
+ * in the bucket's second all-reduce, so the first is through. Node 0's
+ * trainer gets the step aborted with every tensor either reduced or its
+ * own gradient: the bucket's launches were all-reduced in the staging
+ * buffer and none was unpacked. Without the staging, fc.weight, cut across
+ * the bucket's launches, would hold the result in its first launch's part
+ * only. */
+static void node_lost_between_launches(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	int port = harness_free_port();
+	struct gs_test_daemon d[2];
+	const char *extra[] = { "--fusion-buffer=262144", "--peer-timeout=20", NULL };
+	setenv("NCCL_DEBUG", "INFO", 1);
+	spawn_node(&d[0], 0, port, extra);
+	setenv("GS_CUDA_EMU_KERNEL_DELAY_MS", "200", 1);
+	spawn_node(&d[1], 1, port, extra);
+	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
+	unsetenv("NCCL_DEBUG");
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	pid_t pids[2];
+	char logs[2][200];
+	const char *abort1[] = { "--expect-abort-at=1", NULL };
+	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
+	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "1", NULL, logs[1]);
+	harness_wait_for_text(d[0].log, "rank 0 of 2: all-reduce 2,", 60);
+	kill(d[1].pid, SIGKILL);
+	kill(pids[1], SIGKILL);
+	expect_aborted(pids[0], logs[0], &d[0], 1);
+	assert_true(harness_log_contains(&d[0], "stages buckets larger than the fusion buffer"));
+	harness_wait(pids[1], 10000);
+	harness_daemon_stop(&d[1]);
+	assert_int_equal(harness_daemon_stop(&d[0]), 0);
+}
+
+/* Node `lost`'s daemon and trainer are killed in step 2, while the other
+ * node's trainer waits for them (the lost one's gradients are 5 s late);
+ * the other's step 2 is aborted, a new daemon of that rank is started and
+ * its new trainer runs step 3, which must be right on both nodes: the NCCL
+ * communicators were made again, with the new group's unique id (made by
+ * a new node 0 when node 0 was the one lost). */
+static void node_killed_and_back(unsigned lost)
+{
+	if (!harness_have_gloo())
+		skip();
+	unsigned other = 1 - lost;
+	int port = harness_free_port();
+	struct gs_test_daemon d[2], back;
+	const char *extra[] = { "--peer-timeout=20", NULL };
+	for (unsigned n = 0; n < 2; n++)
+		spawn_node(&d[n], n, port, extra);
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	pid_t pids[2], again;
+	char logs[2][200], log_again[200];
+	const char *abort2[] = { "--expect-abort-at=2", NULL }, *stall2[] = { "--stall-at=2", NULL };
+	pids[other] = trainer(d[other].socket, d[other].dir, 0, other, "3", abort2, logs[other]);
+	pids[lost] = trainer(d[lost].socket, d[lost].dir, 0, lost, "3", stall2, logs[lost]);
+	harness_wait_for_text(logs[lost], "step 1 done", 60);
+	harness_wait_for_text(logs[other], "step 1 done", 60);
+	usleep(500000); /* both in step 2, the lost one's gradients on their way */
+	kill(d[lost].pid, SIGKILL);
+	kill(pids[lost], SIGKILL);
+	harness_wait(pids[lost], 10000);
+	harness_daemon_stop(&d[lost]);
+	harness_wait_for_text(logs[other], "ABORTED step 2 as expected", 30);
+
+	spawn_node(&back, lost, port, extra);
+	harness_daemon_wait_ready(&back, 30000);
+	const char *step3[] = { "--first-step=3", NULL };
+	again = trainer(back.socket, back.dir, 0, lost, "1", step3, log_again);
+	expect_aborted(pids[other], logs[other], &d[other], 2);
+	expect_pass(&again, &log_again, 1);
+	assert_int_equal(harness_daemon_stop(&back), 0);
+	assert_int_equal(harness_daemon_stop(&d[other]), 0);
+}
+
+static void peer_killed_and_back(void **state)
+{
+	(void)state;
+	node_killed_and_back(1);
+}
+
+static void coordinator_killed_and_back(void **state)
+{
+	(void)state;
+	node_killed_and_back(0);
+}
+
+/* One node: local rank 0's gradients are 5 s late, past --peer-timeout
+ * (3 s), so step 1 is aborted on both trainers with the reason and the
+ * communicators aborted; step 2 must be right, on communicators made
+ * again at its first bucket, without restarting gradsyncd. */
+static void not_ready_then_communicators_again(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", "--peer-timeout=3", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	pid_t pids[2];
+	char logs[2][200];
+	const char *late[] = { "--expect-abort-at=1", "--stall-at=1", NULL };
+	const char *abort1[] = { "--expect-abort-at=1", NULL };
+	pids[0] = trainer(d.socket, d.dir, 0, 0, "2", late, logs[0]);
+	pids[1] = trainer(d.socket, d.dir, 1, 1, "2", abort1, logs[1]);
+	for (unsigned r = 0; r < 2; r++)
+		expect_aborted(pids[r], logs[r], &d, 1);
+	assert_true(harness_file_contains(logs[1], "local rank 0's gradients were not ready on its GPU within 3 s"));
+	assert_true(harness_log_contains(&d, "rebuilding the NCCL communicators aborted after"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
 /* Each case's time, in the log: the suite is meant to stay short in CI. */
@@ -378,8 +512,12 @@ int main(void)
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),
+		TIMED(not_ready_then_communicators_again),
 		TIMED(two_nodes),
 		TIMED(node_lost_mid_allreduce),
+		TIMED(node_lost_between_launches),
+		TIMED(peer_killed_and_back),
+		TIMED(coordinator_killed_and_back),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
