@@ -431,9 +431,9 @@ static void node_killed_and_back(unsigned lost)
 	const char *abort2[] = { "--expect-abort-at=2", NULL }, *stall2[] = { "--stall-at=2", NULL };
 	pids[other] = trainer(d[other].socket, d[other].dir, 0, other, "3", abort2, logs[other]);
 	pids[lost] = trainer(d[lost].socket, d[lost].dir, 0, lost, "3", stall2, logs[lost]);
-	harness_wait_for_text(logs[lost], "step 1 done", 60);
-	harness_wait_for_text(logs[other], "step 1 done", 60);
-	usleep(500000); /* both in step 2, the lost one's gradients on their way */
+	/* Both in step 2, the lost one's gradients on their way. */
+	harness_wait_in_step(&d[other], 2);
+	harness_wait_in_step(&d[lost], 2);
 	kill(d[lost].pid, SIGKILL);
 	kill(pids[lost], SIGKILL);
 	harness_wait(pids[lost], 10000);

@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "frame.h"
+#include "gradsync.h"
 
 static const char *env_or_fail(const char *name)
 {
@@ -351,4 +352,27 @@ int make_memfd(size_t size, bool sealed)
 	if (sealed)
 		assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL), 0);
 	return fd;
+}
+
+void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step)
+{
+	double t0 = harness_now_s();
+	for (;;) {
+		gs_client *ctl;
+		struct gs_status *st;
+		bool there = false;
+		if (gs_control_connect(d->socket, 5000, &ctl) == GS_OK) {
+			if (gs_status_get(ctl, 5000, &st) == GS_OK) {
+				there = st->current_step == step &&
+					strcmp(st->job_state, "in step") == 0;
+				gs_status_free(st);
+			}
+			gs_close(ctl);
+		}
+		if (there)
+			return;
+		if (harness_now_s() - t0 > 120)
+			fail_msg("node never reached step %llu", (unsigned long long)step);
+		usleep(20000);
+	}
 }

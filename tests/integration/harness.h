@@ -52,6 +52,10 @@ double harness_now_s(void);
  * seconds it took. Dumps the file and fails the test past limit_s. */
 double harness_wait_for_text(const char *path, const char *text, double limit_s);
 
+/* Waits (up to 120 s) until the daemon's status says its job is in step
+ * `step`; fails the test past that. */
+void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step);
+
 /* Starts a program with argv (argv[0] is the path), output to log. */
 pid_t harness_spawn(const char *const *argv, const char *log);
 /* Waits for pid up to timeout_ms; kills it and fails the test past that.

@@ -336,30 +336,6 @@ static void wrong_world_size(void **state)
 
 /* ---- Failures across nodes ------------------------------------------------ */
 
-/* Waits until the daemon's job is in step `step`. */
-static void wait_in_step(const struct gs_test_daemon *d, uint64_t step)
-{
-	double t0 = harness_now_s();
-	for (;;) {
-		gs_client *ctl;
-		struct gs_status *st;
-		bool there = false;
-		if (gs_control_connect(d->socket, 5000, &ctl) == GS_OK) {
-			if (gs_status_get(ctl, 5000, &st) == GS_OK) {
-				there = st->current_step == step &&
-					strcmp(st->job_state, "in step") == 0;
-				gs_status_free(st);
-			}
-			gs_close(ctl);
-		}
-		if (there)
-			return;
-		if (harness_now_s() - t0 > 120)
-			fail_msg("node never reached step %llu", (unsigned long long)step);
-		usleep(20000);
-	}
-}
-
 static void expect_exit(pid_t pid, int status, const char *log)
 {
 	int got = harness_wait(pid, 120000);
@@ -423,7 +399,7 @@ static void peer_daemon_killed_and_back(void **state)
 	harness_wait_for_text(log1, "PAUSED in step 2", 120);
 	/* Node 0's trainer must be in step 2 too, so that the step is in
 	 * flight when the peer goes (a step begun after it waits instead). */
-	wait_in_step(&n[0].d, 2);
+	harness_wait_in_step(&n[0].d, 2);
 	kill(n[1].d.pid, SIGKILL);
 	kill(t1, SIGKILL);
 	double took = harness_wait_for_text(log0, "ABORTED step 2 as expected", 15);
@@ -453,7 +429,7 @@ static void kill_node0_in_step_2(struct node *n, unsigned nodes, pid_t t0, const
 {
 	harness_wait_for_text(log0, "PAUSED in step 2", 120);
 	for (unsigned r = 1; r < nodes; r++)
-		wait_in_step(&n[r].d, 2);
+		harness_wait_in_step(&n[r].d, 2);
 	kill(n[0].d.pid, SIGKILL);
 	kill(t0, SIGKILL);
 	harness_wait(n[0].d.pid, 5000);
