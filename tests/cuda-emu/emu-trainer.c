@@ -31,24 +31,8 @@
 
 #include "gradsync.h"
 #include "layout_file.h"
-
-#define CUDA(call)                                                                           \
-	do {                                                                                 \
-		cudaError_t e_ = (call);                                                     \
-		if (e_ != cudaSuccess) {                                                     \
-			fprintf(stderr, "emu-trainer: %s: %s\n", #call, cudaGetErrorString(e_)); \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
-#define GS(c, call)                                                                          \
-	do {                                                                                 \
-		int r_ = (call);                                                             \
-		if (r_ != GS_OK) {                                                           \
-			fprintf(stderr, "emu-trainer: %s: %s\n", #call, gs_last_error(c));   \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
+#define PROGRAM "emu-trainer"
+#include "check.h"
 
 #define CLIP 0.5f
 

@@ -19,26 +19,10 @@
 #pragma GCC diagnostic pop
 
 #include "common.h"
+#define PROGRAM "gpu-nccl-busbw"
+#include "check.h"
 
 #define MAX_GPUS 16
-
-#define CUDA(call)                                                                      \
-	do {                                                                            \
-		cudaError_t e_ = (call);                                                \
-		if (e_ != cudaSuccess) {                                                \
-			fprintf(stderr, "gpu-nccl-busbw: %s: %s\n", #call, cudaGetErrorString(e_)); \
-			exit(1);                                                        \
-		}                                                                       \
-	} while (0)
-
-#define NCCL(call)                                                                      \
-	do {                                                                            \
-		ncclResult_t r_ = (call);                                               \
-		if (r_ != ncclSuccess) {                                                \
-			fprintf(stderr, "gpu-nccl-busbw: %s: %s\n", #call, ncclGetErrorString(r_)); \
-			exit(1);                                                        \
-		}                                                                       \
-	} while (0)
 
 int main(int argc, char **argv)
 {
