@@ -42,6 +42,7 @@ struct options {
 	uint64_t first_step;      /* input step of the first step run */
 	uint64_t pause_at;        /* step to stop in, after pause_after marks */
 	uint64_t pause_after;
+	uint64_t pause_for;       /* seconds; 0: until killed */
 	uint64_t expect_abort_at; /* step the daemon must abort */
 	bool reconnect;           /* survive a daemon restart */
 };
@@ -116,6 +117,8 @@ static void usage(FILE *f)
 		"  --pause-at-step S --pause-after N\n"
 		"                    in step S mark only the first N tensors, print\n"
 		"                    'PAUSED', and wait to be killed\n"
+		"  --pause-for T     with --pause-at-step: wait T seconds instead, then\n"
+		"                    mark the rest (a trainer that is late, not dead)\n"
 		"  --expect-abort-at S\n"
 		"                    step S must be aborted by gradsyncd; then every\n"
 		"                    tensor must hold either the reduced result (checked\n"
@@ -168,7 +171,8 @@ static bool parse_clip(const char *s, float *clip)
 enum {
 	OPT_SOCKET = 256, OPT_LAYOUT, OPT_RANK, OPT_STEPS, OPT_SEED, OPT_CLIP,
 	OPT_PATTERN, OPT_EXACT, OPT_BATCH, OPT_BUCKET_EVENTS, OPT_QUIET,
-	OPT_FIRST_STEP, OPT_PAUSE_AT, OPT_PAUSE_AFTER, OPT_EXPECT_ABORT, OPT_RECONNECT,
+	OPT_FIRST_STEP, OPT_PAUSE_AT, OPT_PAUSE_AFTER, OPT_PAUSE_FOR, OPT_EXPECT_ABORT,
+	OPT_RECONNECT,
 };
 
 static bool parse_one(int opt, const char *arg, struct options *o)
@@ -201,6 +205,7 @@ static bool parse_one(int opt, const char *arg, struct options *o)
 	case OPT_FIRST_STEP: return parse_u64(arg, 1u << 30, &o->first_step) && o->first_step > 0;
 	case OPT_PAUSE_AT: return parse_u64(arg, 1u << 30, &o->pause_at);
 	case OPT_PAUSE_AFTER: return parse_u64(arg, UINT32_MAX, &o->pause_after);
+	case OPT_PAUSE_FOR: return parse_u64(arg, 3600, &o->pause_for);
 	case OPT_EXPECT_ABORT: return parse_u64(arg, 1u << 30, &o->expect_abort_at);
 	case OPT_RECONNECT: o->reconnect = true; return true;
 	}
@@ -225,6 +230,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "first-step", required_argument, NULL, OPT_FIRST_STEP },
 		{ "pause-at-step", required_argument, NULL, OPT_PAUSE_AT },
 		{ "pause-after", required_argument, NULL, OPT_PAUSE_AFTER },
+		{ "pause-for", required_argument, NULL, OPT_PAUSE_FOR },
 		{ "expect-abort-at", required_argument, NULL, OPT_EXPECT_ABORT },
 		{ "reconnect", no_argument, NULL, OPT_RECONNECT },
 		{ "help", no_argument, NULL, 'h' },
@@ -516,15 +522,11 @@ static void print_session(const struct trainer *tr)
 	       tr->o.exact ? ", exact" : "");
 }
 
-/* Marks every tensor ready, in batches, in backpropagation order; in the
- * step of a pause drill only the first pause_after, then waits forever. */
-static bool mark_all(const struct trainer *tr, uint64_t step, uint32_t *batch)
+/* Marks tensors [first, n) ready, in batches; false on an error. */
+static bool mark_range(const struct trainer *tr, size_t first, size_t n, uint32_t *batch)
 {
-	size_t k = 0, n = tr->n;
-	bool drill = tr->o.pause_at == step;
-	if (drill && tr->o.pause_after < n)
-		n = tr->o.pause_after;
-	for (size_t t = 0; t < n; t++) {
+	size_t k = 0;
+	for (size_t t = first; t < n; t++) {
 		batch[k++] = (uint32_t)t;
 		if (k < tr->o.batch && t + 1 < n)
 			continue;
@@ -535,13 +537,29 @@ static bool mark_all(const struct trainer *tr, uint64_t step, uint32_t *batch)
 			return gs_failed(tr, "gs_mark_ready", r);
 		k = 0;
 	}
-	if (drill) {
-		printf("PAUSED in step %" PRIu64 " after marking %zu of %zu tensors\n", step, n, tr->n);
-		fflush(stdout);
+	return true;
+}
+
+/* Marks every tensor ready, in batches, in backpropagation order; in the
+ * step of a pause drill only the first pause_after, then waits forever
+ * (or pause_for seconds, then marks the rest). */
+static bool mark_all(const struct trainer *tr, uint64_t step, uint32_t *batch)
+{
+	size_t n = tr->n;
+	bool drill = tr->o.pause_at == step;
+	if (drill && tr->o.pause_after < n)
+		n = tr->o.pause_after;
+	if (!mark_range(tr, 0, n, batch))
+		return false;
+	if (!drill)
+		return true;
+	printf("PAUSED in step %" PRIu64 " after marking %zu of %zu tensors\n", step, n, tr->n);
+	fflush(stdout);
+	if (tr->o.pause_for == 0)
 		for (;;)
 			pause();
-	}
-	return true;
+	sleep((unsigned)tr->o.pause_for);
+	return mark_range(tr, n, tr->n, batch);
 }
 
 /* After an aborted step each tensor holds the reduced result or, bitwise,

@@ -138,6 +138,10 @@ static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *
 		on_node_lost(d, m->node_lost);
 		break;
 	case GRADSYNC__MESSAGE__BODY_REGROUP:
+		/* A group that failed on some node: the step in flight cannot
+		 * finish on any node. */
+		if (m->regroup->reason && m->regroup->reason[0])
+			gs_job_peer_lost(&d->job, m->regroup->reason);
 		start_regroup(d, m->regroup->generation);
 		break;
 	case GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT: {
@@ -671,12 +675,38 @@ void gs_cluster_withdraw_layout(struct gs_daemon *d)
 int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t errlen)
 {
 #ifdef GS_HAVE_GLOO
+	/* A node votes once its trainers are ready with the bucket, so a vote
+	 * waits for the slowest node's trainers, which --step-timeout bounds
+	 * on that node (it then votes to abort, naming them); a trainer late
+	 * past --peer-timeout must not break the group. A peer that dies
+	 * fails the vote at once (its connections close). */
+	const struct gs_settings *s = &d->settings;
+	int timeout_ms = (int)((s->step_timeout + s->peer_timeout) * 1000);
 	if (d->cluster.gloo)
-		return gs_gloo_allreduce(d->cluster.gloo, GS_WIRE_F32, v, n,
-					 (int)(d->settings.peer_timeout * 1000), err, errlen);
+		return gs_gloo_allreduce(d->cluster.gloo, GS_WIRE_F32, v, n, timeout_ms, err,
+					 errlen);
 #endif
 	snprintf(err, errlen, "no group of nodes to vote in");
 	return GS_ESTATE;
+}
+
+void gs_cluster_request_regroup(struct gs_daemon *d, uint64_t generation, const char *why)
+{
+	struct gs_cluster *c = &d->cluster;
+	if (c->nodes == 1 || generation != c->generation || !c->group_ready)
+		return;
+	c->group_ready = false;
+	gs_warn("the group of nodes failed with every node still there (%s): asking the coordinator to rebuild it; steps wait",
+		why);
+	if (!c->conn)
+		return; /* re-joining: the new coordinator's group is new anyway */
+	Gradsync__RegroupRequest r = GRADSYNC__REGROUP_REQUEST__INIT;
+	r.generation = generation;
+	r.reason = (char *)why;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGROUP_REQUEST;
+	m.regroup_request = &r;
+	gs_conn_send(c->conn, &m);
 }
 
 const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank)

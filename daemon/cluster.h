@@ -65,6 +65,12 @@ void gs_cluster_withdraw_layout(struct gs_daemon *d);
  * worker thread. Returns GS_OK or a GS_E* code with err. */
 int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t errlen);
 
+/* The group of `generation` failed on this node though no node went away:
+ * asks the coordinator for a new one (every node builds it, as after a
+ * node's return); steps wait meanwhile. Nothing if the group has been
+ * rebuilt since. */
+void gs_cluster_request_regroup(struct gs_daemon *d, uint64_t generation, const char *why);
+
 /* The state of node `rank` as this daemon knows it, for status. */
 const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank);
 

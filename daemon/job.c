@@ -488,19 +488,25 @@ void gs_job_peer_lost(struct gs_job *j, const char *why)
 		uv_timer_stop(&j->failure_timer);
 		j->holding_failure = false;
 		j->inflight--;
-		j->aborting = false;
+		if (j->failure_renames)
+			j->aborting = false;
 		abort_step(j, why, 0, 0);
+		try_finish(j);
 		gs_job_reap(j);
 		return;
 	}
 	abort_step(j, why, 0, 0);
 }
 
+/* No node went away: the collective failed with every node there (one
+ * stalled past --peer-timeout, the network broke). The group is broken
+ * for good on this node, so the nodes build a new one. */
 static void on_failure_timer(uv_timer_t *timer)
 {
 	struct gs_job *j = timer->data;
 	if (!j->holding_failure)
 		return;
+	gs_cluster_request_regroup(j->d, j->failure_generation, j->failure_why);
 	j->holding_failure = false;
 	j->inflight--;
 	try_finish(j);
@@ -574,10 +580,15 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 		bool first = !j->aborting;
 		abort_step(j, why, 0, 0);
 		/* A peer's death shows here first, as a broken connection; the
-		 * coordinator's word naming the node follows within moments. */
-		if (first && run->status != GS_EABORTED && j->d->cluster.nodes > 1 &&
+		 * coordinator's word naming the node follows within moments (and
+		 * names the step's abort, if this failure was its first cause).
+		 * Without that word, the group failed with every node there. */
+		if (run->status != GS_EABORTED && j->d->cluster.nodes > 1 &&
 		    j->d->cluster.group_ready && !j->holding_failure) {
 			j->holding_failure = true;
+			j->failure_renames = first;
+			j->failure_generation = j->d->cluster.generation;
+			snprintf(j->failure_why, sizeof(j->failure_why), "%.199s", why);
 			j->inflight++;
 			uv_timer_start(&j->failure_timer, on_failure_timer, 500, 0);
 		}

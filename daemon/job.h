@@ -56,6 +56,9 @@ struct gs_job {
 	uv_timer_t stall_timer; /* warns, then aborts a step that waits too long */
 	uv_timer_t failure_timer; /* holds a failed collective's abort briefly */
 	bool holding_failure;
+	bool failure_renames;        /* the node's word names the step's abort */
+	uint64_t failure_generation; /* of the group the held failure broke */
+	char failure_why[200];      /* its words, for the request */
 	/* Worker thread only: the step whose buckets stopped; later buckets
 	 * of it already queued skip their collectives, as every node does. */
 	uint64_t worker_stopped_step;

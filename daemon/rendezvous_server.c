@@ -557,6 +557,36 @@ static void authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Grad
 	       (int)m->body_case);
 }
 
+/* A node's group failed with every node still here: every node builds a
+ * new one, of the next generation. One regroup answers every request made
+ * for the failed generation. */
+static void handle_regroup_request(struct gs_rdv_server *s, struct gs_conn *c,
+				   const Gradsync__RegroupRequest *r)
+{
+	uint32_t rank = (uint32_t)(node_of(c) - s->node);
+	if (r->generation != s->generation || !s->formed) {
+		gs_debug("rendezvous: node %u asks to rebuild generation %llu; the group is at %llu",
+			 rank, (unsigned long long)r->generation, (unsigned long long)s->generation);
+		return;
+	}
+	for (uint32_t n = 0; n < s->nodes; n++)
+		if (!s->node[n].conn)
+			return; /* its return rebuilds the group */
+	s->generation++;
+	gs_warn("rendezvous: node %u's group failed (%s): rebuilding the group (generation %llu)",
+		rank, r->reason ? r->reason : "", (unsigned long long)s->generation);
+	char why[320];
+	snprintf(why, sizeof(why), "the group of nodes failed on node %u (%.256s); it is being rebuilt",
+		 rank, r->reason ? r->reason : "");
+	Gradsync__Regroup g = GRADSYNC__REGROUP__INIT;
+	g.generation = s->generation;
+	g.reason = why;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGROUP;
+	m.regroup = &g;
+	broadcast(s, &m, NULL);
+}
+
 /* ---- Connections ----------------------------------------------------------- */
 
 static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
@@ -592,6 +622,9 @@ static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 		break;
 	case GRADSYNC__MESSAGE__BODY_LAYOUT_OFFER:
 		handle_offer(s, c, m->layout_offer);
+		break;
+	case GRADSYNC__MESSAGE__BODY_REGROUP_REQUEST:
+		handle_regroup_request(s, c, m->regroup_request);
 		break;
 	default:
 		gs_conn_fail(c, GS_EPROTO, "unexpected message %d on the rendezvous", (int)m->body_case);

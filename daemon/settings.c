@@ -85,7 +85,7 @@ static const struct setting table[] = {
 	{ "join-timeout", K_UINT, OFF(join_timeout), "300", 1, 86400, NULL,
 	  "seconds to wait for the coordinator and the other nodes (joining, layout agreement)" },
 	{ "peer-timeout", K_UINT, OFF(peer_timeout), "60", 1, 86400, NULL,
-	  "seconds an all-reduce between nodes may wait on a peer" },
+	  "seconds an all-reduce between nodes may wait on a peer (a vote: --step-timeout plus this)" },
 	{ "step-timeout", K_UINT, OFF(step_timeout), "180", 1, 86400, NULL,
 	  "seconds a step may wait for gradients before it is aborted, naming what is missing" },
 	{ "stall-warning", K_UINT, OFF(stall_warning), "30", 1, 86400, NULL,

@@ -9,7 +9,8 @@
  *      NodeProof) and the coordinator's incarnation id in its welcome
  *   3  the cuda backend's store keys (backend names, NCCL unique id) are
  *      the group's, "i<incarnation>/g<generation>/...", made again at
- *      each regroup
+ *      each regroup; RegroupRequest, a node's word that its group failed
+ *      with every node still there
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H

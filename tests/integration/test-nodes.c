@@ -423,6 +423,64 @@ static void peer_daemon_killed_and_back(void **state)
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
 }
 
+/* Node 1's trainer is late in step 2 by 4 s, past --peer-timeout (1 s) but
+ * within --step-timeout: node 0 waits for it in the bucket's vote, and
+ * every step is right on both nodes. (The vote is bounded by
+ * --step-timeout plus --peer-timeout, not --peer-timeout alone, which
+ * broke the group here.) */
+static void trainer_late_on_other_node(void **state)
+{
+	(void)state;
+	struct node n[2];
+	const unsigned local[2] = { 1, 1 };
+	static const char *const extra[] = { "--peer-timeout=1", NULL };
+	spawn_nodes(n, 2, local, extra, harness_free_port());
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200];
+	static const char *const late[] = { "--pause-at-step", "2", "--pause-after", "40",
+					    "--pause-for", "4", NULL };
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", NULL, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", late, log1);
+	expect_exit(t0, 0, log0);
+	expect_exit(t1, 0, log1);
+	expect_in_log(log1, "PAUSED in step 2");
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+}
+
+/* The group fails with every node there: node 0's --step-timeout (2 s) is
+ * far below node 1's, so node 0's vote on a bucket that waits for node
+ * 1's late trainer times out (3 s) and breaks its Gloo group. Node 0 asks
+ * the coordinator for a new group; every node aborts step 2 and builds
+ * it, and step 3 is right on both. Without the request the group stays
+ * broken and every later step fails. */
+static void group_rebuilt_after_it_failed(void **state)
+{
+	(void)state;
+	struct node n[2];
+	int port = harness_free_port();
+	static const char *const quick[] = { "--peer-timeout=1", "--step-timeout=2", NULL };
+	static const char *const patient[] = { "--peer-timeout=1", NULL };
+	spawn_node(&n[0], 2, 0, 1, quick, port);
+	spawn_node(&n[1], 2, 1, 1, patient, port);
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200];
+	static const char *const a0[] = { "--expect-abort-at", "2", NULL };
+	static const char *const a1[] = { "--pause-at-step", "2", "--pause-after", "40",
+					  "--pause-for", "6", "--expect-abort-at", "2", NULL };
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
+	expect_exit(t0, 0, log0);
+	expect_exit(t1, 0, log1);
+	expect_in_log(n[0].d.log, "asking the coordinator to rebuild it");
+	expect_in_log(n[0].d.log, "rebuilding the group (generation 1)");
+	expect_in_log(log1, "the group of nodes failed on node 0");
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+}
+
 /* Once node 0's trainer has paused in step 2 and every other node is in
  * that step, kills node 0's daemon and trainer, and reaps them. */
 static void kill_node0_in_step_2(struct node *n, unsigned nodes, pid_t t0, const char *log0)
@@ -1076,6 +1134,8 @@ int main(void)
 		cmocka_unit_test(wrong_world_size),
 		cmocka_unit_test(trainer_killed_on_other_node),
 		cmocka_unit_test(peer_daemon_killed_and_back),
+		cmocka_unit_test(trainer_late_on_other_node),
+		cmocka_unit_test(group_rebuilt_after_it_failed),
 		cmocka_unit_test(coordinator_killed_and_back_two_nodes),
 		cmocka_unit_test(coordinator_killed_and_back_three_nodes),
 		cmocka_unit_test(coordinator_stays_away),
