@@ -462,6 +462,37 @@ static void coordinator_killed_and_back(void **state)
 	node_killed_and_back(0);
 }
 
+/* Two nodes: node 1's trainer's GPU work is 5 s late in step 2, past
+ * --peer-timeout (3 s). Node 1's daemon gives up waiting for it and node
+ * 0's all-reduce fails with it, both abort their communicators, no node
+ * went away, so they ask for a new group: step 2 is aborted on both with
+ * every tensor reduced or the trainer's own, and step 3 is right on both,
+ * through communicators made again. */
+static void trainer_late_on_one_node(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	int port = harness_free_port();
+	struct gs_test_daemon d[2];
+	const char *extra[] = { "--peer-timeout=3", NULL };
+	for (unsigned n = 0; n < 2; n++)
+		spawn_node(&d[n], n, port, extra);
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	pid_t pids[2];
+	char logs[2][200];
+	const char *abort2[] = { "--expect-abort-at=2", NULL };
+	const char *late2[] = { "--expect-abort-at=2", "--stall-at=2", NULL };
+	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "3", abort2, logs[0]);
+	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "3", late2, logs[1]);
+	for (unsigned n = 0; n < 2; n++)
+		expect_aborted(pids[n], logs[n], &d[n], 2);
+	assert_true(harness_log_contains(&d[0], "rebuilding the group (generation 1)"));
+	for (unsigned n = 0; n < 2; n++)
+		assert_int_equal(harness_daemon_stop(&d[n]), 0);
+}
+
 /* One node: local rank 0's gradients are 5 s late, past --peer-timeout
  * (3 s), so step 1 is aborted on both trainers with the reason and the
  * communicators aborted; step 2 must be right, on communicators made
@@ -518,6 +549,7 @@ int main(void)
 		TIMED(node_lost_between_launches),
 		TIMED(peer_killed_and_back),
 		TIMED(coordinator_killed_and_back),
+		TIMED(trainer_late_on_one_node),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
