@@ -423,7 +423,7 @@ static void peer_daemon_killed_and_back(void **state)
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
 }
 
-/* Node 1's trainer is late in step 2 by 4 s, past --peer-timeout (1 s) but
+/* Node 1's trainer is late in step 2 by 5 s, past --peer-timeout (2 s) but
  * within --step-timeout: node 0 waits for it in the bucket's vote, and
  * every step is right on both nodes. (The vote is bounded by
  * --step-timeout plus --peer-timeout, not --peer-timeout alone, which
@@ -433,13 +433,13 @@ static void trainer_late_on_other_node(void **state)
 	(void)state;
 	struct node n[2];
 	const unsigned local[2] = { 1, 1 };
-	static const char *const extra[] = { "--peer-timeout=1", NULL };
+	static const char *const extra[] = { "--peer-timeout=2", NULL };
 	spawn_nodes(n, 2, local, extra, harness_free_port());
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
 	static const char *const late[] = { "--pause-at-step", "2", "--pause-after", "40",
-					    "--pause-for", "4", NULL };
+					    "--pause-for", "5", NULL };
 	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", NULL, log0);
 	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", late, log1);
 	expect_exit(t0, 0, log0);
@@ -451,7 +451,7 @@ static void trainer_late_on_other_node(void **state)
 
 /* The group fails with every node there: node 0's --step-timeout (2 s) is
  * far below node 1's, so node 0's vote on a bucket that waits for node
- * 1's late trainer times out (3 s) and breaks its Gloo group. Node 0 asks
+ * 1's late trainer (8 s) times out (4 s) and breaks its Gloo group. Node 0 asks
  * the coordinator for a new group; every node aborts step 2 and builds
  * it, and step 3 is right on both. Without the request the group stays
  * broken and every later step fails. */
@@ -460,8 +460,8 @@ static void group_rebuilt_after_it_failed(void **state)
 	(void)state;
 	struct node n[2];
 	int port = harness_free_port();
-	static const char *const quick[] = { "--peer-timeout=1", "--step-timeout=2", NULL };
-	static const char *const patient[] = { "--peer-timeout=1", NULL };
+	static const char *const quick[] = { "--peer-timeout=2", "--step-timeout=2", NULL };
+	static const char *const patient[] = { "--peer-timeout=2", NULL };
 	spawn_node(&n[0], 2, 0, 1, quick, port);
 	spawn_node(&n[1], 2, 1, 1, patient, port);
 	for (unsigned r = 0; r < 2; r++)
@@ -469,7 +469,7 @@ static void group_rebuilt_after_it_failed(void **state)
 	char log0[200], log1[200];
 	static const char *const a0[] = { "--expect-abort-at", "2", NULL };
 	static const char *const a1[] = { "--pause-at-step", "2", "--pause-after", "40",
-					  "--pause-for", "6", "--expect-abort-at", "2", NULL };
+					  "--pause-for", "8", "--expect-abort-at", "2", NULL };
 	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "3", a0, log0);
 	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "3", a1, log1);
 	expect_exit(t0, 0, log0);
