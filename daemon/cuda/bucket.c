@@ -302,7 +302,7 @@ int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
 		return GS_ESYSTEM;
 	if (cb->broken) {
 		snprintf(b->error, sizeof(b->error),
-			 "NCCL communicators aborted after: %.100s; they are made again when the nodes regroup",
+			 "NCCL communicators aborted after: %.150s; they are made again when the nodes regroup",
 			 cb->broken_why);
 		return GS_ESYSTEM;
 	}

@@ -516,6 +516,45 @@ static void not_ready_then_communicators_again(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* ---- tests/gpu/run.sh's trainer, on the emulation ------------------------------ */
+
+/* gpu-trainer, as run.sh runs it, against one emulated GPU: its own checks
+ * (every element against the host kernels) must pass. */
+static void gpu_trainer_case(const char *const *daemon_args, const char *steps,
+			     const char *extra)
+{
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, daemon_args);
+	char log[200];
+	snprintf(log, sizeof(log), "%s/gpu-trainer.log", d.dir);
+	const char *argv[] = { getenv("GS_GPU_TRAINER"), "--socket", d.socket, "--layout",
+			       harness_layout("resnet50.txt"), "--rank", "0", "--steps", steps,
+			       "--clip-step", "1", extra, NULL };
+	pid_t pid = harness_spawn(argv, log);
+	int status = harness_wait(pid, 120000);
+	if (status != 0 || !harness_file_contains(log, "PASS")) {
+		harness_dump(log);
+		harness_dump(d.log);
+		fail_msg("gpu-trainer failed (exit status %d)", status);
+	}
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+static void gpu_check_sync(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=1", "--wire=bf16", NULL };
+	gpu_trainer_case(args, "2", NULL);
+}
+
+/* Its recovery check: step 2 is 5 s late, past a 2 s --peer-timeout. */
+static void gpu_check_recovery(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=1", "--peer-timeout=2", NULL };
+	gpu_trainer_case(args, "3", "--late-step=2");
+}
+
 /* Each case's time, in the log: the suite is meant to stay short in CI. */
 static double started;
 
@@ -550,6 +589,8 @@ int main(void)
 		TIMED(peer_killed_and_back),
 		TIMED(coordinator_killed_and_back),
 		TIMED(trainer_late_on_one_node),
+		TIMED(gpu_check_sync),
+		TIMED(gpu_check_recovery),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,7 +12,12 @@
  * same inputs (one GPU: the reduce is the identity), bit for bit, and the
  * step's clipped and non-finite counts against the host's. One step clips.
  *
- * Bench mode (check 3): ELEMENTS as tensors of 65536, all in one bucket,
+ * Recovery (check 3, --late-step S): step S's gradients come 5 s late on
+ * the trainer's stream, past the daemon's --peer-timeout. gradsyncd must
+ * abort the step saying why, with every tensor the trainer's own, and the
+ * next steps must be right again, on NCCL communicators it made anew.
+ *
+ * Bench mode (check 4): ELEMENTS as tensors of 65536, all in one bucket,
  * timed per step (begin to results on the trainer's stream); rank 0 prints
  * the median.
  */
@@ -39,6 +44,7 @@ struct options {
 	unsigned rank;
 	unsigned steps;
 	unsigned clip_step;
+	unsigned late_step; /* 0: none */
 	uint64_t bench_elements;
 };
 
@@ -65,9 +71,10 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "steps", required_argument, NULL, 'n' },
 		{ "clip-step", required_argument, NULL, 'c' },
 		{ "bench-elements", required_argument, NULL, 'b' },
+		{ "late-step", required_argument, NULL, 'L' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ NULL, NULL, 0, 5, 3, 0 };
+	*o = (struct options){ NULL, NULL, 0, 5, 3, 0, 0 };
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
 		switch (opt) {
@@ -77,8 +84,9 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'n': o->steps = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'c': o->clip_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'b': o->bench_elements = strtoull(optarg, NULL, 10); break;
+		case 'L': o->late_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		default:
-			fprintf(stderr, "usage: gpu-trainer --socket PATH (--layout FILE [--steps N] [--clip-step S] | --bench-elements N) [--rank R]\n");
+			fprintf(stderr, "usage: gpu-trainer --socket PATH (--layout FILE [--steps N] [--clip-step S] [--late-step S] | --bench-elements N) [--rank R]\n");
 			exit(2);
 		}
 	}
@@ -134,17 +142,18 @@ static void start(struct trainer *t)
 	free(specs);
 }
 
-static void CUDART_CB sleep_20ms(void *arg)
+static void CUDART_CB sleep_on_stream(void *arg)
 {
-	usleep(20000);
+	usleep((useconds_t)(uintptr_t)arg * 1000);
 }
 
-/* Produces this step's gradients on the stream, behind a delay, and marks
- * them ready in backpropagation order, eight at a time, without waiting. */
-static void produce_and_mark(struct trainer *t, bool delay)
+/* Produces this step's gradients on the stream, behind a delay of ms, and
+ * marks them ready in backpropagation order, eight at a time, without
+ * waiting. */
+static void produce_and_mark(struct trainer *t, unsigned ms)
 {
-	if (delay)
-		CUDA(cudaLaunchHostFunc(t->stream, sleep_20ms, NULL));
+	if (ms)
+		CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream, (void *)(uintptr_t)ms));
 	uint32_t batch[8];
 	size_t k = 0;
 	for (size_t i = 0; i < t->n; i++) {
@@ -158,14 +167,39 @@ static void produce_and_mark(struct trainer *t, bool delay)
 	}
 }
 
-static void collect(struct trainer *t, struct gs_step_result *res)
+/* The step's results in out; gs_step_wait's code, GS_OK or GS_EABORTED
+ * (an aborted step's tensors are copied back too). */
+static int collect(struct trainer *t, struct gs_step_result *res)
 {
-	GS(t->c, gs_step_wait(t->c, 120000, res));
+	int r = gs_step_wait(t->c, 120000, res);
+	if (r != GS_EABORTED)
+		GS(t->c, r);
 	GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
 	for (size_t i = 0; i < t->n; i++)
 		CUDA(cudaMemcpyAsync(t->out + t->host_off[i], t->dev[i], t->counts[i] * 4,
 				     cudaMemcpyDeviceToHost, t->stream));
 	CUDA(cudaStreamSynchronize(t->stream));
+	return r;
+}
+
+/* The late step: aborted, saying why, and every tensor the trainer's own. */
+static uint64_t check_late(struct trainer *t, int r, unsigned step)
+{
+	const char *why = gs_last_error(t->c);
+	if (r != GS_EABORTED || !strstr(why, "were not ready on its GPU")) {
+		fprintf(stderr, "gpu-trainer: step %u, 5 s late: %s, not aborted for lateness (%s)\n",
+			step, gs_strerror(r), r == GS_OK ? "it completed" : why);
+		return 1;
+	}
+	for (size_t i = 0; i < t->n; i++)
+		if (gs_tensor_reduced(t->c, i) ||
+		    memcmp(t->out + t->host_off[i], t->in + t->host_off[i], t->counts[i] * 4)) {
+			fprintf(stderr, "gpu-trainer: step %u was aborted, but tensor %s is not its own gradient\n",
+				step, t->names[i]);
+			return 1;
+		}
+	printf("step %u aborted as expected: %s\n", step, why);
+	return 0;
 }
 
 /* The same step on the host backend's kernels: with one rank the reduce
@@ -215,9 +249,16 @@ static int run_sync(struct trainer *t)
 		so.clipping = s == t->o.clip_step;
 		so.clip_value = 0.5f;
 		GS(t->c, gs_step_begin(t->c, &so));
-		produce_and_mark(t, true);
+		bool late = s == t->o.late_step;
+		produce_and_mark(t, late ? 5000 : 20);
 		struct gs_step_result res;
-		collect(t, &res);
+		int r = collect(t, &res);
+		if (late) {
+			bad += check_late(t, r, s);
+			continue;
+		}
+		if (r != GS_OK)
+			GS(t->c, r);
 		struct gs_pack_params p = { prescale, so.clipping, so.clip_value };
 		bad += check_step(t, &p, post, &res, s);
 		clipped += res.clipped;
@@ -228,6 +269,11 @@ static int run_sync(struct trainer *t)
 		printf("FAIL sync %s: %" PRIu64 " mismatches over %u steps of %zu tensors (%" PRIu64 " elements)\n",
 		       gs_wire_name((enum gs_wire)t->info.wire_dtype), bad, t->o.steps, t->n, t->total);
 		return 1;
+	}
+	if (t->o.late_step) {
+		printf("PASS recovery: step %u, its gradients 5 s late, aborted for that with every tensor the trainer's own; the other %u steps bitwise equal to the host kernels\n",
+		       t->o.late_step, t->o.steps - 1);
+		return 0;
 	}
 	printf("PASS sync %s: %u steps of %zu tensors (%" PRIu64 " elements) in 2 CUDA allocations through CUDA IPC, bitwise equal to the host kernels; %" PRIu64 " clipped, %" PRIu64 " non-finite as the host counted; %.1f ms per step\n",
 	       gs_wire_name((enum gs_wire)t->info.wire_dtype), t->o.steps, t->n, t->total, clipped,

@@ -14,6 +14,9 @@
 #   sync     gradsyncd --backend cuda on one GPU and gpu-trainer in another
 #            process syncing the ResNet-50 layout through CUDA IPC, fp16 and
 #            then bf16 on the wire, every element against the host kernels
+#   recovery the same trainer with one step's gradients 5 s late, past
+#            --peer-timeout: that step aborted for it with every tensor the
+#            trainer's own, the communicators made again, the next step right
 #   busbw    fused fp16 all-reduce through gradsyncd (every local GPU, one
 #            trainer process each) beside NCCL called directly on the same
 #            sizes, as bus bandwidth (busbw = algbw * 2(n-1)/n)
@@ -155,6 +158,29 @@ check_sync() { # WIRE
 	relay "sync $1" "$rc" "$log"
 }
 
+# Step 2's gradients come 5 s late, past --peer-timeout: the step is aborted
+# for that, the NCCL communicators are aborted and made again, and step 3
+# is right.
+check_recovery() {
+	local log=$WORK/recovery.log
+	if ! start_daemon recovery --local-size=1 --peer-timeout=2; then
+		report FAIL recovery "gradsyncd --backend cuda did not start: $(tail -n 2 "$DLOG" | tr '\n' ' ')"
+		return
+	fi
+	timeout 120 "$BUILD/tests/gpu/gpu-trainer" --socket="$SOCK" \
+		--layout="$ROOT/layouts/resnet50.txt" --steps=3 --late-step=2 --rank=0 >"$log" 2>&1
+	local rc=$?
+	if ! grep -q "rebuilding the NCCL communicators" "$DLOG"; then
+		echo "FAIL recovery: gradsyncd did not make its communicators again (see $DLOG)" >>"$log"
+		rc=1
+	fi
+	if ! stop_daemon; then
+		echo "FAIL recovery: gradsyncd did not exit cleanly (see $DLOG)" >>"$log"
+		rc=1
+	fi
+	relay recovery "$rc" "$log"
+}
+
 check_busbw() { # GPUS
 	local n=$1 log=$WORK/busbw.log
 	# shellcheck disable=SC2086 # the sizes are words
@@ -220,5 +246,6 @@ fi
 check_kernels
 check_sync fp16
 check_sync bf16
+check_recovery
 check_busbw "$NGPU"
 [ "$FAILED" -eq 0 ]
