@@ -573,7 +573,7 @@ static void handle_regroup_request(struct gs_rdv_server *s, struct gs_conn *c,
 		if (!s->node[n].conn)
 			return; /* its return rebuilds the group */
 	s->generation++;
-	gs_warn("rendezvous: node %u's group failed (%s): rebuilding the group (generation %llu)",
+	gs_warn("rendezvous: node %u's group failed (%.256s): rebuilding the group (generation %llu)",
 		rank, r->reason ? r->reason : "", (unsigned long long)s->generation);
 	char why[320];
 	snprintf(why, sizeof(why), "the group of nodes failed on node %u (%.256s); it is being rebuilt",
