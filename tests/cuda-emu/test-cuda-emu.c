@@ -489,6 +489,8 @@ static void trainer_late_on_one_node(void **state)
 	for (unsigned n = 0; n < 2; n++)
 		expect_aborted(pids[n], logs[n], &d[n], 2);
 	assert_true(harness_log_contains(&d[0], "rebuilding the group (generation 1)"));
+	/* Both nodes saw the failure; one new group answers both. */
+	assert_false(harness_log_contains(&d[0], "(generation 2)"));
 	for (unsigned n = 0; n < 2; n++)
 		assert_int_equal(harness_daemon_stop(&d[n]), 0);
 }
