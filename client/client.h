@@ -94,6 +94,7 @@ struct gs_client {
 	uint64_t layout_hash;
 
 	enum gs_step_state step_state;
+	uint32_t ready_event; /* CUDA: the ring entry the next marks recorded */
 	uint64_t step; /* the current or last step; counts from 1 */
 	uint32_t buckets_done;
 	struct gs_step_result result;

@@ -33,13 +33,23 @@ struct cuda_tensor {
 	uint64_t offset;
 };
 
+/* Ready events per trainer: a bucket's marks whose event has been recorded
+ * again since (this many marks later) wait for the later record. */
+#define GS_CUDA_READY_RING 32
+
 struct gs_cuda {
 	const struct gs_cu *cu;
 	void *ctx; /* the tensors' context */
 	int device;
 	char pci[32];
-	void *ready, *done;
-	gs_cu_ipc_handle ready_handle, done_handle;
+	/* The ready events, a ring: each gs_cuda_mark_ready records the next,
+	 * so that the daemon waits for a bucket's own gradients, not for the
+	 * latest ones (the host runs ahead of the GPU). ready[0] goes first
+	 * and alone to a daemon that knows no ring. */
+	void *ready[GS_CUDA_READY_RING], *done;
+	gs_cu_ipc_handle ready_handle[GS_CUDA_READY_RING], done_handle;
+	ProtobufCBinaryData ring[GS_CUDA_READY_RING]; /* the handles, for the frame */
+	uint32_t next_ready;
 	struct cuda_alloc *allocs;
 	size_t nallocs;
 	struct cuda_tensor *tensors;
@@ -69,9 +79,10 @@ static void free_state(struct gs_cuda *g)
 {
 	if (!g)
 		return;
-	if ((g->ready || g->done) && g->cu->ctx_push_current(g->ctx) == GS_CU_SUCCESS) {
-		if (g->ready)
-			g->cu->event_destroy(g->ready);
+	if ((g->ready[0] || g->done) && g->cu->ctx_push_current(g->ctx) == GS_CU_SUCCESS) {
+		for (size_t i = 0; i < GS_CUDA_READY_RING; i++)
+			if (g->ready[i])
+				g->cu->event_destroy(g->ready[i]);
 		if (g->done)
 			g->cu->event_destroy(g->done);
 		pop(g);
@@ -186,15 +197,20 @@ static gs_cu_result make_events(struct gs_cuda *g, const char **what)
 	const struct gs_cu *cu = g->cu;
 	unsigned flags = GS_CU_EVENT_DISABLE_TIMING | GS_CU_EVENT_INTERPROCESS;
 	*what = "cuEventCreate";
-	gs_cu_result r = cu->event_create(&g->ready, flags);
+	gs_cu_result r = cu->event_create(&g->ready[0], flags);
 	if (r == GS_CU_SUCCESS)
 		r = cu->event_create(&g->done, flags);
+	for (size_t i = 1; i < GS_CUDA_READY_RING && r == GS_CU_SUCCESS; i++)
+		r = cu->event_create(&g->ready[i], flags);
 	if (r != GS_CU_SUCCESS)
 		return r;
 	*what = "cuIpcGetEventHandle";
-	r = cu->ipc_get_event_handle(&g->ready_handle, g->ready);
-	if (r == GS_CU_SUCCESS)
-		r = cu->ipc_get_event_handle(&g->done_handle, g->done);
+	r = cu->ipc_get_event_handle(&g->done_handle, g->done);
+	for (size_t i = 0; i < GS_CUDA_READY_RING && r == GS_CU_SUCCESS; i++) {
+		r = cu->ipc_get_event_handle(&g->ready_handle[i], g->ready[i]);
+		g->ring[i].len = sizeof(g->ready_handle[i]);
+		g->ring[i].data = (uint8_t *)g->ready_handle[i].reserved;
+	}
 	return r;
 }
 
@@ -236,8 +252,10 @@ static Gradsync__Buffer events_buffer(struct gs_cuda *g)
 {
 	Gradsync__Buffer m = device_buffer(g);
 	m.size = 0;
-	m.cuda_ready_event.len = sizeof(g->ready_handle);
-	m.cuda_ready_event.data = (uint8_t *)g->ready_handle.reserved;
+	m.cuda_ready_event.len = sizeof(g->ready_handle[0]);
+	m.cuda_ready_event.data = (uint8_t *)g->ready_handle[0].reserved;
+	m.n_cuda_ready_ring = GS_CUDA_READY_RING;
+	m.cuda_ready_ring = g->ring;
 	m.cuda_done_event.len = sizeof(g->done_handle);
 	m.cuda_done_event.data = (uint8_t *)g->done_handle.reserved;
 	return m;
@@ -407,11 +425,16 @@ GS_EXPORT int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n
 	int r = push(c, g);
 	if (r < 0)
 		return r;
-	gs_cu_result res = g->cu->event_record(g->ready, stream);
+	uint32_t e = g->next_ready % GS_CUDA_READY_RING;
+	gs_cu_result res = g->cu->event_record(g->ready[e], stream);
 	pop(g);
 	if (res != GS_CU_SUCCESS)
 		return driver_fail(c, g, GS_ESYSTEM, "recording the ready event (cuEventRecord)", res);
-	return gs_mark_ready(c, indices, n);
+	g->next_ready++;
+	c->ready_event = e;
+	r = gs_mark_ready(c, indices, n);
+	c->ready_event = 0;
+	return r;
 }
 
 GS_EXPORT int gs_cuda_stream_wait(gs_client *c, void *stream)

@@ -107,6 +107,7 @@ static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 	ready.step = c->step;
 	ready.n_tensors = n;
 	ready.tensors = (uint32_t *)idx;
+	ready.ready_event = c->ready_event;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
 	m.gradients_ready = &ready;

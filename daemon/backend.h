@@ -28,6 +28,7 @@ enum gs_buffer_kind {
 };
 
 #define GS_CUDA_IPC_HANDLE_SIZE 64 /* cudaIpcMemHandle_t, cudaIpcEventHandle_t */
+#define GS_CUDA_READY_RING_MAX 64  /* a trainer's ready events, at most */
 
 struct gs_buffer_desc {
 	enum gs_buffer_kind kind;
@@ -38,6 +39,8 @@ struct gs_buffer_desc {
 	const char *pci_bus_id; /* CUDA: that device's PCI bus id, or "" */
 	const uint8_t *handle;  /* GS_BUFFER_CUDA: GS_CUDA_IPC_HANDLE_SIZE bytes */
 	const uint8_t *ready_event, *done_event; /* GS_BUFFER_CUDA_EVENTS: likewise */
+	const uint8_t *ready_ring[GS_CUDA_READY_RING_MAX]; /* and its ready events' ring */
+	size_t nring;                                       /* 0: ready_event alone */
 };
 
 /* One bucket for reduce_bucket: what the chunk-by-chunk path reads, and
@@ -57,6 +60,9 @@ struct gs_bucket_io {
 	 * (gs_io_mark); ctx is the caller's. */
 	void (*mark)(const struct gs_bucket_io *io, int mark, uint64_t first, uint64_t len);
 	void *ctx;
+	/* CUDA: [rank] the entry of the trainer's ready ring that the
+	 * bucket's last mark recorded; NULL: entry 0. */
+	const uint32_t *ready_event;
 };
 
 enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };

@@ -528,6 +528,13 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 			     (unsigned long long)r->step, (unsigned long long)t->seq);
 		return;
 	}
+	if (!t->bucket_event)
+		t->bucket_event = calloc(j->plan.nbuckets ? j->plan.nbuckets : 1,
+					 sizeof(*t->bucket_event));
+	if (!t->bucket_event) {
+		gs_conn_fail(t->conn, GS_ENOMEM, "out of memory noting ready events");
+		return;
+	}
 	for (size_t i = 0; i < r->n_tensors; i++) {
 		uint32_t idx = r->tensors[i];
 		if (idx >= t->layout.n) {
@@ -542,6 +549,7 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 		}
 		t->marked[idx] = j->step;
 		j->bucket_marks[j->plan.bucket_of[idx]]++;
+		t->bucket_event[j->plan.bucket_of[idx]] = r->ready_event;
 	}
 	if (j->step_start_ns == 0)
 		j->step_start_ns = gs_now_ns();

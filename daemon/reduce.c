@@ -56,7 +56,7 @@ static void run_whole(struct gs_bucket_run *run)
 	struct gs_bucket_io io = {
 		run->plan, run->counts, run->bucket, run->nranks,
 		(float *const *const *)run->tensors, run->pack, run->postscale,
-		run->clipped, &run->nonfinite, on_mark, run,
+		run->clipped, &run->nonfinite, on_mark, run, run->ready_event,
 	};
 	uint64_t start = gs_now_ns();
 	int err = b->ops->reduce_bucket(b, &io);
@@ -189,6 +189,7 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 		struct gs_trainer *t = j->slots[r];
 		run->tensors[r] = t->tensors;
 		run->pack[r] = t->pack;
+		run->ready_event[r] = t->bucket_event ? t->bucket_event[bucket] : 0;
 	}
 	return run;
 }

@@ -38,6 +38,7 @@ void gs_trainer_destroy(struct gs_trainer *t)
 	free(t->tensor_offset);
 	free(t->tensors);
 	free(t->marked);
+	free(t->bucket_event);
 	free(t);
 }
 

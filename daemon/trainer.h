@@ -49,6 +49,7 @@ struct gs_trainer {
 	struct gs_pack_params pack;
 	bool bucket_events;
 	uint64_t *marked;         /* per tensor: job step it was marked in */
+	uint32_t *bucket_event;   /* per bucket: ready-ring entry of its last mark */
 	uint64_t clipped;         /* this step */
 	uint64_t steps;           /* completed */
 };

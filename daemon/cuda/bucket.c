@@ -71,9 +71,13 @@ static int wait_ready(struct cuda_backend *cb, const struct gs_bucket_io *io)
 		rk->bucket_events = atomic_load(&rk->events);
 		if (!rk->bucket_events)
 			continue;
+		/* The entry the bucket's last mark recorded: later marks record
+		 * others, so it waits for its own gradients only. */
+		const struct cuda_import *ev = rk->bucket_events;
+		rk->bucket_ready = ev->ring[io->ready_event ? io->ready_event[r] % ev->nring : 0];
 		cudaSetDevice(rk->device);
 		cudaError_t e;
-		while ((e = cudaEventQuery(rk->bucket_events->ready)) == cudaErrorNotReady) {
+		while ((e = cudaEventQuery(rk->bucket_ready)) == cudaErrorNotReady) {
 			if (cuda_now_ms() > deadline) {
 				snprintf(cb->base.error, sizeof(cb->base.error),
 					 "local rank %u's gradients were not ready on its GPU within %d s (--peer-timeout): its GPU work is stuck, or it went away",
@@ -106,7 +110,7 @@ static int prepare(struct cuda_backend *cb, const struct gs_bucket_io *io)
 		/* Complete already; the wait orders the pack after the trainer's
 		 * writes on the GPU's side too. */
 		if (e == cudaSuccess && rk->bucket_events)
-			e = cudaStreamWaitEvent(rk->stream, rk->bucket_events->ready, 0);
+			e = cudaStreamWaitEvent(rk->stream, rk->bucket_ready, 0);
 		if (e != cudaSuccess)
 			return cuda_error(cb, "starting the bucket", r, e);
 	}

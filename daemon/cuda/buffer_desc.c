@@ -69,6 +69,16 @@ static int parse_cuda(const Gradsync__Buffer *m, struct gs_buffer_desc *out, cha
 	rc = check_handle(&m->cuda_ready_event, "ready event", err, errlen);
 	if (rc == GS_OK)
 		rc = check_handle(&m->cuda_done_event, "done event", err, errlen);
+	if (rc == GS_OK && m->n_cuda_ready_ring > GS_CUDA_READY_RING_MAX) {
+		snprintf(err, errlen, "its ring has %zu ready events; at most %d", m->n_cuda_ready_ring,
+			 GS_CUDA_READY_RING_MAX);
+		rc = GS_EINVAL;
+	}
+	for (size_t i = 0; rc == GS_OK && i < m->n_cuda_ready_ring; i++) {
+		rc = check_handle(&m->cuda_ready_ring[i], "ring's ready event", err, errlen);
+		out->ready_ring[i] = m->cuda_ready_ring[i].data;
+	}
+	out->nring = m->n_cuda_ready_ring;
 	out->ready_event = m->cuda_ready_event.data;
 	out->done_event = m->cuda_done_event.data;
 	return rc;

@@ -40,7 +40,9 @@ struct cuda_import {
 	uint8_t handle[GS_CUDA_IPC_HANDLE_SIZE];
 	void *ptr;
 	uint64_t size;
-	cudaEvent_t ready, done;
+	cudaEvent_t ring[GS_CUDA_READY_RING_MAX]; /* ready events: ring[0] alone if no ring */
+	unsigned nring;
+	cudaEvent_t done;
 };
 
 struct cuda_rank {
@@ -57,6 +59,7 @@ struct cuda_rank {
 	/* The trainer's events (set on the loop thread, read on the worker). */
 	_Atomic(struct cuda_import *) events;
 	struct cuda_import *bucket_events; /* the ones this bucket waited on */
+	cudaEvent_t bucket_ready;          /* the ready event it waits on */
 };
 
 struct cuda_backend {

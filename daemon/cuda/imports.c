@@ -103,6 +103,13 @@ static int import_memory(struct cuda_backend *cb, const struct gs_buffer_desc *d
 	return GS_OK;
 }
 
+static cudaError_t open_event(cudaEvent_t *ev, const uint8_t *handle)
+{
+	cudaIpcEventHandle_t h;
+	memcpy(&h, handle, sizeof(h));
+	return cudaIpcOpenEventHandle(ev, h);
+}
+
 static int import_events(struct cuda_backend *cb, const struct gs_buffer_desc *d, void **addr,
 			 char *err, size_t n)
 {
@@ -113,17 +120,20 @@ static int import_events(struct cuda_backend *cb, const struct gs_buffer_desc *d
 		return GS_ENOMEM;
 	}
 	cudaSetDevice(rk->device);
-	cudaIpcEventHandle_t ready, done;
-	memcpy(&ready, d->ready_event, sizeof(ready));
-	memcpy(&done, d->done_event, sizeof(done));
-	cudaError_t e = cudaIpcOpenEventHandle(&im->ready, ready);
-	if (e == cudaSuccess) {
-		e = cudaIpcOpenEventHandle(&im->done, done);
-		if (e != cudaSuccess)
-			cudaEventDestroy(im->ready);
-	}
+	/* The ring's first is the ready event; without a ring, it alone. */
+	const uint8_t *ready1 = d->nring ? d->ready_ring[0] : d->ready_event;
+	cudaError_t e = open_event(&im->ring[0], ready1);
+	if (e == cudaSuccess)
+		im->nring = 1;
+	for (size_t i = 1; e == cudaSuccess && i < d->nring; i++)
+		if ((e = open_event(&im->ring[i], d->ready_ring[i])) == cudaSuccess)
+			im->nring++;
+	if (e == cudaSuccess)
+		e = open_event(&im->done, d->done_event);
 	if (e != cudaSuccess) {
 		cudaGetLastError();
+		for (unsigned i = 0; i < im->nring; i++)
+			cudaEventDestroy(im->ring[i]);
 		free(im);
 		snprintf(err, n, "cannot open its CUDA IPC events: %s (were they created with cudaEventInterprocess?)",
 			 cudaGetErrorString(e));
@@ -162,7 +172,8 @@ void cuda_close_import(struct cuda_backend *cb, struct cuda_import *im)
 	if (im->kind == GS_BUFFER_CUDA_EVENTS) {
 		struct cuda_import *mine = im;
 		atomic_compare_exchange_strong(&rk->events, &mine, NULL);
-		cudaEventDestroy(im->ready);
+		for (unsigned i = 0; i < im->nring; i++)
+			cudaEventDestroy(im->ring[i]);
 		cudaEventDestroy(im->done);
 	} else {
 		cudaIpcCloseMemHandle(im->ptr);

@@ -21,6 +21,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,7 @@ struct options {
 	unsigned delay_ms;
 	unsigned abort_step; /* must be aborted (a peer is lost in it); 0: none */
 	unsigned stall_step; /* its gradients come 5 s late; 0: none */
+	unsigned batch_ms;   /* --overlap: each batch of 8 takes this long */
 	bool hold;           /* register, say so, and wait to be killed */
 };
 
@@ -70,13 +72,14 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "steps", required_argument, NULL, 'n' },
 		{ "clip-step", required_argument, NULL, 'c' },
 		{ "delay-ms", required_argument, NULL, 'd' },
+		{ "overlap", required_argument, NULL, 'o' },
 		{ "expect-abort-at", required_argument, NULL, 'a' },
 		{ "stall-at", required_argument, NULL, 'S' },
 		{ "hold", no_argument, NULL, 'h' },
 		{ "first-step", required_argument, NULL, 'f' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 1, 50, 0, 0, false };
+	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 1, 50, 0, 0, 0, false };
 	bool global = false;
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -88,12 +91,13 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'n': o->steps = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'c': o->clip_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'd': o->delay_ms = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'o': o->batch_ms = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'a': o->abort_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'S': o->stall_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'h': o->hold = true; break;
 		case 'f': o->first_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		default:
-			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--hold]\n");
+			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--overlap MS] [--hold]\n");
 			exit(2);
 		}
 	}
@@ -294,23 +298,60 @@ static void CUDART_CB sleep_on_stream(void *arg)
 	usleep((useconds_t)(uintptr_t)arg * 1000);
 }
 
+static atomic_bool produced; /* the step's last gradients are on the GPU */
+
+static void CUDART_CB set_produced(void *arg)
+{
+	(void)arg;
+	atomic_store(&produced, true);
+}
+
 /* This step's gradients, written on the stream behind the delay, marked
- * ready eight at a time in backpropagation order without waiting. */
+ * ready eight at a time in backpropagation order without waiting. With
+ * --overlap each batch of eight comes batch_ms after the one before, as a
+ * backward pass makes them, all queued at once (the host runs ahead of
+ * the GPU, as autograd's hooks do). */
 static void produce_and_mark(struct trainer *t, unsigned step)
 {
 	uintptr_t ms = step == t->o.stall_step ? 5000 : t->o.delay_ms;
 	CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream, (void *)ms));
+	atomic_store(&produced, false);
 	uint32_t batch[8];
 	size_t k = 0;
-	for (size_t j = t->l.n; j-- > 0;) {
+	for (size_t q = 0; q < t->l.n; q++) {
+		/* --overlap: in registration order, the plan's (the order its
+		 * buckets launch in); else from the last tensor back. */
+		size_t j = t->o.batch_ms ? q : t->l.n - 1 - q;
+		if (k == 0 && t->o.batch_ms)
+			CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream,
+						(void *)(uintptr_t)t->o.batch_ms));
 		CUDA(cudaMemcpyAsync(t->dev[j], t->in + t->host_off[j], t->l.counts[j] * 4,
 				     cudaMemcpyHostToDevice, t->stream));
 		batch[k++] = (uint32_t)j;
-		if (k == 8 || j == 0) {
+		if (k == 8 || q + 1 == t->l.n) {
 			GS(t->c, gs_cuda_mark_ready(t->c, batch, k, t->stream));
 			k = 0;
 		}
 	}
+	CUDA(cudaLaunchHostFunc(t->stream, set_produced, NULL));
+}
+
+/* --overlap: the first bucket must come back reduced while later
+ * gradients are still being produced: gradsyncd waited for that bucket's
+ * own gradients, not for the trainer's latest mark. */
+static int check_overlap(struct trainer *t)
+{
+	struct gs_step_result res;
+	int r;
+	while ((r = gs_step_poll(t->c, &res)) == GS_EAGAIN && gs_buckets_done(t->c) == 0)
+		usleep(1000);
+	if (gs_buckets_done(t->c) == 0 || atomic_load(&produced)) {
+		printf("FAIL overlap: the first bucket came back only once every gradient was produced\n");
+		return 1;
+	}
+	printf("overlap: a bucket came back while the backward pass still ran\n");
+	fflush(stdout);
+	return 0;
 }
 
 /* The step's results in out; gs_step_wait's code (an aborted step's
@@ -374,8 +415,11 @@ static int run(struct trainer *t)
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 		so.clipping = s == t->o.clip_step;
 		so.clip_value = CLIP;
+		so.bucket_events = t->o.batch_ms > 0;
 		GS(t->c, gs_step_begin(t->c, &so));
 		produce_and_mark(t, s);
+		if (t->o.batch_ms && check_overlap(t))
+			return 1;
 		struct gs_step_result res;
 		int r = collect(t, &res);
 		p.step = s;

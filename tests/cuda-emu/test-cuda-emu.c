@@ -93,6 +93,21 @@ static void sync_bf16_several_launches(void **state)
 	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
 }
 
+/* A backward pass in the trainers: each batch of eight gradients comes
+ * 40 ms after the one before (21 batches), all queued and marked ready at
+ * once, as autograd's hooks run ahead of the GPU. The first bucket must
+ * come back reduced while later batches are still being produced: each
+ * mark records its own entry of the trainer's ring of ready events, and
+ * gradsyncd waits for the entry of the bucket's last mark. With one ready
+ * event, the latest record covered the whole backward pass. */
+static void overlaps_the_backward_pass(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
+	const char *targs[] = { "--overlap=40", NULL };
+	sync_case(args, "2", targs);
+}
+
 /* ---- Trainers that go away ---------------------------------------------------- */
 
 /* Lines of /proc/<pid>/maps that map memfds of the CUDA emulation made by
@@ -145,9 +160,10 @@ static void trainer_killed_after_registering(void **state)
 	const char *hold[] = { "--hold", NULL };
 	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", hold, log);
 	harness_wait_for_text(log, "REGISTERED", 30);
-	/* Its one allocation and its two events are open in the daemon. */
+	/* Its one allocation and its events (a ring of 32 ready events and
+	 * the done event) are open in the daemon. */
 	assert_int_equal(mappings(d.pid, "mem", t), 1);
-	assert_int_equal(mappings(d.pid, "event", t), 2);
+	assert_int_equal(mappings(d.pid, "event", t), 33);
 	kill(t, SIGKILL);
 	harness_wait(t, 10000);
 	expect_unmapped(&d, t);
@@ -581,6 +597,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TIMED(sync_fp16),
 		TIMED(sync_bf16_several_launches),
+		TIMED(overlaps_the_backward_pass),
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),

@@ -45,6 +45,7 @@ struct fake_daemon {
 	size_t tensors;
 	size_t fds;
 	size_t marked;
+	uint32_t last_ready_event; /* of the last GradientsReady */
 	bool protocol_error;
 };
 
@@ -120,10 +121,12 @@ static void serve_step(struct fake_daemon *f, int fd, struct gs_frame_reader *r)
 	gradsync__message__free_unpacked(m, NULL);
 	size_t marked = 0;
 	while (marked < f->tensors && (m = recv_msg(f, fd, r))) {
-		if (m->body_case == GRADSYNC__MESSAGE__BODY_GRADIENTS_READY)
+		if (m->body_case == GRADSYNC__MESSAGE__BODY_GRADIENTS_READY) {
 			marked += m->gradients_ready->n_tensors;
-		else
+			f->last_ready_event = m->gradients_ready->ready_event;
+		} else {
 			f->protocol_error = true;
+		}
 		gradsync__message__free_unpacked(m, NULL);
 	}
 	f->marked += marked;
@@ -312,6 +315,17 @@ static void registers_base_allocations_and_offsets(void **state)
 	assert_true(ready->base_or_id != done->base_or_id);
 	/* Interprocess events without timing, as cudaIpcGetEventHandle needs. */
 	assert_int_equal(fake_cuda_event(ready->base_or_id)->flags, 0x6);
+	/* The ring of ready events: the ready event first, each one apart. */
+	size_t nring = bufs[0]->n_cuda_ready_ring;
+	assert_true(nring >= 2 && nring <= GS_CUDA_READY_RING_MAX);
+	assert_memory_equal(bufs[0]->cuda_ready_ring[0].data, bufs[0]->cuda_ready_event.data, 64);
+	for (size_t i = 1; i < nring; i++) {
+		const struct fake_cuda_handle *h = handle_of(&bufs[0]->cuda_ready_ring[i]);
+		assert_memory_equal(h->magic, "FAKEEVT", 8);
+		assert_true(h->base_or_id != ready->base_or_id && h->base_or_id != done->base_or_id);
+		assert_int_equal(fake_cuda_event(h->base_or_id)->flags, 0x6);
+		assert_true(h->base_or_id != handle_of(&bufs[0]->cuda_ready_ring[i - 1])->base_or_id);
+	}
 	for (size_t i = 1; i < 4; i++) {
 		const struct fake_cuda_handle *h = handle_of(&bufs[i]->cuda_ipc_handle);
 		assert_memory_equal(h->magic, "FAKEIPC", 8);
@@ -341,6 +355,9 @@ static void registers_base_allocations_and_offsets(void **state)
 	assert_int_equal(d.rank, 3);
 	assert_ptr_equal(d.ready_event, bufs[0]->cuda_ready_event.data);
 	assert_ptr_equal(d.done_event, bufs[0]->cuda_done_event.data);
+	assert_int_equal(d.nring, nring);
+	for (size_t i = 0; i < nring; i++)
+		assert_ptr_equal(d.ready_ring[i], bufs[0]->cuda_ready_ring[i].data);
 	for (size_t i = 1; i < 4; i++) {
 		assert_int_equal(gs_buffer_kind_of(bufs[i]), GS_BUFFER_CUDA);
 		assert_int_equal(gs_buffer_desc_parse(bufs[i], 0, -1, &d, err, sizeof(err)), GS_OK);
@@ -350,9 +367,10 @@ static void registers_base_allocations_and_offsets(void **state)
 		assert_string_equal(d.pci_bus_id, "0000:10:00.0");
 		assert_memory_equal(d.handle, bufs[i]->cuda_ipc_handle.data, GS_CUDA_IPC_HANDLE_SIZE);
 	}
-	/* Closing destroyed both events, in their context. */
-	assert_int_equal(fake_cuda_event(ready->base_or_id)->destroyed, 1);
+	/* Closing destroyed every event, in their context. */
 	assert_int_equal(fake_cuda_event(done->base_or_id)->destroyed, 1);
+	for (size_t i = 0; i < nring; i++)
+		assert_int_equal(fake_cuda_event(handle_of(&bufs[0]->cuda_ready_ring[i])->base_or_id)->destroyed, 1);
 	assert_int_equal(fake_cuda_ctx_depth(), 0);
 	daemon_free(f);
 }
@@ -382,8 +400,12 @@ static void events_order_a_step(void **state)
 	assert_int_equal(gs_cuda_mark_ready(c, &first, 1, stream), GS_OK);
 	assert_int_equal(ready->records, 1);
 	assert_ptr_equal(ready->last_record_stream, stream);
+	/* The next mark records the ring's next event (3: after ready and
+	 * done), and says so, so that the daemon waits for each mark's own. */
 	assert_int_equal(gs_cuda_mark_ready(c, &second, 1, stream), GS_OK);
-	assert_int_equal(ready->records, 2);
+	assert_int_equal(ready->records, 1);
+	assert_int_equal(fake_cuda_event(3)->records, 1);
+	assert_ptr_equal(fake_cuda_event(3)->last_record_stream, stream);
 	struct gs_step_result res;
 	if (gs_step_wait(c, 5000, &res) != GS_OK)
 		fail_msg("gs_step_wait: %s", gs_last_error(c));
@@ -398,6 +420,7 @@ static void events_order_a_step(void **state)
 	daemon_join(f);
 	assert_false(f->protocol_error);
 	assert_int_equal(f->marked, 2);
+	assert_int_equal(f->last_ready_event, 1); /* the second mark's */
 	daemon_free(f);
 }
 
