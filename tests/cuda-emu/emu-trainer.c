@@ -31,6 +31,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gradsync.h"
+#include "cuda_trainer.h"
 #include "layout_file.h"
 #define PROGRAM "emu-trainer"
 #include "check.h"
@@ -52,14 +53,8 @@ struct options {
 
 struct trainer {
 	struct options o;
-	gs_client *c;
-	struct gs_session_info info;
 	struct layout_file l;
-	float **dev;        /* per tensor */
-	uint64_t *host_off; /* per tensor, into in and out */
-	uint64_t total;
-	float *in, *out;    /* pinned host memory */
-	cudaStream_t stream;
+	struct cuda_trainer ct; /* its tensors are l's */
 };
 
 static void parse(int argc, char **argv, struct options *o)
@@ -222,14 +217,14 @@ static bool same(float a, float b)
 static uint64_t check_step(struct trainer *t, const struct step_ref *p,
 			   const struct gs_step_result *res)
 {
-	uint64_t bad = 0, first = t->total, clipped = 0, nonfinite = 0;
+	uint64_t bad = 0, first = t->ct.total, clipped = 0, nonfinite = 0;
 	float want_first = 0;
-	for (uint64_t i = 0; i < t->total; i++) {
+	for (uint64_t i = 0; i < t->ct.total; i++) {
 		float want = reference(p, i);
-		float mine = t->in[i];
+		float mine = t->ct.in[i];
 		clipped += p->clip && (mine > CLIP || mine < -CLIP);
 		nonfinite += !isfinite(want);
-		if (same(want, t->out[i]))
+		if (same(want, t->ct.out[i]))
 			continue;
 		if (bad++ == 0) {
 			first = i;
@@ -238,7 +233,7 @@ static uint64_t check_step(struct trainer *t, const struct step_ref *p,
 	}
 	if (bad)
 		fprintf(stderr, "emu-trainer: step %u: %" PRIu64 " of %" PRIu64 " elements differ, first %" PRIu64 ": %a, want %a\n",
-			p->step, bad, t->total, first, (double)t->out[first], (double)want_first);
+			p->step, bad, t->ct.total, first, (double)t->ct.out[first], (double)want_first);
 	if (res->clipped != clipped || res->nonfinite != nonfinite) {
 		fprintf(stderr, "emu-trainer: step %u: gradsyncd counted %" PRIu64 " clipped and %" PRIu64 " non-finite; the reference %" PRIu64 " and %" PRIu64 "\n",
 			p->step, res->clipped, res->nonfinite, clipped, nonfinite);
@@ -254,48 +249,32 @@ static void allocate(struct trainer *t)
 {
 	size_t n = t->l.n;
 	uint64_t bytes = 0, *off = calloc(n, sizeof(*off));
-	t->dev = calloc(n, sizeof(*t->dev));
-	t->host_off = calloc(n, sizeof(*t->host_off));
+	t->ct.dev = calloc(n, sizeof(*t->ct.dev));
+	t->ct.host_off = calloc(n, sizeof(*t->ct.host_off));
 	for (size_t i = 0; i < n; i++) {
 		off[i] = bytes;
 		bytes += (t->l.counts[i] * 4 + 511) & ~(uint64_t)511;
-		t->host_off[i] = t->total;
-		t->total += t->l.counts[i];
+		t->ct.host_off[i] = t->ct.total;
+		t->ct.total += t->l.counts[i];
 	}
 	char *base;
 	CUDA(cudaMalloc((void **)&base, bytes));
 	for (size_t i = 0; i < n; i++)
-		t->dev[i] = (float *)(base + off[i]);
+		t->ct.dev[i] = (float *)(base + off[i]);
 	free(off);
-	CUDA(cudaMallocHost((void **)&t->in, t->total * 4));
-	CUDA(cudaMallocHost((void **)&t->out, t->total * 4));
+	CUDA(cudaMallocHost((void **)&t->ct.in, t->ct.total * 4));
+	CUDA(cudaMallocHost((void **)&t->ct.out, t->ct.total * 4));
 }
 
 static void start(struct trainer *t)
 {
-	CUDA(cudaSetDevice((int)t->o.rank));
-	CUDA(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
-	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
-	co.socket_path = t->o.socket;
-	co.local_rank = t->o.rank;
-	co.timeout_ms = 30000;
-	if (gs_connect(&co, &t->c) != GS_OK) {
-		fprintf(stderr, "emu-trainer: gs_connect: %s\n", gs_last_error(NULL));
-		exit(1);
-	}
-	GS(t->c, gs_session_info(t->c, &t->info));
+	t->ct.program = PROGRAM;
+	t->ct.n = t->l.n;
+	t->ct.names = t->l.names;
+	t->ct.counts = t->l.counts;
+	cuda_trainer_connect(&t->ct, t->o.socket, t->o.rank, 30000);
 	allocate(t);
-	struct gs_cuda_tensor_spec *specs = calloc(t->l.n, sizeof(*specs));
-	for (size_t i = 0; i < t->l.n; i++)
-		specs[i] = (struct gs_cuda_tensor_spec){ t->l.names[i], t->l.counts[i], GS_FLOAT32,
-							 t->dev[i] };
-	GS(t->c, gs_register_cuda(t->c, specs, t->l.n));
-	free(specs);
-}
-
-static void CUDART_CB sleep_on_stream(void *arg)
-{
-	usleep((useconds_t)(uintptr_t)arg * 1000);
+	cuda_trainer_register(&t->ct);
 }
 
 static atomic_bool produced; /* the step's last gradients are on the GPU */
@@ -314,7 +293,7 @@ static void CUDART_CB set_produced(void *arg)
 static void produce_and_mark(struct trainer *t, unsigned step)
 {
 	uintptr_t ms = step == t->o.stall_step ? 5000 : t->o.delay_ms;
-	CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream, (void *)ms));
+	CUDA(cudaLaunchHostFunc(t->ct.stream, cuda_trainer_sleep, (void *)ms));
 	atomic_store(&produced, false);
 	uint32_t batch[8];
 	size_t k = 0;
@@ -323,17 +302,17 @@ static void produce_and_mark(struct trainer *t, unsigned step)
 		 * buckets launch in); else from the last tensor back. */
 		size_t j = t->o.batch_ms ? q : t->l.n - 1 - q;
 		if (k == 0 && t->o.batch_ms)
-			CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream,
+			CUDA(cudaLaunchHostFunc(t->ct.stream, cuda_trainer_sleep,
 						(void *)(uintptr_t)t->o.batch_ms));
-		CUDA(cudaMemcpyAsync(t->dev[j], t->in + t->host_off[j], t->l.counts[j] * 4,
-				     cudaMemcpyHostToDevice, t->stream));
+		CUDA(cudaMemcpyAsync(t->ct.dev[j], t->ct.in + t->ct.host_off[j], t->l.counts[j] * 4,
+				     cudaMemcpyHostToDevice, t->ct.stream));
 		batch[k++] = (uint32_t)j;
 		if (k == 8 || q + 1 == t->l.n) {
-			GS(t->c, gs_cuda_mark_ready(t->c, batch, k, t->stream));
+			GS(t->ct.c, gs_cuda_mark_ready(t->ct.c, batch, k, t->ct.stream));
 			k = 0;
 		}
 	}
-	CUDA(cudaLaunchHostFunc(t->stream, set_produced, NULL));
+	CUDA(cudaLaunchHostFunc(t->ct.stream, set_produced, NULL));
 }
 
 /* --overlap: the first bucket must come back reduced while later
@@ -343,9 +322,9 @@ static int check_overlap(struct trainer *t)
 {
 	struct gs_step_result res;
 	int r;
-	while ((r = gs_step_poll(t->c, &res)) == GS_EAGAIN && gs_buckets_done(t->c) == 0)
+	while ((r = gs_step_poll(t->ct.c, &res)) == GS_EAGAIN && gs_buckets_done(t->ct.c) == 0)
 		usleep(1000);
-	if (gs_buckets_done(t->c) == 0 || atomic_load(&produced)) {
+	if (gs_buckets_done(t->ct.c) == 0 || atomic_load(&produced)) {
 		printf("FAIL overlap: the first bucket came back only once every gradient was produced\n");
 		return 1;
 	}
@@ -354,41 +333,26 @@ static int check_overlap(struct trainer *t)
 	return 0;
 }
 
-/* The step's results in out; gs_step_wait's code (an aborted step's
- * tensors are copied back too). */
-static int collect(struct trainer *t, struct gs_step_result *res)
-{
-	int r = gs_step_wait(t->c, 60000, res);
-	if (r != GS_OK && r != GS_EABORTED)
-		GS(t->c, r);
-	GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
-	for (size_t i = 0; i < t->l.n; i++)
-		CUDA(cudaMemcpyAsync(t->out + t->host_off[i], t->dev[i], t->l.counts[i] * 4,
-				     cudaMemcpyDeviceToHost, t->stream));
-	CUDA(cudaStreamSynchronize(t->stream));
-	return r;
-}
-
 /* After an aborted step each tensor holds the reduced result or, bit for
  * bit, this trainer's own gradient: never a mix, never half a launch. */
 static uint64_t check_aborted(struct trainer *t, const struct step_ref *p)
 {
 	size_t reduced = 0;
 	for (size_t j = 0; j < t->l.n; j++) {
-		bool red = gs_tensor_reduced(t->c, j);
+		bool red = gs_tensor_reduced(t->ct.c, j);
 		reduced += red;
-		for (uint64_t i = t->host_off[j]; i < t->host_off[j] + t->l.counts[j]; i++) {
-			float want = red ? reference(p, i) : t->in[i];
-			if (!same(want, t->out[i])) {
+		for (uint64_t i = t->ct.host_off[j]; i < t->ct.host_off[j] + t->l.counts[j]; i++) {
+			float want = red ? reference(p, i) : t->ct.in[i];
+			if (!same(want, t->ct.out[i])) {
 				fprintf(stderr, "emu-trainer: aborted step %u: tensor %zu (%s) is %s, but element %" PRIu64 " is %a, want %a\n",
 					p->step, j, t->l.names[j], red ? "reduced" : "not reduced",
-					i - t->host_off[j], (double)t->out[i], (double)want);
+					i - t->ct.host_off[j], (double)t->ct.out[i], (double)want);
 				return 1;
 			}
 		}
 	}
 	printf("ABORTED step %u as expected: %s; %zu of %zu tensors reduced, the others hold their own gradients\n",
-	       p->step, gs_last_error(t->c), reduced, t->l.n);
+	       p->step, gs_last_error(t->ct.c), reduced, t->l.n);
 	fflush(stdout);
 	return 0;
 }
@@ -401,27 +365,27 @@ static const char *wire_name(enum gs_wire_dtype w)
 static int run(struct trainer *t)
 {
 	/* gradsyncd's scale factors, as gs_settings_scales derives them. */
-	double world = t->info.world_size, pre = t->info.predivide_factor;
+	double world = t->ct.info.world_size, pre = t->ct.info.predivide_factor;
 	struct step_ref p = {
-		.w = t->info.wire_dtype,
-		.world = t->info.world_size,
+		.w = t->ct.info.wire_dtype,
+		.world = t->ct.info.world_size,
 		.prescale = (float)(1.0 / pre),
-		.postscale = (float)(t->info.op == GS_OP_AVERAGE ? pre / world : pre),
+		.postscale = (float)(t->ct.info.op == GS_OP_AVERAGE ? pre / world : pre),
 	};
 	uint64_t bad = 0, clipped = 0, nonfinite = 0;
 	for (unsigned s = t->o.first_step; s < t->o.first_step + t->o.steps; s++) {
-		for (uint64_t i = 0; i < t->total; i++)
-			t->in[i] = input(t->o.global_rank, s, i);
+		for (uint64_t i = 0; i < t->ct.total; i++)
+			t->ct.in[i] = input(t->o.global_rank, s, i);
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 		so.clipping = s == t->o.clip_step;
 		so.clip_value = CLIP;
 		so.bucket_events = t->o.batch_ms > 0;
-		GS(t->c, gs_step_begin(t->c, &so));
+		GS(t->ct.c, gs_step_begin(t->ct.c, &so));
 		produce_and_mark(t, s);
 		if (t->o.batch_ms && check_overlap(t))
 			return 1;
 		struct gs_step_result res;
-		int r = collect(t, &res);
+		int r = cuda_trainer_collect(&t->ct, 60000, &res);
 		p.step = s;
 		p.clip = so.clipping;
 		if (r == GS_EABORTED && s == t->o.abort_step) {
@@ -431,7 +395,7 @@ static int run(struct trainer *t)
 		}
 		if (r != GS_OK || s == t->o.abort_step) {
 			fprintf(stderr, "emu-trainer: step %u: %s\n", s,
-				r != GS_OK ? gs_last_error(t->c) : "completed, but was to be aborted");
+				r != GS_OK ? gs_last_error(t->ct.c) : "completed, but was to be aborted");
 			return 1;
 		}
 		bad += check_step(t, &p, &res);
@@ -446,7 +410,7 @@ static int run(struct trainer *t)
 		return 1;
 	}
 	printf("PASS rank %u of %u %s: %u steps of %zu tensors (%" PRIu64 " elements), bitwise equal to the reference; %" PRIu64 " clipped, %" PRIu64 " non-finite\n",
-	       t->o.global_rank, p.world, wire_name(p.w), t->o.steps, t->l.n, t->total, clipped,
+	       t->o.global_rank, p.world, wire_name(p.w), t->o.steps, t->l.n, t->ct.total, clipped,
 	       nonfinite);
 	return 0;
 }
@@ -465,13 +429,13 @@ int main(int argc, char **argv)
 		pause(); /* the test kills it: a trainer that dies holding handles */
 	}
 	int rc = run(&t);
-	gs_close(t.c);
-	CUDA(cudaStreamDestroy(t.stream));
-	CUDA(cudaFreeHost(t.in));
-	CUDA(cudaFreeHost(t.out));
-	CUDA(cudaFree(t.dev[0]));
-	free(t.dev);
-	free(t.host_off);
+	gs_close(t.ct.c);
+	CUDA(cudaStreamDestroy(t.ct.stream));
+	CUDA(cudaFreeHost(t.ct.in));
+	CUDA(cudaFreeHost(t.ct.out));
+	CUDA(cudaFree(t.ct.dev[0]));
+	free(t.ct.dev);
+	free(t.ct.host_off);
 	layout_file_free(&t.l);
 	return rc;
 }

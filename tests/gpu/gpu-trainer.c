@@ -27,12 +27,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
 #include "common.h"
 #include "convert.h"
+#include "cuda_trainer.h"
 #include "gradsync.h"
 #include "layout_file.h"
 #define PROGRAM "gpu-trainer"
@@ -50,16 +50,7 @@ struct options {
 
 struct trainer {
 	struct options o;
-	gs_client *c;
-	struct gs_session_info info;
-	size_t n;
-	uint64_t *counts;
-	char **names;
-	float **dev;       /* per tensor */
-	uint64_t *host_off; /* per tensor, into the host arrays */
-	uint64_t total;
-	float *in, *out;   /* pinned host: inputs, results */
-	cudaStream_t stream;
+	struct cuda_trainer ct;
 };
 
 static void parse(int argc, char **argv, struct options *o)
@@ -99,52 +90,34 @@ static void parse(int argc, char **argv, struct options *o)
 /* Two allocations, tensors alternating between them, 512-byte aligned. */
 static void allocate(struct trainer *t)
 {
-	uint64_t bytes[2] = { 0, 0 }, *off = calloc(t->n, sizeof(*off));
-	t->dev = calloc(t->n, sizeof(*t->dev));
-	t->host_off = calloc(t->n, sizeof(*t->host_off));
+	uint64_t bytes[2] = { 0, 0 }, *off = calloc(t->ct.n, sizeof(*off));
+	t->ct.dev = calloc(t->ct.n, sizeof(*t->ct.dev));
+	t->ct.host_off = calloc(t->ct.n, sizeof(*t->ct.host_off));
 	int split = t->o.bench_elements ? 1 : 2;
-	for (size_t i = 0; i < t->n; i++) {
+	for (size_t i = 0; i < t->ct.n; i++) {
 		int a = (int)(i % (size_t)split);
 		off[i] = bytes[a];
-		bytes[a] += (t->counts[i] * 4 + 511) & ~(uint64_t)511;
-		t->host_off[i] = t->total;
-		t->total += t->counts[i];
+		bytes[a] += (t->ct.counts[i] * 4 + 511) & ~(uint64_t)511;
+		t->ct.host_off[i] = t->ct.total;
+		t->ct.total += t->ct.counts[i];
 	}
 	char *base[2] = { NULL, NULL };
 	for (int a = 0; a < split; a++)
 		CUDA(cudaMalloc((void **)&base[a], bytes[a]));
-	for (size_t i = 0; i < t->n; i++)
-		t->dev[i] = (float *)(base[i % (size_t)split] + off[i]);
+	for (size_t i = 0; i < t->ct.n; i++)
+		t->ct.dev[i] = (float *)(base[i % (size_t)split] + off[i]);
 	free(off);
-	CUDA(cudaMallocHost((void **)&t->in, t->total * 4));
-	CUDA(cudaMallocHost((void **)&t->out, t->total * 4));
-	memset(t->in, 0, t->total * 4);
+	CUDA(cudaMallocHost((void **)&t->ct.in, t->ct.total * 4));
+	CUDA(cudaMallocHost((void **)&t->ct.out, t->ct.total * 4));
+	memset(t->ct.in, 0, t->ct.total * 4);
 }
 
 static void start(struct trainer *t)
 {
-	CUDA(cudaSetDevice((int)t->o.rank));
-	CUDA(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
-	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
-	co.socket_path = t->o.socket;
-	co.local_rank = t->o.rank;
-	co.timeout_ms = 60000;
-	if (gs_connect(&co, &t->c) != GS_OK) {
-		fprintf(stderr, "gpu-trainer: gs_connect: %s\n", gs_last_error(NULL));
-		exit(1);
-	}
-	GS(t->c, gs_session_info(t->c, &t->info));
+	t->ct.program = PROGRAM;
+	cuda_trainer_connect(&t->ct, t->o.socket, t->o.rank, 60000);
 	allocate(t);
-	struct gs_cuda_tensor_spec *specs = calloc(t->n, sizeof(*specs));
-	for (size_t i = 0; i < t->n; i++)
-		specs[i] = (struct gs_cuda_tensor_spec){ t->names[i], t->counts[i], GS_FLOAT32, t->dev[i] };
-	GS(t->c, gs_register_cuda(t->c, specs, t->n));
-	free(specs);
-}
-
-static void CUDART_CB sleep_on_stream(void *arg)
-{
-	usleep((useconds_t)(uintptr_t)arg * 1000);
+	cuda_trainer_register(&t->ct);
 }
 
 /* Produces this step's gradients on the stream, behind a delay of ms, and
@@ -153,49 +126,34 @@ static void CUDART_CB sleep_on_stream(void *arg)
 static void produce_and_mark(struct trainer *t, unsigned ms)
 {
 	if (ms)
-		CUDA(cudaLaunchHostFunc(t->stream, sleep_on_stream, (void *)(uintptr_t)ms));
+		CUDA(cudaLaunchHostFunc(t->ct.stream, cuda_trainer_sleep, (void *)(uintptr_t)ms));
 	uint32_t batch[8];
 	size_t k = 0;
-	for (size_t i = 0; i < t->n; i++) {
-		CUDA(cudaMemcpyAsync(t->dev[i], t->in + t->host_off[i], t->counts[i] * 4,
-				     cudaMemcpyHostToDevice, t->stream));
+	for (size_t i = 0; i < t->ct.n; i++) {
+		CUDA(cudaMemcpyAsync(t->ct.dev[i], t->ct.in + t->ct.host_off[i], t->ct.counts[i] * 4,
+				     cudaMemcpyHostToDevice, t->ct.stream));
 		batch[k++] = (uint32_t)i;
-		if (k == 8 || i + 1 == t->n) {
-			GS(t->c, gs_cuda_mark_ready(t->c, batch, k, t->stream));
+		if (k == 8 || i + 1 == t->ct.n) {
+			GS(t->ct.c, gs_cuda_mark_ready(t->ct.c, batch, k, t->ct.stream));
 			k = 0;
 		}
 	}
 }
 
-/* The step's results in out; gs_step_wait's code, GS_OK or GS_EABORTED
- * (an aborted step's tensors are copied back too). */
-static int collect(struct trainer *t, struct gs_step_result *res)
-{
-	int r = gs_step_wait(t->c, 120000, res);
-	if (r != GS_EABORTED)
-		GS(t->c, r);
-	GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
-	for (size_t i = 0; i < t->n; i++)
-		CUDA(cudaMemcpyAsync(t->out + t->host_off[i], t->dev[i], t->counts[i] * 4,
-				     cudaMemcpyDeviceToHost, t->stream));
-	CUDA(cudaStreamSynchronize(t->stream));
-	return r;
-}
-
 /* The late step: aborted, saying why, and every tensor the trainer's own. */
 static uint64_t check_late(struct trainer *t, int r, unsigned step)
 {
-	const char *why = gs_last_error(t->c);
+	const char *why = gs_last_error(t->ct.c);
 	if (r != GS_EABORTED || !strstr(why, "were not ready on its GPU")) {
 		fprintf(stderr, "gpu-trainer: step %u, 5 s late: %s, not aborted for lateness (%s)\n",
 			step, gs_strerror(r), r == GS_OK ? "it completed" : why);
 		return 1;
 	}
-	for (size_t i = 0; i < t->n; i++)
-		if (gs_tensor_reduced(t->c, i) ||
-		    memcmp(t->out + t->host_off[i], t->in + t->host_off[i], t->counts[i] * 4)) {
+	for (size_t i = 0; i < t->ct.n; i++)
+		if (gs_tensor_reduced(t->ct.c, i) ||
+		    memcmp(t->ct.out + t->ct.host_off[i], t->ct.in + t->ct.host_off[i], t->ct.counts[i] * 4)) {
 			fprintf(stderr, "gpu-trainer: step %u was aborted, but tensor %s is not its own gradient\n",
-				step, t->names[i]);
+				step, t->ct.names[i]);
 			return 1;
 		}
 	printf("step %u aborted as expected: %s\n", step, why);
@@ -207,23 +165,23 @@ static uint64_t check_late(struct trainer *t, int r, unsigned step)
 static uint64_t check_step(struct trainer *t, const struct gs_pack_params *p, float post,
 			   const struct gs_step_result *res, unsigned step)
 {
-	enum gs_wire w = (enum gs_wire)t->info.wire_dtype;
-	void *wire = malloc(t->total * 4);
-	float *want = malloc(t->total * 4);
-	uint64_t clipped = gs_pack(w, wire, t->in, t->total, p);
-	uint64_t nonfinite = gs_unpack(w, &want, 1, wire, t->total, post);
-	uint64_t bad = 0, first = t->total;
-	for (uint64_t i = 0; i < t->total; i++) {
-		if (memcmp(&want[i], &t->out[i], 4)) {
-			if (first == t->total)
+	enum gs_wire w = (enum gs_wire)t->ct.info.wire_dtype;
+	void *wire = malloc(t->ct.total * 4);
+	float *want = malloc(t->ct.total * 4);
+	uint64_t clipped = gs_pack(w, wire, t->ct.in, t->ct.total, p);
+	uint64_t nonfinite = gs_unpack(w, &want, 1, wire, t->ct.total, post);
+	uint64_t bad = 0, first = t->ct.total;
+	for (uint64_t i = 0; i < t->ct.total; i++) {
+		if (memcmp(&want[i], &t->ct.out[i], 4)) {
+			if (first == t->ct.total)
 				first = i;
 			bad++;
 		}
 	}
 	if (bad)
 		fprintf(stderr, "gpu-trainer: step %u: %" PRIu64 " of %" PRIu64 " elements differ, first %" PRIu64 ": %a, want %a (input %a)\n",
-			step, bad, t->total, first, (double)t->out[first], (double)want[first],
-			(double)t->in[first]);
+			step, bad, t->ct.total, first, (double)t->ct.out[first], (double)want[first],
+			(double)t->ct.in[first]);
 	if (res->clipped != clipped || res->nonfinite != nonfinite) {
 		fprintf(stderr, "gpu-trainer: step %u: gradsyncd counted %" PRIu64 " clipped and %" PRIu64 " non-finite; the host %" PRIu64 " and %" PRIu64 "\n",
 			step, res->clipped, res->nonfinite, clipped, nonfinite);
@@ -237,28 +195,28 @@ static uint64_t check_step(struct trainer *t, const struct gs_pack_params *p, fl
 static int run_sync(struct trainer *t)
 {
 	/* gradsyncd's scale factors, as gs_settings_scales derives them. */
-	double world = t->info.world_size, pre = t->info.predivide_factor;
+	double world = t->ct.info.world_size, pre = t->ct.info.predivide_factor;
 	float prescale = (float)(1.0 / pre);
-	float post = (float)(t->info.op == GS_OP_AVERAGE ? pre / world : pre);
+	float post = (float)(t->ct.info.op == GS_OP_AVERAGE ? pre / world : pre);
 	uint64_t seed = 0x853c49e6748fea9bu + t->o.rank, bad = 0, clipped = 0, nonfinite = 0;
 	double t0 = now_s();
 	for (unsigned s = 1; s <= t->o.steps; s++) {
-		for (uint64_t i = 0; i < t->total; i++)
-			t->in[i] = gradient_value(&seed);
+		for (uint64_t i = 0; i < t->ct.total; i++)
+			t->ct.in[i] = gradient_value(&seed);
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 		so.clipping = s == t->o.clip_step;
 		so.clip_value = 0.5f;
-		GS(t->c, gs_step_begin(t->c, &so));
+		GS(t->ct.c, gs_step_begin(t->ct.c, &so));
 		bool late = s == t->o.late_step;
 		produce_and_mark(t, late ? 5000 : 20);
 		struct gs_step_result res;
-		int r = collect(t, &res);
+		int r = cuda_trainer_collect(&t->ct, 120000, &res);
 		if (late) {
 			bad += check_late(t, r, s);
 			continue;
 		}
 		if (r != GS_OK)
-			GS(t->c, r);
+			GS(t->ct.c, r);
 		struct gs_pack_params p = { prescale, so.clipping, so.clip_value };
 		bad += check_step(t, &p, post, &res, s);
 		clipped += res.clipped;
@@ -267,7 +225,7 @@ static int run_sync(struct trainer *t)
 	double secs = now_s() - t0;
 	if (bad) {
 		printf("FAIL sync %s: %" PRIu64 " mismatches over %u steps of %zu tensors (%" PRIu64 " elements)\n",
-		       gs_wire_name((enum gs_wire)t->info.wire_dtype), bad, t->o.steps, t->n, t->total);
+		       gs_wire_name((enum gs_wire)t->ct.info.wire_dtype), bad, t->o.steps, t->ct.n, t->ct.total);
 		return 1;
 	}
 	if (t->o.late_step) {
@@ -276,7 +234,7 @@ static int run_sync(struct trainer *t)
 		return 0;
 	}
 	printf("PASS sync %s: %u steps of %zu tensors (%" PRIu64 " elements) in 2 CUDA allocations through CUDA IPC, bitwise equal to the host kernels; %" PRIu64 " clipped, %" PRIu64 " non-finite as the host counted; %.1f ms per step\n",
-	       gs_wire_name((enum gs_wire)t->info.wire_dtype), t->o.steps, t->n, t->total, clipped,
+	       gs_wire_name((enum gs_wire)t->ct.info.wire_dtype), t->o.steps, t->ct.n, t->ct.total, clipped,
 	       nonfinite, secs * 1000 / t->o.steps);
 	return 0;
 }
@@ -285,49 +243,49 @@ static int run_bench(struct trainer *t)
 {
 	enum { WARMUP = 3, STEPS = 20 };
 	double times[STEPS];
-	uint32_t *all = malloc(t->n * sizeof(*all));
-	for (size_t i = 0; i < t->n; i++)
+	uint32_t *all = malloc(t->ct.n * sizeof(*all));
+	for (size_t i = 0; i < t->ct.n; i++)
 		all[i] = (uint32_t)i;
 	for (int s = 0; s < WARMUP + STEPS; s++) {
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 		struct gs_step_result res;
-		CUDA(cudaStreamSynchronize(t->stream));
+		CUDA(cudaStreamSynchronize(t->ct.stream));
 		double t0 = now_s();
-		GS(t->c, gs_step_begin(t->c, &so));
-		GS(t->c, gs_cuda_mark_ready(t->c, all, t->n, t->stream));
-		GS(t->c, gs_step_wait(t->c, 120000, &res));
-		GS(t->c, gs_cuda_stream_wait(t->c, t->stream));
-		CUDA(cudaStreamSynchronize(t->stream));
+		GS(t->ct.c, gs_step_begin(t->ct.c, &so));
+		GS(t->ct.c, gs_cuda_mark_ready(t->ct.c, all, t->ct.n, t->ct.stream));
+		GS(t->ct.c, gs_step_wait(t->ct.c, 120000, &res));
+		GS(t->ct.c, gs_cuda_stream_wait(t->ct.c, t->ct.stream));
+		CUDA(cudaStreamSynchronize(t->ct.stream));
 		if (s >= WARMUP)
 			times[s - WARMUP] = now_s() - t0;
 	}
 	free(all);
 	if (t->o.rank == 0)
-		printf("BENCH elements=%" PRIu64 " ranks=%u step_us=%.1f\n", t->total,
-		       t->info.world_size, median(times, STEPS) * 1e6);
+		printf("BENCH elements=%" PRIu64 " ranks=%u step_us=%.1f\n", t->ct.total,
+		       t->ct.info.world_size, median(times, STEPS) * 1e6);
 	return 0;
 }
 
 /* Everything start() and main() took, so that the sanitizers see no leak. */
 static void finish(struct trainer *t, struct layout_file *l)
 {
-	gs_close(t->c);
-	CUDA(cudaStreamDestroy(t->stream));
-	CUDA(cudaFreeHost(t->in));
-	CUDA(cudaFreeHost(t->out));
+	gs_close(t->ct.c);
+	CUDA(cudaStreamDestroy(t->ct.stream));
+	CUDA(cudaFreeHost(t->ct.in));
+	CUDA(cudaFreeHost(t->ct.out));
 	/* Tensors 0 and 1 start the allocations (one in bench mode). */
-	for (size_t i = 0; i < t->n && i < (t->o.bench_elements ? 1u : 2u); i++)
-		CUDA(cudaFree(t->dev[i]));
-	free(t->dev);
-	free(t->host_off);
+	for (size_t i = 0; i < t->ct.n && i < (t->o.bench_elements ? 1u : 2u); i++)
+		CUDA(cudaFree(t->ct.dev[i]));
+	free(t->ct.dev);
+	free(t->ct.host_off);
 	if (l) {
 		layout_file_free(l);
 		return;
 	}
-	for (size_t i = 0; i < t->n; i++)
-		free(t->names[i]);
-	free(t->names);
-	free(t->counts);
+	for (size_t i = 0; i < t->ct.n; i++)
+		free(t->ct.names[i]);
+	free(t->ct.names);
+	free(t->ct.counts);
 }
 
 int main(int argc, char **argv)
@@ -337,20 +295,20 @@ int main(int argc, char **argv)
 	memset(&t, 0, sizeof(t));
 	parse(argc, argv, &t.o);
 	if (t.o.bench_elements) {
-		t.n = (size_t)((t.o.bench_elements + 65535) / 65536);
-		t.counts = calloc(t.n, sizeof(*t.counts));
-		t.names = calloc(t.n, sizeof(*t.names));
-		for (size_t i = 0; i < t.n; i++) {
-			t.counts[i] = 65536;
-			t.names[i] = malloc(32);
-			snprintf(t.names[i], 32, "bench.%zu", i);
+		t.ct.n = (size_t)((t.o.bench_elements + 65535) / 65536);
+		t.ct.counts = calloc(t.ct.n, sizeof(*t.ct.counts));
+		t.ct.names = calloc(t.ct.n, sizeof(*t.ct.names));
+		for (size_t i = 0; i < t.ct.n; i++) {
+			t.ct.counts[i] = 65536;
+			t.ct.names[i] = malloc(32);
+			snprintf(t.ct.names[i], 32, "bench.%zu", i);
 		}
 	} else {
 		if (layout_file_read(t.o.layout, &l) < 0)
 			return 2;
-		t.n = l.n;
-		t.counts = l.counts;
-		t.names = l.names;
+		t.ct.n = l.n;
+		t.ct.counts = l.counts;
+		t.ct.names = l.names;
 	}
 	start(&t);
 	int rc = t.o.bench_elements ? run_bench(&t) : run_sync(&t);
