@@ -305,6 +305,15 @@ static void spawn_node(struct gs_test_daemon *d, unsigned rank, int port,
 	harness_daemon_spawn(d, a);
 }
 
+/* Both nodes of two, on the rendezvous at port, each serving trainers. */
+static void start_two_nodes(struct gs_test_daemon d[2], int port, const char *const *extra)
+{
+	for (unsigned n = 0; n < 2; n++)
+		spawn_node(&d[n], n, port, extra);
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+}
+
 /* Two daemons with one emulated GPU and one trainer each: node 0 makes
  * the NCCL unique id, the rendezvous hands it to node 1, the NCCL root
  * sums across the two processes. */
@@ -315,10 +324,7 @@ static void two_nodes(void **state)
 		skip();
 	int port = harness_free_port();
 	struct gs_test_daemon d[2];
-	for (unsigned n = 0; n < 2; n++)
-		spawn_node(&d[n], n, port, NULL);
-	for (unsigned n = 0; n < 2; n++)
-		harness_daemon_wait_ready(&d[n], 30000);
+	start_two_nodes(d, port, NULL);
 	pid_t pids[2];
 	char logs[2][200];
 	for (unsigned n = 0; n < 2; n++)
@@ -359,11 +365,8 @@ static void node_lost_mid_allreduce(void **state)
 	const char *extra[] = { "--peer-timeout=20", NULL };
 	/* The daemons log each all-reduce of the emulated NCCL and its failures. */
 	setenv("NCCL_DEBUG", "INFO", 1);
-	for (unsigned n = 0; n < 2; n++)
-		spawn_node(&d[n], n, port, extra);
+	start_two_nodes(d, port, extra);
 	unsetenv("NCCL_DEBUG");
-	for (unsigned n = 0; n < 2; n++)
-		harness_daemon_wait_ready(&d[n], 30000);
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort1[] = { "--expect-abort-at=1", NULL }, *stall1[] = { "--stall-at=1", NULL };
@@ -438,10 +441,7 @@ static void node_killed_and_back(unsigned lost)
 	int port = harness_free_port();
 	struct gs_test_daemon d[2], back;
 	const char *extra[] = { "--peer-timeout=20", NULL };
-	for (unsigned n = 0; n < 2; n++)
-		spawn_node(&d[n], n, port, extra);
-	for (unsigned n = 0; n < 2; n++)
-		harness_daemon_wait_ready(&d[n], 30000);
+	start_two_nodes(d, port, extra);
 	pid_t pids[2], again;
 	char logs[2][200], log_again[200];
 	const char *abort2[] = { "--expect-abort-at=2", NULL }, *stall2[] = { "--stall-at=2", NULL };
@@ -492,10 +492,7 @@ static void trainer_late_on_one_node(void **state)
 	int port = harness_free_port();
 	struct gs_test_daemon d[2];
 	const char *extra[] = { "--peer-timeout=3", NULL };
-	for (unsigned n = 0; n < 2; n++)
-		spawn_node(&d[n], n, port, extra);
-	for (unsigned n = 0; n < 2; n++)
-		harness_daemon_wait_ready(&d[n], 30000);
+	start_two_nodes(d, port, extra);
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort2[] = { "--expect-abort-at=2", NULL };
