@@ -316,7 +316,8 @@ static void start_two_nodes(struct gs_test_daemon d[2], int port, const char *co
 
 /* Two daemons with one emulated GPU and one trainer each: node 0 makes
  * the NCCL unique id, the rendezvous hands it to node 1, the NCCL root
- * sums across the two processes. */
+ * sums across the two processes. Each node's status counts what it sent:
+ * for fp16 on a world of two, a ring sends 2 (W - 1) / W = 1 buffer. */
 static void two_nodes(void **state)
 {
 	(void)state;
@@ -330,6 +331,15 @@ static void two_nodes(void **state)
 	for (unsigned n = 0; n < 2; n++)
 		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", NULL, logs[n]);
 	expect_pass(pids, logs, 2);
+	for (unsigned n = 0; n < 2; n++) {
+		gs_client *ctl;
+		struct gs_status *st;
+		assert_int_equal(gs_control_connect(d[n].socket, 5000, &ctl), GS_OK);
+		assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
+		assert_int_equal(st->internode_bytes, harness_layout_elements("resnet50.txt") * 2);
+		gs_status_free(st);
+		gs_close(ctl);
+	}
 	for (unsigned n = 0; n < 2; n++)
 		assert_int_equal(harness_daemon_stop(&d[n]), 0);
 }

@@ -376,3 +376,16 @@ void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step)
 		usleep(20000);
 	}
 }
+
+uint64_t harness_layout_elements(const char *name)
+{
+	FILE *f = fopen(harness_layout(name), "r");
+	assert_non_null(f);
+	char line[512], tensor[256];
+	unsigned long long count, total = 0;
+	while (fgets(line, sizeof(line), f))
+		if (line[0] != '#' && sscanf(line, "%255s %llu", tensor, &count) == 2)
+			total += count;
+	fclose(f);
+	return total;
+}

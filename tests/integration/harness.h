@@ -52,6 +52,10 @@ double harness_now_s(void);
  * seconds it took. Dumps the file and fails the test past limit_s. */
 double harness_wait_for_text(const char *path, const char *text, double limit_s);
 
+/* Elements of layout file `name` (harness_layout), counted here and not
+ * by the code under test. */
+uint64_t harness_layout_elements(const char *name);
+
 /* Waits (up to 120 s) until the daemon's status says its job is in step
  * `step`; fails the test past that. */
 void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step);

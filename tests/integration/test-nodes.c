@@ -129,20 +129,6 @@ static pid_t spawn_trainer(const struct node *n, unsigned rank, const char *layo
 	return harness_spawn(argv, log);
 }
 
-/* Elements of a layout file, counted here and not by the code under test. */
-static uint64_t layout_elements(const char *name)
-{
-	FILE *f = fopen(harness_layout(name), "r");
-	assert_non_null(f);
-	char line[512], tensor[256];
-	unsigned long long count, total = 0;
-	while (fgets(line, sizeof(line), f))
-		if (line[0] != '#' && sscanf(line, "%255s %llu", tensor, &count) == 2)
-			total += count;
-	fclose(f);
-	return total;
-}
-
 /* After the steps, each node's status names every node and, for fp16 on two
  * nodes (a ring sends 2 (N - 1) / N = 1 buffer), the exact bytes sent. */
 static void check_status(const struct nodes_case *c, struct node *n)
@@ -168,7 +154,7 @@ static void check_status(const struct nodes_case *c, struct node *n)
 		assert_int_equal(st->steps_completed, steps);
 		if (c->nodes == 2 && !c->daemon_args[0])
 			assert_int_equal(st->internode_bytes,
-					 steps * layout_elements(c->layout) * 2);
+					 steps * harness_layout_elements(c->layout) * 2);
 		else
 			assert_true(st->internode_bytes > 0);
 		gs_status_free(st);
