@@ -26,13 +26,10 @@ void gs_access_init(struct gs_access *a, const struct gs_settings *s)
 				s->group, (unsigned)geteuid());
 		}
 	}
-	for (const char *p = s->allow_uids; *p && a->nuids < 64;) {
-		char *end;
-		unsigned long uid = strtoul(p, &end, 10);
-		if (end != p)
-			a->uids[a->nuids++] = (uid_t)uid;
-		p = *end ? end + 1 : end;
-	}
+	char why[160];
+	/* Checked at start (settings.c): cannot fail here. */
+	if (gs_settings_allow_uids(s, a->uids, &a->nuids, why, sizeof(why)) < 0)
+		a->nuids = 0;
 }
 
 static void protect_path(const char *path, mode_t mode, gid_t gid, bool have_group)

@@ -13,13 +13,13 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
-struct gs_settings;
+#include "settings.h"
 
 struct gs_access {
 	bool have_group;
 	gid_t gid;
 	char group[64];
-	uid_t uids[64];
+	uid_t uids[GS_MAX_ALLOW_UIDS];
 	size_t nuids;
 };
 

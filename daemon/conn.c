@@ -39,6 +39,10 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 	c->dispatch = dispatch;
 	c->closed = closed;
 	gs_frame_reader_init(&c->reader, max_frame);
+	/* No descriptors before the client is identified; its role's own
+	 * allowance comes with its Hello (gs_conn_identified). */
+	c->reader.max_fds = 0;
+	c->reader.budget = &d->frame_budget;
 	socklen_t len = sizeof(c->cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
 		c->cred = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
@@ -58,6 +62,38 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 	d->conns = c;
 	update_poll(c);
 	return c;
+}
+
+void gs_conn_identified(struct gs_conn *c, enum gs_conn_role role)
+{
+	const struct gs_settings *s = &c->d->settings;
+	c->role = role;
+	c->hello_deadline_ns = 0;
+	if (role == GS_CONN_TRAINER) {
+		c->reader.max_frame = s->max_frame;
+		c->reader.max_fds = GS_CONN_TRAINER_FDS;
+	} else if (role == GS_CONN_CONTROL) {
+		c->reader.max_fds = GS_CONN_CONTROL_FDS;
+	}
+}
+
+void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now)
+{
+	const struct gs_settings *s = &c->d->settings;
+	if (c->closing || !c->timed)
+		return;
+	if (c->hello_deadline_ns && now >= c->hello_deadline_ns) {
+		gs_conn_fail(c, GS_ETIMEDOUT, "no Hello within %llu s of connecting (--hello-timeout)",
+			     (unsigned long long)s->hello_timeout);
+		return;
+	}
+	if (c->frame_start_ns && now - c->frame_start_ns >= s->frame_timeout * 1000000000ull) {
+		size_t need = GS_FRAME_HEADER_SIZE;
+		if (c->reader.len >= GS_FRAME_HEADER_SIZE)
+			need += gs_frame_get_len(c->reader.buf);
+		gs_conn_fail(c, GS_ETIMEDOUT, "a frame begun %llu s ago is still incomplete: %zu of %zu bytes (--frame-timeout)",
+			     (unsigned long long)s->frame_timeout, c->reader.len, need);
+	}
 }
 
 void gs_conn_refuse(int fd, int code, const char *message)
@@ -202,6 +238,34 @@ void gs_conn_close(struct gs_conn *c)
 	uv_close((uv_handle_t *)&c->poll, on_closed);
 }
 
+/* Why a fill failed, in words that name the limit. */
+static void fail_fill(struct gs_conn *c, ssize_t err)
+{
+	const struct gs_frame_budget *b = &c->d->frame_budget;
+	if (err == -EMSGSIZE && (c->role == GS_CONN_NEW || c->role == GS_CONN_CONTROL))
+		gs_conn_fail(c, GS_ELIMIT, "frame longer than %zu bytes from a %s",
+			     c->reader.max_frame,
+			     c->role == GS_CONN_NEW ? "client that has not said Hello" : "control client");
+	else if (err == -EMSGSIZE)
+		gs_conn_fail(c, GS_ELIMIT, "frame longer than the %zu-byte maximum (--max-frame)",
+			     c->reader.max_frame);
+	else if (err == -EMFILE && b->fds >= b->max_fds)
+		gs_conn_fail(c, GS_ELIMIT, "gradsyncd already holds %zu descriptors that clients sent and no message claimed (--max-parked-fds)",
+			     b->fds);
+	else if (err == -EMFILE && c->role == GS_CONN_NEW)
+		gs_conn_fail(c, GS_ELIMIT, "descriptors sent before Hello");
+	else if (err == -EMFILE)
+		gs_conn_fail(c, GS_ELIMIT, "more than %zu descriptors sent without a message claiming them",
+			     c->reader.max_fds);
+	else if (err == -ENOBUFS)
+		gs_conn_fail(c, GS_ELIMIT, "gradsyncd already holds %zu bytes of frames not yet whole from its clients (--max-pending-bytes)",
+			     b->bytes);
+	else {
+		gs_debug("read from %s: %s", gs_conn_name(c), strerror((int)-err));
+		gs_conn_close(c);
+	}
+}
+
 /* Decodes and dispatches every whole frame that is buffered. */
 static void process_frames(struct gs_conn *c)
 {
@@ -219,8 +283,16 @@ static void process_frames(struct gs_conn *c)
 		gradsync__message__free_unpacked(m, NULL);
 	}
 	if (r < 0 && !c->closing)
-		gs_conn_fail(c, GS_ELIMIT, "frame longer than the %zu-byte maximum (--max-frame)",
-			     c->reader.max_frame);
+		fail_fill(c, r);
+}
+
+/* A local client's frame is timed from its first byte until it is whole. */
+static void note_frame_start(struct gs_conn *c)
+{
+	if (c->reader.len == 0)
+		c->frame_start_ns = 0;
+	else if (c->frame_start_ns == 0)
+		c->frame_start_ns = gs_now_ns();
 }
 
 static void on_readable(struct gs_conn *c)
@@ -230,18 +302,8 @@ static void on_readable(struct gs_conn *c)
 		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
 		if (n == -EAGAIN)
 			return;
-		if (n == -EMSGSIZE) {
-			gs_conn_fail(c, GS_ELIMIT, "frame longer than the %zu-byte maximum (--max-frame)",
-				     c->reader.max_frame);
-			return;
-		}
-		if (n == -EMFILE) {
-			gs_conn_fail(c, GS_ELIMIT, "too many descriptors sent without a message claiming them");
-			return;
-		}
 		if (n < 0) {
-			gs_debug("read from %s: %s", gs_conn_name(c), strerror((int)-n));
-			gs_conn_close(c);
+			fail_fill(c, n);
 			return;
 		}
 		if (n == 0) {
@@ -252,6 +314,7 @@ static void on_readable(struct gs_conn *c)
 			return;
 		}
 		process_frames(c);
+		note_frame_start(c);
 	}
 }
 

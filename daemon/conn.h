@@ -19,6 +19,14 @@ struct gs_trainer;
 
 enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL, GS_CONN_NODE };
 
+/* Until a client has said who it is (and for control clients), frames are
+ * small and carry no descriptors; a trainer's may be --max-frame long and
+ * park two sendmsgs' worth of descriptors (a frame's, and the next one's
+ * read with its tail). */
+#define GS_CONN_SMALL_FRAME (64u << 10)
+#define GS_CONN_TRAINER_FDS (2 * GS_FRAME_MAX_FDS)
+#define GS_CONN_CONTROL_FDS 2
+
 struct gs_out_frame {
 	struct gs_out_frame *next;
 	size_t len, off;
@@ -42,6 +50,11 @@ struct gs_conn {
 	void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m);
 	void (*closed)(struct gs_conn *c);
 	bool closing;
+	/* Deadlines of a local client (timed): its Hello (0 once said), and
+	 * the frame it has begun to send (0: none begun). */
+	bool timed;
+	uint64_t hello_deadline_ns;
+	uint64_t frame_start_ns;
 };
 
 /* Takes over an accepted socket, reading frames of at most max_frame bytes
@@ -50,6 +63,14 @@ struct gs_conn {
 struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 			       void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m),
 			       void (*closed)(struct gs_conn *c));
+
+/* The client said Hello as `role`: its frames may now be as long and carry
+ * as many descriptors as that role needs. */
+void gs_conn_identified(struct gs_conn *c, enum gs_conn_role role);
+
+/* Drops a local client that is past its Hello or frame deadline (by
+ * --hello-timeout and --frame-timeout); now from gs_now_ns(). */
+void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now);
 
 /* Answers a socket that gets no connection with one Error frame (best
  * effort, never blocking) and closes it. */

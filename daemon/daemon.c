@@ -55,6 +55,9 @@ int gs_daemon_init(struct gs_daemon *d, uv_loop_t *loop)
 	int r;
 	d->loop = loop;
 	d->listen_fd = -1;
+	d->reserve_fd = -1;
+	d->frame_budget.max_fds = d->settings.max_parked_fds;
+	d->frame_budget.max_bytes = d->settings.max_pending_bytes;
 	d->start_ns = gs_now_ns();
 	d->cluster.cancel_fd = -1;
 	d->backend = choose_backend(&d->settings);

@@ -11,6 +11,7 @@
 #include "access.h"
 #include "backend.h"
 #include "cluster.h"
+#include "frame.h"
 #include "job.h"
 #include "settings.h"
 #include "worker.h"
@@ -47,6 +48,13 @@ struct gs_daemon {
 	struct gs_stats stats;
 	int listen_fd;
 	uv_poll_t listen_poll;
+	/* Held open so that, out of descriptors, gradsyncd can still accept
+	 * a connection to refuse it (server.c). -1: spent or none. */
+	int reserve_fd;
+	uv_timer_t accept_pause; /* listening paused after running out */
+	uv_timer_t sweep;        /* clients' deadlines, the log's summaries */
+	struct gs_frame_budget frame_budget; /* every client's reader together */
+	uint64_t mappings;       /* trainers' buffers mapped, all together */
 	uv_signal_t sigint, sigterm;
 	struct gs_conn *conns; /* doubly linked through gs_conn.next/prev */
 	unsigned nconns;

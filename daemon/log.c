@@ -1,15 +1,35 @@
 #include "log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+/* Each call site (its format string) may log this many lines per window;
+ * more are counted and summed up in one line when the window has passed,
+ * so a client that provokes the same warning in a loop cannot flood the
+ * journal or keep the loop busy writing it. */
+#define LOG_BURST 100
+#define LOG_WINDOW_NS (10ull * 1000000000ull)
+#define LOG_SITES 64
+
+struct log_site {
+	const char *fmt;
+	uint64_t window_start;
+	unsigned lines;
+	unsigned long long suppressed;
+	enum gs_log_level level;
+};
+
 static enum gs_log_level max_level = GS_LOG_INFO;
 static bool journal;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct log_site sites[LOG_SITES];
 
 /* systemd sets JOURNAL_STREAM to the device and inode of the journal
  * stream it gave us; stderr is still that stream unless redirected since
@@ -44,15 +64,38 @@ static const char *level_name(enum gs_log_level level)
 	}
 }
 
-void gs_log(enum gs_log_level level, const char *fmt, ...)
+static uint64_t now_ns(void)
 {
-	if (level > max_level)
-		return;
-	char line[2048];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Control characters and backslashes as \xNN and \\: text from clients
+ * (job ids, tensor names, peers' messages) can then never forge a line of
+ * its own or send escape codes to a terminal. */
+static void escape(const char *in, char *out, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t k = 0;
+	for (const unsigned char *p = (const unsigned char *)in; *p && k + 5 < n; p++) {
+		if (*p == '\\') {
+			out[k++] = '\\';
+			out[k++] = '\\';
+		} else if (*p < 0x20 || *p == 0x7f) {
+			out[k++] = '\\';
+			out[k++] = 'x';
+			out[k++] = hex[*p >> 4];
+			out[k++] = hex[*p & 15];
+		} else {
+			out[k++] = (char)*p;
+		}
+	}
+	out[k] = '\0';
+}
+
+static void emit(enum gs_log_level level, const char *line)
+{
 	if (journal) {
 		/* journald adds its own timestamps. */
 		fprintf(stderr, "<%d>%s: %s\n", (int)level, level_name(level), line);
@@ -64,4 +107,77 @@ void gs_log(enum gs_log_level level, const char *fmt, ...)
 	gmtime_r(&ts.tv_sec, &tm);
 	fprintf(stderr, "%02d:%02d:%02d.%03ld gradsyncd %s: %s\n", tm.tm_hour,
 		tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, level_name(level), line);
+}
+
+/* Under lock: the line that sums up a site's window, if it dropped any. */
+static void close_window(struct log_site *s)
+{
+	if (s->suppressed > 0) {
+		char line[256];
+		snprintf(line, sizeof(line), "%llu more messages like \"%.160s\" were not logged in the last %llu s",
+			 s->suppressed, s->fmt, LOG_WINDOW_NS / 1000000000ull);
+		char safe[sizeof(line) * 2];
+		escape(line, safe, sizeof(safe));
+		emit(s->level, safe);
+	}
+	s->lines = 0;
+	s->suppressed = 0;
+}
+
+/* Under lock: whether this call site may log now. */
+static bool admit(const char *fmt, enum gs_log_level level, uint64_t now)
+{
+	struct log_site *s = NULL, *oldest = &sites[0];
+	for (size_t i = 0; i < LOG_SITES && !s; i++) {
+		if (sites[i].fmt == fmt)
+			s = &sites[i];
+		else if (sites[i].window_start < oldest->window_start)
+			oldest = &sites[i];
+	}
+	if (!s) {
+		s = oldest;
+		if (s->fmt)
+			close_window(s);
+		*s = (struct log_site){ fmt, now, 0, 0, level };
+	}
+	if (now - s->window_start >= LOG_WINDOW_NS) {
+		close_window(s);
+		s->window_start = now;
+	}
+	if (s->lines >= LOG_BURST) {
+		s->suppressed++;
+		return false;
+	}
+	s->lines++;
+	return true;
+}
+
+void gs_log(enum gs_log_level level, const char *fmt, ...)
+{
+	if (level > max_level)
+		return;
+	char line[2048], safe[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	escape(line, safe, sizeof(safe));
+	pthread_mutex_lock(&lock);
+	if (admit(fmt, level, now_ns()))
+		emit(level, safe);
+	pthread_mutex_unlock(&lock);
+}
+
+void gs_log_flush(void)
+{
+	uint64_t now = now_ns();
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < LOG_SITES; i++) {
+		struct log_site *s = &sites[i];
+		if (s->fmt && s->suppressed > 0 && now - s->window_start >= LOG_WINDOW_NS) {
+			close_window(s);
+			s->window_start = now;
+		}
+	}
+	pthread_mutex_unlock(&lock);
 }

@@ -2,7 +2,10 @@
  * Logging to stderr with levels. Under systemd (stderr is the journal
  * stream JOURNAL_STREAM names) each line starts with a "<N>" syslog
  * priority prefix that journald stores as the message's priority;
- * otherwise with a timestamp.
+ * otherwise with a timestamp. Control characters in a line are escaped
+ * (\xNN), and each call site logs at most 100 lines in 10 s, the rest
+ * summed up in one line: no client can forge lines or flood the log.
+ * Safe from any thread.
  */
 #ifndef GS_LOG_H
 #define GS_LOG_H
@@ -17,6 +20,10 @@ enum gs_log_level {
 void gs_log_init(enum gs_log_level level);
 void gs_log(enum gs_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+
+/* Logs the summary of every call site whose window has passed with lines
+ * left out (called now and then, so that a flood that stopped is told). */
+void gs_log_flush(void);
 
 #define gs_error(...) gs_log(GS_LOG_ERROR, __VA_ARGS__)
 #define gs_warn(...) gs_log(GS_LOG_WARN, __VA_ARGS__)

@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "notify.h"
+#include "process_limits.h"
 #include "server.h"
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -76,6 +77,8 @@ int main(int argc, char **argv)
 		break;
 	}
 	gs_log_init((enum gs_log_level)d.settings.log_level);
+	if (gs_limits_check(&d.settings) < 0)
+		return 2;
 	signal(SIGPIPE, SIG_IGN);
 	int status = run(&d);
 	gs_secret_wipe(d.settings.cluster_secret, sizeof(d.settings.cluster_secret));

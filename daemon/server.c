@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,12 @@
 #include "log.h"
 #include "notify.h"
 #include "session.h"
+
+/* How often clients' deadlines are checked: a deadline is met within this
+ * much of its setting. */
+#define SWEEP_MS 250
+/* Out of descriptors with none in reserve: listening pauses this long. */
+#define ACCEPT_PAUSE_MS 1000
 
 /* Limits first, before anything is allocated for the client; then its
  * credentials, logged either way. */
@@ -41,7 +48,44 @@ static void admit(struct gs_daemon *d, int fd)
 	}
 	gs_info("client pid %d uid %u gid %u connected", (int)cred.pid, (unsigned)cred.uid,
 		(unsigned)cred.gid);
-	gs_conn_create(d, fd, d->settings.max_frame, gs_session_dispatch, gs_session_closed);
+	uint64_t max = d->settings.max_frame;
+	struct gs_conn *c = gs_conn_create(d, fd, max < GS_CONN_SMALL_FRAME ? max : GS_CONN_SMALL_FRAME,
+					   gs_session_dispatch, gs_session_closed);
+	if (c) {
+		c->timed = true;
+		c->hello_deadline_ns = gs_now_ns() + d->settings.hello_timeout * 1000000000ull;
+	}
+}
+
+static void on_accept(uv_poll_t *p, int status, int events);
+
+static void resume_accepting(uv_timer_t *t)
+{
+	struct gs_daemon *d = t->data;
+	if (d->listen_fd >= 0)
+		uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+}
+
+/* Out of descriptors: the one held in reserve makes room to accept the
+ * waiting connection and refuse it with an error that says so, instead of
+ * leaving it queued while the listening socket stays readable (a loop that
+ * would spin). Without a reserve, listening pauses a moment. */
+static void refuse_for_descriptors(struct gs_daemon *d, int err)
+{
+	gs_warn("accept: %s: refusing connections until some close (%u connections, %zu parked descriptors)",
+		strerror(err), d->nconns, d->frame_budget.fds);
+	if (d->reserve_fd >= 0) {
+		close(d->reserve_fd);
+		d->reserve_fd = -1;
+		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd >= 0)
+			gs_conn_refuse(fd, GS_ELIMIT, "gradsyncd has run out of file descriptors");
+		d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd >= 0 && d->reserve_fd >= 0)
+			return;
+	}
+	uv_poll_stop(&d->listen_poll);
+	uv_timer_start(&d->accept_pause, resume_accepting, ACCEPT_PAUSE_MS, 0);
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)
@@ -53,12 +97,43 @@ static void on_accept(uv_poll_t *p, int status, int events)
 	for (int i = 0; i < 64; i++) {
 		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR)
+			if (errno == EMFILE || errno == ENFILE)
+				refuse_for_descriptors(d, errno);
+			else if (errno != EAGAIN && errno != EINTR)
 				gs_warn("accept: %s", strerror(errno));
 			return;
 		}
 		admit(d, fd);
 	}
+}
+
+static void on_sweep(uv_timer_t *t)
+{
+	struct gs_daemon *d = t->data;
+	uint64_t now = gs_now_ns();
+	/* A client dropped here may take others with it (a step aborted,
+	 * a write that fails): those are marked closing and skipped, and
+	 * stay allocated until the loop's next turn. */
+	for (struct gs_conn *c = d->conns, *next; c; c = next) {
+		next = c->next;
+		gs_conn_check_deadlines(c, now);
+	}
+	gs_log_flush();
+}
+
+/* The listening socket's companions: the reserve descriptor, the pause
+ * timer and the deadline sweep. */
+static void start_serving(struct gs_daemon *d, int fd)
+{
+	d->listen_fd = fd;
+	d->listen_poll.data = d;
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	uv_timer_init(d->loop, &d->accept_pause);
+	d->accept_pause.data = d;
+	uv_timer_init(d->loop, &d->sweep);
+	d->sweep.data = d;
+	uv_timer_start(&d->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+	uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
 }
 
 /* A socket file nobody answers on is left over from a crash. */
@@ -99,9 +174,7 @@ static int listen_activated(struct gs_daemon *d, int fd)
 		return r;
 	}
 	gs_info("listening on %s, a socket passed by systemd", d->settings.socket_path);
-	d->listen_fd = fd;
-	d->listen_poll.data = d;
-	uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	start_serving(d, fd);
 	return 0;
 }
 
@@ -130,9 +203,7 @@ int gs_server_listen(struct gs_daemon *d)
 		goto err_bind;
 	}
 	gs_access_protect(&d->access, path, made_dir);
-	d->listen_fd = fd;
-	d->listen_poll.data = d;
-	uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	start_serving(d, fd);
 	return 0;
 
 err_bind:
@@ -148,8 +219,13 @@ void gs_server_close(struct gs_daemon *d)
 	if (d->listen_fd >= 0) {
 		uv_poll_stop(&d->listen_poll);
 		uv_close((uv_handle_t *)&d->listen_poll, NULL);
+		uv_close((uv_handle_t *)&d->accept_pause, NULL);
+		uv_close((uv_handle_t *)&d->sweep, NULL);
 		close(d->listen_fd);
 		d->listen_fd = -1;
+		if (d->reserve_fd >= 0)
+			close(d->reserve_fd);
+		d->reserve_fd = -1;
 		unlink(d->settings.socket_path);
 	}
 	while (d->conns)

@@ -71,10 +71,10 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 	case GRADSYNC__ROLE__ROLE_TRAINER:
 		if (gs_job_attach(&c->d->job, c, h) < 0)
 			return; /* the job has answered with an Error */
-		c->role = GS_CONN_TRAINER;
+		gs_conn_identified(c, GS_CONN_TRAINER);
 		break;
 	case GRADSYNC__ROLE__ROLE_CONTROL:
-		c->role = GS_CONN_CONTROL;
+		gs_conn_identified(c, GS_CONN_CONTROL);
 		break;
 	default:
 		gs_conn_fail(c, GS_EPROTO, "Hello names no role (trainer or control)");

@@ -38,6 +38,9 @@ static const struct choice op_choices[] = {
 static const struct choice backend_choices[] = {
 	{ "auto", GS_BACKEND_AUTO }, { "host", GS_BACKEND_HOST }, { "cuda", GS_BACKEND_CUDA }, { NULL, 0 },
 };
+static const struct choice job_access_choices[] = {
+	{ "owner", GS_JOB_ACCESS_OWNER }, { "any", GS_JOB_ACCESS_ANY }, { NULL, 0 },
+};
 static const struct choice log_choices[] = {
 	{ "error", GS_LOG_ERROR }, { "warning", GS_LOG_WARN }, { "info", GS_LOG_INFO },
 	{ "debug", GS_LOG_DEBUG }, { NULL, 0 },
@@ -96,6 +99,20 @@ static const struct setting table[] = {
 	  "further user ids allowed to connect, comma separated" },
 	{ "max-clients", K_UINT, OFF(max_clients), "256", 1, 65536, NULL,
 	  "connections (trainers and control clients) at once" },
+	{ "job-access", K_CHOICE, OFF(job_access), "owner", 0, 0, job_access_choices,
+	  "who may join a job besides root: owner (the user of its first trainer; others learn nothing of it) or any (every user allowed on the socket, for a node of one tenant)" },
+	{ "hello-timeout", K_UINT, OFF(hello_timeout), "5", 1, 3600, NULL,
+	  "seconds a new connection has to say Hello before it is closed" },
+	{ "frame-timeout", K_UINT, OFF(frame_timeout), "10", 1, 3600, NULL,
+	  "seconds a client's frame, once begun, has to arrive whole before the client is dropped" },
+	{ "max-pending-bytes", K_UINT, OFF(max_pending_bytes), "268435456", 1048576, UINT64_C(1) << 40, NULL,
+	  "bytes of frames not yet whole that every client together may have gradsyncd hold; at least --max-frame plus 64 KiB" },
+	{ "max-parked-fds", K_UINT, OFF(max_parked_fds), "1024", 64, 1048576, NULL,
+	  "descriptors received from clients and not yet claimed by a message, every client together (none before Hello); with --max-clients it must fit in RLIMIT_NOFILE" },
+	{ "max-buffers", K_UINT, OFF(max_buffers), "1024", 1, 65536, NULL,
+	  "separate buffers (memfds or CUDA allocations) one trainer may register" },
+	{ "max-mappings", K_UINT, OFF(max_mappings), "32768", 1, 1048576, NULL,
+	  "buffers every trainer together may have mapped into gradsyncd; below vm.max_map_count" },
 };
 
 #define NSETTINGS (sizeof(table) / sizeof(table[0]))
@@ -475,9 +492,21 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 			s->node_rank, s->nodes, s->nodes - 1);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
-	if (strspn(s->allow_uids, "0123456789,") != strlen(s->allow_uids)) {
-		fprintf(stderr, "gradsyncd: invalid value '%s' for --allow-uids (GRADSYNC_ALLOW_UIDS): expected user ids separated by commas\n",
-			s->allow_uids);
+	uid_t uids[GS_MAX_ALLOW_UIDS];
+	char why[160];
+	if (gs_settings_allow_uids(s, uids, &(size_t){ 0 }, why, sizeof(why)) < 0) {
+		fprintf(stderr, "gradsyncd: invalid value '%s' for --allow-uids (GRADSYNC_ALLOW_UIDS): %s\n",
+			s->allow_uids, why);
+		return GS_SETTINGS_EXIT_USAGE;
+	}
+	if (s->max_pending_bytes < s->max_frame + (64u << 10)) {
+		fprintf(stderr, "gradsyncd: --max-pending-bytes %llu is less than --max-frame %llu plus 64 KiB: no largest frame could ever arrive\n",
+			(unsigned long long)s->max_pending_bytes, (unsigned long long)s->max_frame);
+		return GS_SETTINGS_EXIT_USAGE;
+	}
+	if (s->max_buffers > s->max_mappings) {
+		fprintf(stderr, "gradsyncd: --max-buffers %llu is more than --max-mappings %llu, every trainer's buffers together\n",
+			(unsigned long long)s->max_buffers, (unsigned long long)s->max_mappings);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
 	if (s->nodes > 1 && !strchr(s->coordinator, ':')) {
@@ -489,6 +518,36 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 		return GS_SETTINGS_EXIT_OK;
 	}
 	return load_secret(s) < 0 ? GS_SETTINGS_EXIT_USAGE : GS_SETTINGS_RUN;
+}
+
+int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
+			   char *why, size_t whylen)
+{
+	*n = 0;
+	for (const char *p = s->allow_uids; *p;) {
+		size_t len = strcspn(p, ",");
+		char item[32];
+		uint64_t v;
+		snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) ? len : sizeof(item) - 1), p);
+		/* (uid_t)-1 means "no user" to the kernel: never a real user. */
+		if (len == 0 || len >= sizeof(item) || parse_uint(item, &v) < 0 ||
+		    v >= (uint64_t)(uid_t)-1) {
+			snprintf(why, whylen, "'%.*s' is not a user id (0 to %u)", (int)(len > 20 ? 20 : len),
+				 p, (unsigned)(uid_t)-1 - 1);
+			return -EINVAL;
+		}
+		if (*n == GS_MAX_ALLOW_UIDS) {
+			snprintf(why, whylen, "more than %d user ids", GS_MAX_ALLOW_UIDS);
+			return -EINVAL;
+		}
+		uids[(*n)++] = (uid_t)v;
+		p += len;
+		if (*p == ',' && !*++p) {
+			snprintf(why, whylen, "it ends with a comma");
+			return -EINVAL;
+		}
+	}
+	return 0;
 }
 
 void gs_settings_shared_text(const struct gs_settings *s, char *out, size_t n)

@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "auth.h"
 #include "convert.h"
@@ -24,6 +25,9 @@
 
 enum gs_reduce { GS_REDUCE_AVERAGE = 1, GS_REDUCE_SUM = 2 };
 enum gs_backend_choice { GS_BACKEND_AUTO = 0, GS_BACKEND_HOST = 1, GS_BACKEND_CUDA = 2 };
+/* Who may join a job besides root: its owner (the uid of its first
+ * trainer), or anyone allowed on the socket (a node of one tenant). */
+enum gs_job_access { GS_JOB_ACCESS_OWNER = 0, GS_JOB_ACCESS_ANY = 1 };
 
 struct gs_settings {
 	char config_path[256];  /* the configuration file; "": none */
@@ -51,6 +55,13 @@ struct gs_settings {
 	char group[64];           /* owns the socket; its members may connect */
 	char allow_uids[256];     /* more users that may connect, "1000,1001" */
 	uint64_t max_clients;     /* connections at once */
+	int job_access;           /* enum gs_job_access */
+	uint64_t hello_timeout;   /* seconds a new connection has to say Hello */
+	uint64_t frame_timeout;   /* seconds a started frame has to arrive whole */
+	uint64_t max_pending_bytes; /* buffered by every client's reader together */
+	uint64_t max_parked_fds;  /* received, not yet claimed, every client together */
+	uint64_t max_buffers;     /* separate buffers (mappings) per trainer */
+	uint64_t max_mappings;    /* buffers of every trainer together */
 	/* Not settings of the table: the secret read from
 	 * cluster_secret_file at start (len 0: none). */
 	uint8_t cluster_secret[GS_SECRET_MAX];
@@ -69,6 +80,12 @@ enum gs_settings_result {
  * secret, refusing a file that is missing, too short or open to others. */
 enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 					 char **argv);
+
+/* --allow-uids as user ids: at most GS_MAX_ALLOW_UIDS of 0 to 2^32-2.
+ * Returns 0, or -EINVAL with why. */
+#define GS_MAX_ALLOW_UIDS 64
+int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
+			   char *why, size_t whylen);
 
 /* The settings every node of a job must share, as text ("threshold=...
  * wire=... "), compared at the rendezvous. */

@@ -12,12 +12,17 @@ void gs_frame_reader_init(struct gs_frame_reader *r, size_t max_frame)
 {
 	memset(r, 0, sizeof(*r));
 	r->max_frame = max_frame;
+	r->max_fds = GS_FRAME_FD_QUEUE;
 }
 
 void gs_frame_reader_destroy(struct gs_frame_reader *r)
 {
 	for (size_t i = 0; i < r->nfds; i++)
 		close(r->fds[i]);
+	if (r->budget) {
+		r->budget->fds -= r->nfds;
+		r->budget->bytes -= r->cap;
+	}
 	free(r->buf);
 	memset(r, 0, sizeof(*r));
 }
@@ -37,19 +42,58 @@ static int front_frame_size(const struct gs_frame_reader *r, size_t *size)
 	return 0;
 }
 
-static int reserve(struct gs_frame_reader *r, size_t want)
+/* Resizes the buffer to cap bytes (never below len), charging the budget. */
+static int resize(struct gs_frame_reader *r, size_t cap)
 {
-	if (r->cap >= want)
-		return 0;
-	uint8_t *buf = realloc(r->buf, want);
+	struct gs_frame_budget *b = r->budget;
+	if (b && cap > r->cap && b->bytes + (cap - r->cap) > b->max_bytes)
+		return -ENOBUFS;
+	uint8_t *buf = realloc(r->buf, cap);
 	if (!buf)
 		return -ENOMEM;
+	if (b)
+		b->bytes = b->bytes - r->cap + cap;
 	r->buf = buf;
-	r->cap = want;
+	r->cap = cap;
 	return 0;
 }
 
-static int queue_fds(struct gs_frame_reader *r, struct msghdr *msg)
+static int reserve(struct gs_frame_reader *r, size_t want)
+{
+	return r->cap >= want ? 0 : resize(r, want);
+}
+
+/* Room for the next read: one chunk past what is buffered, the buffer
+ * doubling towards the front frame's size, so that memory follows the
+ * bytes that arrived (at most about twice them), never a header's claim. */
+static size_t next_capacity(const struct gs_frame_reader *r, size_t need)
+{
+	size_t want = r->len + READ_CHUNK;
+	if (want <= r->cap)
+		return r->cap;
+	size_t doubled = 2 * r->cap;
+	if (need > want && doubled > want)
+		want = doubled < need ? doubled : need;
+	return want;
+}
+
+/* Descriptors the next read may bring: what this reader and the budget
+ * still have room for, at most one sendmsg's worth. */
+static size_t fd_room(const struct gs_frame_reader *r)
+{
+	size_t room = r->max_fds > r->nfds ? r->max_fds - r->nfds : 0;
+	if (room > GS_FRAME_MAX_FDS)
+		room = GS_FRAME_MAX_FDS;
+	const struct gs_frame_budget *b = r->budget;
+	if (b) {
+		size_t left = b->fds < b->max_fds ? b->max_fds - b->fds : 0;
+		if (left < room)
+			room = left;
+	}
+	return room;
+}
+
+static int queue_fds(struct gs_frame_reader *r, struct msghdr *msg, size_t room)
 {
 	int r_err = 0;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(msg); c; c = CMSG_NXTHDR(msg, c)) {
@@ -61,8 +105,11 @@ static int queue_fds(struct gs_frame_reader *r, struct msghdr *msg)
 			n = GS_FRAME_MAX_FDS;
 		memcpy(fds, CMSG_DATA(c), n * sizeof(int));
 		for (size_t i = 0; i < n; i++) {
-			if (r->nfds < GS_FRAME_FD_QUEUE) {
+			if (room > 0 && r->nfds < GS_FRAME_FD_QUEUE) {
 				r->fds[r->nfds++] = fds[i];
+				room--;
+				if (r->budget)
+					r->budget->fds++;
 			} else {
 				close(fds[i]);
 				r_err = -EMFILE;
@@ -81,14 +128,13 @@ ssize_t gs_frame_reader_fill(struct gs_frame_reader *r, int fd)
 	int err = front_frame_size(r, &need);
 	if (err < 0)
 		return err;
-	/* Grow to hold the whole front frame, never past max_frame + header. */
-	size_t want = need > READ_CHUNK ? need : READ_CHUNK;
-	if (r->len + 1 > want)
-		want = r->len + READ_CHUNK;
-	err = reserve(r, want);
+	err = reserve(r, next_capacity(r, need));
 	if (err < 0)
 		return err;
 
+	/* A control buffer with room for just the descriptors allowed: the
+	 * kernel closes any more and says so (MSG_CTRUNC). */
+	size_t room = fd_room(r);
 	union {
 		char buf[CMSG_SPACE(GS_FRAME_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
@@ -97,8 +143,8 @@ ssize_t gs_frame_reader_fill(struct gs_frame_reader *r, int fd)
 	struct msghdr msg = {
 		.msg_iov = &iov,
 		.msg_iovlen = 1,
-		.msg_control = control.buf,
-		.msg_controllen = sizeof(control.buf),
+		.msg_control = room ? control.buf : NULL,
+		.msg_controllen = room ? CMSG_LEN(room * sizeof(int)) : 0,
 	};
 	ssize_t n;
 	do {
@@ -106,7 +152,7 @@ ssize_t gs_frame_reader_fill(struct gs_frame_reader *r, int fd)
 	} while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return errno == EWOULDBLOCK ? -EAGAIN : -errno;
-	err = queue_fds(r, &msg);
+	err = queue_fds(r, &msg, room);
 	r->len += (size_t)n;
 	if (err < 0)
 		return err;
@@ -136,13 +182,8 @@ void gs_frame_reader_consume(struct gs_frame_reader *r)
 	memmove(r->buf, r->buf + need, r->len - need);
 	r->len -= need;
 	/* Give back a large frame's buffer once it is gone. */
-	if (r->cap > READ_CHUNK && r->len <= READ_CHUNK) {
-		uint8_t *buf = realloc(r->buf, READ_CHUNK);
-		if (buf) {
-			r->buf = buf;
-			r->cap = READ_CHUNK;
-		}
-	}
+	if (r->cap > READ_CHUNK && r->len <= READ_CHUNK)
+		resize(r, READ_CHUNK);
 }
 
 int gs_frame_reader_prepend(struct gs_frame_reader *r, const uint8_t *data, size_t len)
@@ -163,6 +204,8 @@ int gs_frame_reader_take_fds(struct gs_frame_reader *r, int *fds, size_t n)
 	memcpy(fds, r->fds, n * sizeof(int));
 	memmove(r->fds, r->fds + n, (r->nfds - n) * sizeof(int));
 	r->nfds -= n;
+	if (r->budget)
+		r->budget->fds -= n;
 	return 0;
 }
 

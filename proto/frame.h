@@ -21,6 +21,15 @@
 #define GS_FRAME_FD_QUEUE 256
 #define GS_FRAME_DEFAULT_MAX (4u << 20)
 
+/* What the readers of one process may hold together: queued descriptors
+ * and buffer bytes. A reader that would pass either fails its fill, so
+ * that many connections cannot add up to more than the process can hold
+ * (its RLIMIT_NOFILE, its memory). */
+struct gs_frame_budget {
+	size_t fds, max_fds;
+	size_t bytes, max_bytes;
+};
+
 struct gs_frame_reader {
 	uint8_t *buf;
 	size_t len;       /* bytes buffered */
@@ -28,16 +37,23 @@ struct gs_frame_reader {
 	size_t max_frame; /* largest payload accepted */
 	int fds[GS_FRAME_FD_QUEUE];
 	size_t nfds;
+	size_t max_fds;   /* queued at most; more fail the fill (<= GS_FRAME_FD_QUEUE) */
+	struct gs_frame_budget *budget; /* charged with buf and fds; NULL: none */
 };
 
+/* An empty reader: max_fds GS_FRAME_FD_QUEUE, no budget. Set max_fds and
+ * budget before the first fill. */
 void gs_frame_reader_init(struct gs_frame_reader *r, size_t max_frame);
 /* Frees the buffer and closes every queued descriptor. */
 void gs_frame_reader_destroy(struct gs_frame_reader *r);
 
-/* Reads what the socket has (one recvmsg). Returns the bytes read (> 0),
- * 0 at end of stream, -EAGAIN when nothing is there, -EMSGSIZE when the
- * buffered header announces a payload over max_frame, -EMFILE when the
- * descriptor queue is full, or another -errno. */
+/* Reads what the socket has (one recvmsg). The buffer grows with the bytes
+ * that arrive, not with the length a header announces. Returns the bytes
+ * read (> 0), 0 at end of stream, -EAGAIN when nothing is there, -EMSGSIZE
+ * when the buffered header announces a payload over max_frame, -EMFILE when
+ * more descriptors came than max_fds or the budget allow (the kernel or
+ * the reader closed the extra ones), -ENOBUFS when the budget has no room
+ * for the buffer to grow, or another -errno. */
 ssize_t gs_frame_reader_fill(struct gs_frame_reader *r, int fd);
 
 /* Returns 1 and points *payload at the next whole frame's payload (valid

@@ -223,10 +223,24 @@ static void frame_longer_than_maximum(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
+	raw_hello(sock, 1);
 	uint8_t hdr[4];
 	gs_frame_put_len(hdr, 65537);
 	raw_send_bytes(sock, hdr, sizeof(hdr));
 	raw_expect_error(sock, GS_ELIMIT, "frame longer than the 65536-byte maximum");
+	close(sock);
+}
+
+/* Before Hello a frame is small whatever --max-frame says: an unknown
+ * client cannot make gradsyncd hold a trainer's largest frame. */
+static void large_frame_before_hello(void **state)
+{
+	(void)state;
+	int sock = raw_connect(daemon_.socket);
+	uint8_t hdr[4];
+	gs_frame_put_len(hdr, 65537);
+	raw_send_bytes(sock, hdr, sizeof(hdr));
+	raw_expect_error(sock, GS_ELIMIT, "frame longer than 65536 bytes from a client that has not said Hello");
 	close(sock);
 }
 
@@ -397,6 +411,7 @@ int main(void)
 		cmocka_unit_test(descriptor_not_a_memfd),
 		cmocka_unit_test(buffers_without_descriptors),
 		cmocka_unit_test(frame_longer_than_maximum),
+		cmocka_unit_test(large_frame_before_hello),
 		cmocka_unit_test(garbage_bytes),
 		cmocka_unit_test(wrong_protocol_version),
 		cmocka_unit_test(step_before_registration),

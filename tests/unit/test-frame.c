@@ -1,6 +1,7 @@
 /*
  * The framing of proto/frame.c over a socketpair, no daemon needed: whole
- * and split frames, the size limit, descriptors, end of stream.
+ * and split frames, the size limit, descriptors, end of stream, and the
+ * limits a daemon puts on its readers (memory, descriptors).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -379,6 +380,124 @@ static void test_large_frame(void **state)
 	free(text);
 }
 
+/* ---- limits: memory that follows the bytes, descriptors that fit ------ */
+
+/* Descriptors open in this process, counted by the kernel. */
+static unsigned open_fds(void)
+{
+	unsigned n = 0;
+	for (int fd = 0; fd < 4096; fd++)
+		n += fcntl(fd, F_GETFD) >= 0;
+	return n;
+}
+
+/* A header that claims the largest frame, then a few bytes: the buffer
+ * holds what came, not what was claimed (the old reader allocated the
+ * claim at once, which let idle clients pin max-frame bytes each). */
+static void test_claim_allocates_nothing(void **state)
+{
+	struct pair *p = *state;
+	uint8_t bytes[4 + 10] = { 0 };
+	gs_frame_put_len(bytes, MAX_FRAME);
+	write_all(p->w, bytes, sizeof(bytes), NULL, 0);
+	assert_int_equal(gs_frame_reader_fill(&p->reader, p->r), (ssize_t)sizeof(bytes));
+	assert_true(p->reader.cap <= (128u << 10));
+	const uint8_t *payload;
+	size_t len;
+	assert_int_equal(gs_frame_reader_next(&p->reader, &payload, &len), 0);
+}
+
+/* A budget of 256 KiB shared by the reader: a 1 MiB frame fills it and
+ * the reader says so, its charge is its buffer, and destroying it gives
+ * everything back. Below the budget, memory stays within twice what came. */
+static void test_budget_bytes(void **state)
+{
+	struct pair *p = *state;
+	struct gs_frame_budget budget = { 0, 8, 0, 256u << 10 };
+	p->reader.budget = &budget;
+	size_t size = 1u << 20;
+	uint8_t *buf = calloc(1, size);
+	assert_non_null(buf);
+	gs_frame_put_len(buf, (uint32_t)(size - GS_FRAME_HEADER_SIZE));
+	size_t off = 0;
+	ssize_t n = 0;
+	for (unsigned turns = 0; n != -ENOBUFS; turns++) {
+		assert_true(turns < 100000);
+		if (off < size) {
+			ssize_t w = gs_frame_write_some(p->w, buf + off, size - off, NULL, 0);
+			assert_true(w > 0 || w == -EAGAIN);
+			off += w > 0 ? (size_t)w : 0;
+		}
+		n = gs_frame_reader_fill(&p->reader, p->r);
+		assert_true(n > 0 || n == -EAGAIN || n == -ENOBUFS);
+		assert_int_equal(budget.bytes, p->reader.cap);
+		assert_true(budget.bytes <= budget.max_bytes);
+		assert_true(p->reader.cap <= 2 * p->reader.len + (64u << 10));
+	}
+	assert_true(p->reader.len < size);
+	gs_frame_reader_destroy(&p->reader);
+	assert_int_equal(budget.bytes, 0);
+	gs_frame_reader_init(&p->reader, MAX_FRAME);
+	free(buf);
+}
+
+/* max_fds 0: a descriptor sent anyway is closed by the kernel before it
+ * reaches this process, and the fill says so. */
+static void test_no_fds_allowed(void **state)
+{
+	struct pair *p = *state;
+	p->reader.max_fds = 0;
+	int fd = make_memfd();
+	unsigned before = open_fds();
+	uint8_t *buf;
+	size_t len;
+	encode_hello(1, "fds", &buf, &len);
+	write_all(p->w, buf, len, &fd, 1);
+	free(buf);
+	assert_int_equal(gs_frame_reader_fill(&p->reader, p->r), -EMFILE);
+	assert_int_equal(p->reader.nfds, 0);
+	assert_int_equal(open_fds(), before);
+	close(fd);
+}
+
+/* Two readers share a budget of three descriptors: the second gets what
+ * is left and no more, and taking descriptors gives budget back. */
+static void test_budget_fds(void **state)
+{
+	struct pair *p = *state;
+	struct gs_frame_budget budget = { 0, 3, 0, 1u << 30 };
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	struct gs_frame_reader other;
+	gs_frame_reader_init(&other, MAX_FRAME);
+	p->reader.budget = &budget;
+	other.budget = &budget;
+	int fds[2] = { make_memfd(), make_memfd() };
+	send_with_fds(p, fds, 2);
+	assert_int_equal(budget.fds, 2);
+	uint8_t *buf;
+	size_t len;
+	encode_hello(1, "fds", &buf, &len);
+	write_all(sv[0], buf, len, fds, 2);
+	free(buf);
+	unsigned before = open_fds();
+	assert_int_equal(gs_frame_reader_fill(&other, sv[1]), -EMFILE);
+	assert_int_equal(other.nfds, 1);
+	assert_int_equal(open_fds(), before + 1);
+	assert_int_equal(budget.fds, 3);
+	int got[2];
+	assert_int_equal(gs_frame_reader_take_fds(&p->reader, got, 2), 0);
+	assert_int_equal(budget.fds, 1);
+	close(got[0]);
+	close(got[1]);
+	gs_frame_reader_destroy(&other);
+	assert_int_equal(budget.fds, 0);
+	close(sv[0]);
+	close(sv[1]);
+	close(fds[0]);
+	close(fds[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -393,6 +512,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_destroy_closes_fds, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_eof, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_large_frame, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_claim_allocates_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_bytes, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_no_fds_allowed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_budget_fds, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
