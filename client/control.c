@@ -82,6 +82,8 @@ static void copy_figures(struct gs_status *s, const Gradsync__StatusReply *m)
 	s->elements_clipped = m->elements_clipped;
 	s->nonfinite = m->nonfinite;
 	s->internode_bytes = m->internode_bytes;
+	s->job_hidden = m->job_hidden;
+	s->hidden_trainers = m->hidden_trainers;
 	copy_settings(s, m->settings);
 }
 
@@ -206,6 +208,7 @@ static void copy_connection(struct gs_connection_status *o, const Gradsync__Clie
 	o->tensors = m->tensors;
 	o->bytes = m->bytes;
 	o->steps = m->steps;
+	o->hidden = m->hidden;
 }
 
 GS_EXPORT int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_status **out,

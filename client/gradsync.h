@@ -249,6 +249,10 @@ struct gs_status {
 	uint64_t internode_bytes; /* sent to other nodes by all-reduces */
 	size_t peer_count;        /* nodes of the job, this one included */
 	struct gs_peer_status *peers; /* owned by the struct */
+	/* The job is another user's: job_id, trainers and buckets are left
+	 * out, hidden_trainers says how many trainers it has. */
+	bool job_hidden;
+	uint32_t hidden_trainers;
 };
 
 /* Connects as a control client (no trainer slot is taken). */
@@ -278,6 +282,7 @@ struct gs_connection_status {
 	uint32_t tensors;   /* trainers: registered tensors, bytes, steps done */
 	uint64_t bytes;
 	uint64_t steps;
+	bool hidden;        /* another user's: only id, role and state are given */
 };
 
 /* Lists every connection, oldest first. On success *out is an array of

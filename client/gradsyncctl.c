@@ -221,6 +221,10 @@ static const char *clean(const char *s, char *buf, size_t n)
 
 static void print_trainers(const struct gs_status *s)
 {
+	if (s->job_hidden) {
+		printf("\nTrainers (%u connected, another user's)\n", s->hidden_trainers);
+		return;
+	}
 	printf("\nTrainers (%zu connected)\n", s->trainer_count);
 	if (s->trainer_count == 0)
 		return;
@@ -278,7 +282,8 @@ static void print_text(const struct gs_status *s)
 	printf("\nJob\n");
 	printf(ROW "%s\n", "state:", clean(s->job_state, buf, sizeof(buf)));
 	printf(ROW "%s\n", "id:",
-	       s->job_id[0] ? clean(s->job_id, buf, sizeof(buf)) : "(none)");
+	       s->job_hidden ? "(another user's job)"
+	       : s->job_id[0] ? clean(s->job_id, buf, sizeof(buf)) : "(none)");
 	print_trainers(s);
 	printf("\nSteps\n");
 	printf(ROW "%u (%u in flight)\n", "buckets:", s->buckets,
@@ -414,6 +419,8 @@ static void print_json(const struct gs_status *s)
 	printf("],");
 	json_key_str("job_state", s->job_state, true);
 	json_key_str("job_id", s->job_id, true);
+	printf("\"job_hidden\":%s,", s->job_hidden ? "true" : "false");
+	json_key_u64("hidden_trainers", s->hidden_trainers, true);
 	printf("\"trainers\":[");
 	for (size_t i = 0; i < s->trainer_count; i++)
 		json_trainer(&s->trainers[i], i + 1 < s->trainer_count);
@@ -441,9 +448,15 @@ static void print_clients(const struct gs_connection_status *l, size_t n)
 		const struct gs_connection_status *c = &l[i];
 		char role[sizeof(c->role)], state[sizeof(c->state)], user[16] = "?", rank[16] = "-";
 		char tensors[16] = "-", bytes[32] = "-", steps[24] = "-";
-		struct passwd *pw = getpwuid(c->uid);
+		struct passwd *pw = c->hidden ? NULL : getpwuid(c->uid);
 		if (pw)
 			clean(pw->pw_name, user, sizeof(user));
+		if (c->hidden) {
+			printf("%5" PRIu64 "  %-8s %8s %6s  %-10s %4s  %-24s\n", c->id,
+			       clean(c->role, role, sizeof(role)), "-", "-", "-", "-",
+			       clean(c->state, state, sizeof(state)));
+			continue;
+		}
 		if (c->local_rank >= 0) {
 			snprintf(rank, sizeof(rank), "%d", (int)c->local_rank);
 			snprintf(tensors, sizeof(tensors), "%u", c->tensors);
@@ -465,10 +478,15 @@ static void json_clients(const struct gs_connection_status *l, size_t n)
 		putchar('{');
 		json_key_u64("id", c->id, true);
 		json_key_str("role", c->role, true);
-		json_key_u64("pid", c->pid, true);
-		json_key_u64("uid", c->uid, true);
-		json_key_u64("gid", c->gid, true);
+		if (c->hidden) {
+			printf("\"pid\":null,\"uid\":null,\"gid\":null,");
+		} else {
+			json_key_u64("pid", c->pid, true);
+			json_key_u64("uid", c->uid, true);
+			json_key_u64("gid", c->gid, true);
+		}
 		printf("\"self\":%s,", c->self ? "true" : "false");
+		printf("\"hidden\":%s,", c->hidden ? "true" : "false");
 		if (c->local_rank >= 0)
 			printf("\"local_rank\":%d,", (int)c->local_rank);
 		else

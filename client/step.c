@@ -5,6 +5,7 @@
  */
 #include <float.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
@@ -101,17 +102,28 @@ err_unmark:
 	return GS_EINVAL;
 }
 
+/* Indices go out as uint64 (the wire's type, so that the daemon can
+ * refuse any value out of range instead of reading it truncated). */
 static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 {
+	uint64_t small[256];
+	uint64_t *wide = n <= 256 ? small : malloc(n * sizeof(*wide));
+	if (!wide)
+		return gs_fail(c, GS_ENOMEM, "out of memory marking %zu tensors ready", n);
+	for (size_t i = 0; i < n; i++)
+		wide[i] = idx[i];
 	Gradsync__GradientsReady ready = GRADSYNC__GRADIENTS_READY__INIT;
 	ready.step = c->step;
 	ready.n_tensors = n;
-	ready.tensors = (uint32_t *)idx;
+	ready.tensors = wide;
 	ready.ready_event = c->ready_event;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
 	m.gradients_ready = &ready;
-	return gs_conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
+	int r = gs_conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
+	if (wide != small)
+		free(wide);
+	return r;
 }
 
 GS_EXPORT int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)

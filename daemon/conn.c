@@ -279,6 +279,15 @@ static void process_frames(struct gs_conn *c)
 			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes is not a valid message", len);
 			return;
 		}
+		/* protobuf-c keeps the low bits of a number too wide for its
+		 * field (a tensor index of 2^40 reads as 0, an enum of 2^32 + 1
+		 * as 1): such a frame no longer encodes to its own length. */
+		if (gradsync__message__get_packed_size(m) != len) {
+			gradsync__message__free_unpacked(m, NULL);
+			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes does not encode back to itself: a number does not fit its field, or the encoding is padded",
+				     len);
+			return;
+		}
 		c->dispatch(c, m);
 		gradsync__message__free_unpacked(m, NULL);
 	}

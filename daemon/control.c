@@ -28,12 +28,26 @@ static const char *role_name(enum gs_conn_role r)
 	}
 }
 
+/* A local client sees its own user's connections in full, root and
+ * gradsyncd's user every one; of another user's only that it is there. */
+static bool shows(const struct gs_conn *asker, const struct gs_conn *c)
+{
+	uid_t uid = asker->cred.uid;
+	return c->role == GS_CONN_NODE || uid == 0 || uid == geteuid() || uid == c->cred.uid;
+}
+
 static void fill_client(const struct gs_conn *c, const struct gs_conn *asker,
 			Gradsync__ClientInfo *ci)
 {
 	gradsync__client_info__init(ci);
 	ci->id = c->id;
 	ci->role = (char *)role_name(c->role);
+	if (!shows(asker, c)) {
+		ci->hidden = true;
+		ci->local_rank = -1;
+		ci->state = "another user's";
+		return;
+	}
 	ci->pid = (uint32_t)c->cred.pid;
 	ci->uid = (uint32_t)c->cred.uid;
 	ci->gid = (uint32_t)c->cred.gid;
@@ -100,6 +114,12 @@ static void trace_reply(struct gs_conn *c, const struct gs_trace_figures *f)
 	gs_conn_send(c, &m);
 }
 
+static struct gs_trace_viewer viewer_of(const struct gs_conn *c)
+{
+	uid_t uid = c->cred.uid;
+	return (struct gs_trace_viewer){ uid, uid == 0 || uid == geteuid() };
+}
+
 static void trace_start(struct gs_conn *c)
 {
 	struct gs_daemon *d = c->d;
@@ -116,7 +136,8 @@ static void trace_start(struct gs_conn *c)
 	char host[256] = "", who[96], why[320];
 	gethostname(host, sizeof(host) - 1);
 	snprintf(who, sizeof(who), "%s", gs_conn_name(c));
-	int r = gs_trace_begin(d->trace, fd, d->cluster.node_rank, host, who, why, sizeof(why));
+	int r = gs_trace_begin(d->trace, fd, d->cluster.node_rank, host, who, viewer_of(c), why,
+			       sizeof(why));
 	if (r != GS_OK) {
 		close(fd);
 		gs_conn_fail(c, r, "%s", why);
@@ -130,8 +151,11 @@ static void trace_start(struct gs_conn *c)
 static void trace_stop(struct gs_conn *c)
 {
 	struct gs_trace_figures f;
-	if (!c->d->trace || gs_trace_end(c->d->trace, &f) != GS_OK) {
-		gs_conn_fail(c, GS_ESTATE, "no trace is being written (gradsyncctl trace start FILE)");
+	char why[160] = "no trace is being written (gradsyncctl trace start FILE)";
+	int r = c->d->trace ? gs_trace_end(c->d->trace, viewer_of(c), &f, why, sizeof(why))
+			    : GS_ESTATE;
+	if (r != GS_OK) {
+		gs_conn_fail(c, r, "%s", why);
 		return;
 	}
 	trace_reply(c, &f);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "conn.h"
 #include "daemon.h"
@@ -42,6 +43,7 @@ static void clear_layout(struct gs_job *j)
 	j->agreed = false;
 	j->layout_hash = 0;
 	j->id[0] = '\0';
+	memset(j->departed, 0, sizeof(j->departed));
 }
 
 void gs_job_destroy(struct gs_job *j)
@@ -76,45 +78,98 @@ const char *gs_job_state(const struct gs_job *j)
 	return j->has_layout ? "ready" : "registering";
 }
 
+bool gs_job_active(const struct gs_job *j)
+{
+	return j->attached > 0 || j->has_layout || j->in_step;
+}
+
+static bool privileged(uid_t uid)
+{
+	return uid == 0 || uid == geteuid();
+}
+
+bool gs_job_visible_to(const struct gs_job *j, uid_t uid)
+{
+	return !gs_job_active(j) || uid == j->owner || privileged(uid);
+}
+
+/* A job id goes into logs, status and other nodes' messages: printable
+ * ASCII (spaces allowed), at most 63 bytes. */
+static bool valid_job_id(const char *id)
+{
+	size_t n = 0;
+	for (; id[n]; n++)
+		if (id[n] < 0x20 || id[n] > 0x7e)
+			return false;
+	return n < sizeof(((struct gs_job *)0)->id);
+}
+
+/* A trainer of another user learns nothing of the job: not its id, its
+ * trainers' pids, nor (it never registers) its layout. */
+static bool may_join(const struct gs_job *j, uid_t uid)
+{
+	return !gs_job_active(j) || uid == j->owner || uid == 0 ||
+	       j->d->settings.job_access == GS_JOB_ACCESS_ANY;
+}
+
+/* Another job of the same user (or of any, to root) holds the node. */
+static void refuse_other_job(struct gs_job *j, struct gs_conn *c, const char *id)
+{
+	char holder_desc[192], pids[128];
+	size_t k = 0;
+	pids[0] = '\0';
+	for (unsigned r = 0; r < GS_MAX_LOCAL && k < sizeof(pids); r++)
+		if (j->slots[r])
+			k += (size_t)snprintf(pids + k, sizeof(pids) - k, "%s%d", k ? ", " : "",
+					      (int)j->slots[r]->pid);
+	if (j->id[0])
+		snprintf(holder_desc, sizeof(holder_desc), "job '%s' (trainer pid %s)", j->id, pids);
+	else
+		snprintf(holder_desc, sizeof(holder_desc), "an unnamed job (trainer pid %s)", pids);
+	gs_conn_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
+		     holder_desc, id);
+}
+
 int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
 {
 	uint32_t size = j->d->settings.local_size;
 	const char *id = h->job_id ? h->job_id : "";
+	uid_t uid = c->cred.uid;
+	if (!valid_job_id(id)) {
+		gs_conn_fail(c, GS_EINVAL, "job id must be at most 63 printable ASCII characters");
+		return -1;
+	}
 	if (h->local_rank >= size) {
-		gs_conn_fail(c, GS_EREFUSED, "local rank %u is out of range: this node runs %u trainers (--local-size)",
-			     h->local_rank, size);
+		gs_conn_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
+			     (unsigned long long)h->local_rank, size);
+		return -1;
+	}
+	if (!may_join(j, uid)) {
+		gs_conn_fail(c, GS_EREFUSED, "this node runs another user's job: uid %u may not join it or learn about it (--job-access); try again when it has ended",
+			     (unsigned)uid);
 		return -1;
 	}
 	struct gs_trainer *holder = j->slots[h->local_rank];
 	if (holder) {
-		gs_conn_fail(c, GS_EREFUSED, "local rank %u is already taken by pid %d",
-			     h->local_rank, (int)holder->pid);
+		gs_conn_fail(c, GS_EREFUSED, "local rank %llu is already taken by pid %d",
+			     (unsigned long long)h->local_rank, (int)holder->pid);
 		return -1;
 	}
 	if (j->attached > 0 && strcmp(j->id, id) != 0) {
-		char holder_desc[192], pids[128];
-		size_t k = 0;
-		pids[0] = '\0';
-		for (unsigned r = 0; r < GS_MAX_LOCAL && k < sizeof(pids); r++)
-			if (j->slots[r])
-				k += (size_t)snprintf(pids + k, sizeof(pids) - k, "%s%d", k ? ", " : "",
-						      (int)j->slots[r]->pid);
-		if (j->id[0])
-			snprintf(holder_desc, sizeof(holder_desc), "job '%s' (trainer pid %s)", j->id, pids);
-		else
-			snprintf(holder_desc, sizeof(holder_desc), "an unnamed job (trainer pid %s)", pids);
-		gs_conn_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
-			     holder_desc, id);
+		refuse_other_job(j, c, id);
 		return -1;
 	}
-	struct gs_trainer *t = gs_trainer_create(j, c, h->local_rank);
+	struct gs_trainer *t = gs_trainer_create(j, c, (uint32_t)h->local_rank);
 	if (!t) {
 		gs_conn_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
 		return -1;
 	}
+	if (!gs_job_active(j))
+		j->owner = uid;
 	if (j->attached == 0)
 		snprintf(j->id, sizeof(j->id), "%s", id);
 	j->slots[h->local_rank] = t;
+	j->departed[h->local_rank].gone = false;
 	j->attached++;
 	c->trainer = t;
 	gs_info("trainer pid %d uid %u joined job '%s' as local rank %u (%u of %u)",
@@ -209,7 +264,7 @@ static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t r
 		return;
 	j->aborting = true;
 	snprintf(j->abort_reason, sizeof(j->abort_reason), "%s", why);
-	gs_warn("step %llu aborted: %s", (unsigned long long)j->step, why);
+	gs_warn("job '%s': step %llu aborted: %s", j->id, (unsigned long long)j->step_number, why);
 	/* The other nodes wait in the next bucket's collective: take part in
 	 * it with a vote to abort, so that they end the step at the same bucket
 	 * instead of at a timeout. */
@@ -242,24 +297,44 @@ void gs_job_reap(struct gs_job *j)
 	}
 }
 
+/* A registered trainer is gone and none has taken its place: the step in
+ * progress cannot complete, so it ends now rather than at --step-timeout,
+ * naming the trainer. */
+static void abort_for_departed(struct gs_job *j)
+{
+	if (!j->in_step || j->aborting)
+		return;
+	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
+		const struct gs_departure *g = &j->departed[r];
+		if (!g->gone || j->slots[r])
+			continue;
+		char why[200];
+		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u went away after its step %llu; no step can complete until a trainer takes its place",
+			 r, (int)g->pid, j->d->cluster.node_rank, (unsigned long long)g->last_step);
+		abort_step(j, why, GS_ABORT_TRAINER_GONE, r);
+		return;
+	}
+}
+
 void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 {
 	if (j->slots[t->rank] == t) {
 		j->slots[t->rank] = NULL;
 		j->attached--;
+		if (t->registered)
+			j->departed[t->rank] = (struct gs_departure){ true, t->pid, t->seq };
 	}
 	gs_info("trainer pid %d (local rank %u) left job '%s'", (int)t->pid,
 		t->rank, j->id);
 	/* Once every bucket has launched, the step can still finish: the
-	 * buckets read the trainer's memory, which stays mapped until then. A
-	 * trainer that had not begun the step has given it nothing: a
-	 * restarted one may take its place, so the step waits (bounded by
-	 * --step-timeout) instead. */
+	 * buckets read the trainer's memory, which stays mapped until then. */
 	if (j->in_step && t->in_step && j->next_launch < j->plan.nbuckets) {
 		char why[200];
 		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u went away during step %llu",
-			 t->rank, (int)t->pid, j->d->cluster.node_rank, (unsigned long long)j->step);
+			 t->rank, (int)t->pid, j->d->cluster.node_rank, (unsigned long long)j->step_number);
 		abort_step(j, why, GS_ABORT_TRAINER_GONE, t->rank);
+	} else if (!t->in_step) {
+		abort_for_departed(j);
 	}
 	t->next_retired = j->retired;
 	j->retired = t;
@@ -391,7 +466,7 @@ static void on_stall(uv_timer_t *timer)
 	describe_missing(j, missing, sizeof(missing));
 	if (!j->stall_warned && s->stall_warning < s->step_timeout) {
 		j->stall_warned = true;
-		gs_warn("step %llu has waited %llu s: %s", (unsigned long long)j->step,
+		gs_warn("job '%s': step %llu has waited %llu s: %s", j->id, (unsigned long long)j->step_number,
 			(unsigned long long)s->stall_warning, missing);
 		uv_timer_start(timer, on_stall, (s->step_timeout - s->stall_warning) * 1000, 0);
 		return;
@@ -399,7 +474,7 @@ static void on_stall(uv_timer_t *timer)
 	if (j->next_launch >= j->plan.nbuckets)
 		return; /* in the collectives: --peer-timeout bounds those */
 	snprintf(why, sizeof(why), "step %llu timed out after %llu s (--step-timeout) on node %u: %s",
-		 (unsigned long long)j->step, (unsigned long long)s->step_timeout,
+		 (unsigned long long)j->step_number, (unsigned long long)s->step_timeout,
 		 j->d->cluster.node_rank, missing);
 	abort_step(j, why, GS_ABORT_TIMEOUT, 0);
 }
@@ -443,12 +518,14 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 	if (!j->in_step) {
 		j->in_step = true;
 		j->step++;
+		j->step_number = t->seq;
 		j->step_start_ns = 0;
 		j->step_nonfinite = 0;
 		j->step_wire_bytes = 0;
 		j->stall_warned = false;
 		uv_timer_start(&j->stall_timer, on_stall, first_stall_ms(&j->d->settings), 0);
 	}
+	abort_for_departed(j);
 }
 
 static void launch_ready(struct gs_job *j)
@@ -535,13 +612,18 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 		gs_conn_fail(t->conn, GS_ENOMEM, "out of memory noting ready events");
 		return;
 	}
+	if (r->ready_event > UINT32_MAX) {
+		gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names ready event %llu; events are numbered below 2^32",
+			     (unsigned long long)r->ready_event);
+		return;
+	}
 	for (size_t i = 0; i < r->n_tensors; i++) {
-		uint32_t idx = r->tensors[i];
-		if (idx >= t->layout.n) {
-			gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names tensor %u; %u are registered",
-				     idx, t->layout.n);
+		if (r->tensors[i] >= t->layout.n) {
+			gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names tensor %llu; %u are registered",
+				     (unsigned long long)r->tensors[i], t->layout.n);
 			return;
 		}
+		uint32_t idx = (uint32_t)r->tensors[i];
 		if (t->marked[idx] == j->step) {
 			gs_conn_fail(t->conn, GS_EPROTO, "tensor '%s' marked ready twice in one step",
 				     t->layout.names[idx]);
@@ -549,7 +631,7 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 		}
 		t->marked[idx] = j->step;
 		j->bucket_marks[j->plan.bucket_of[idx]]++;
-		t->bucket_event[j->plan.bucket_of[idx]] = r->ready_event;
+		t->bucket_event[j->plan.bucket_of[idx]] = (uint32_t)r->ready_event;
 	}
 	if (j->step_start_ns == 0)
 		j->step_start_ns = gs_now_ns();

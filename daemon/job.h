@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "gradsync.pb-c.h"
@@ -23,11 +24,23 @@ struct gs_conn;
 struct gs_daemon;
 struct gs_trainer;
 
+/* A registered trainer whose connection went: a step cannot complete
+ * until another takes its local rank. */
+struct gs_departure {
+	bool gone;
+	pid_t pid;
+	uint64_t last_step; /* the trainer's own step number */
+};
+
 struct gs_job {
 	struct gs_daemon *d;
 	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
 	unsigned attached;
 	char id[64];
+	/* The user whose trainer began the job: only that user (and root)
+	 * may join it or see more of it than that it exists. */
+	uid_t owner;
+	struct gs_departure departed[GS_MAX_LOCAL];
 
 	/* The layout, fixed by the first trainer to register. */
 	bool has_layout;
@@ -42,7 +55,8 @@ struct gs_job {
 	bool agreed;
 
 	/* The step in progress. */
-	uint64_t step; /* the job's step counter */
+	uint64_t step;        /* an internal counter of the job's steps, never shown */
+	uint64_t step_number; /* the step as its trainers number it (BeginStep) */
 	bool in_step;
 	bool aborting;
 	char abort_reason[768];
@@ -80,6 +94,11 @@ void gs_job_peer_lost(struct gs_job *j, const char *why);
 void gs_job_resume(struct gs_job *j);
 
 uint32_t gs_job_world_size(const struct gs_job *j);
+/* Whether the job has trainers or work left (then it has an owner). */
+bool gs_job_active(const struct gs_job *j);
+/* Whether a client of uid may see the job's identity and shape (its id,
+ * trainers, layout): its owner, root and gradsyncd's own user. */
+bool gs_job_visible_to(const struct gs_job *j, uid_t uid);
 const char *gs_job_state(const struct gs_job *j);
 
 /* A trainer said hello: gives it a local rank slot, or drops it with an

@@ -107,7 +107,7 @@ static void job(struct text *t, const struct gs_daemon *d)
 	       j->has_layout ? j->plan.nbuckets : 0);
 	scalar(t, "gradsync_buckets_in_flight", "gauge", "Buckets of the current step being reduced.",
 	       j->inflight);
-	scalar(t, "gradsync_step", "gauge", "The current or last step of the job.", j->step);
+	scalar(t, "gradsync_step", "gauge", "The current or last step of the job.", j->step_number);
 }
 
 static void steps(struct text *t, const struct gs_daemon *d)

@@ -170,7 +170,7 @@ static void describe(const struct gs_daemon *d, char *out, size_t n)
 	}
 	snprintf(out, n, "job '%s' %s: %u of %u trainers, step %llu; %llu steps done, %llu aborted, median %.1f ms",
 		 j->id, gs_job_state(j), j->attached, d->settings.local_size,
-		 (unsigned long long)j->step, (unsigned long long)st->steps_completed,
+		 (unsigned long long)j->step_number, (unsigned long long)st->steps_completed,
 		 (unsigned long long)st->steps_aborted, (double)gs_stats_median(st) / 1e6);
 }
 

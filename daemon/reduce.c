@@ -99,18 +99,18 @@ static void vote(struct gs_bucket_run *run)
 	unsigned node = (unsigned)v[1], rank = (unsigned)v[2];
 	if (v[0] > 1)
 		snprintf(run->error, sizeof(run->error), "%u nodes aborted step %llu",
-			 (unsigned)v[0], (unsigned long long)run->step);
+			 (unsigned)v[0], (unsigned long long)run->step_number);
 	else if ((int)v[3] == GS_ABORT_TRAINER_GONE)
 		snprintf(run->error, sizeof(run->error),
 			 "trainer local rank %u of node %u went away during step %llu", rank, node,
-			 (unsigned long long)run->step);
+			 (unsigned long long)run->step_number);
 	else if ((int)v[3] == GS_ABORT_TIMEOUT)
 		snprintf(run->error, sizeof(run->error),
 			 "step %llu timed out on node %u waiting for gradients (its log names them)",
-			 (unsigned long long)run->step, node);
+			 (unsigned long long)run->step_number, node);
 	else
 		snprintf(run->error, sizeof(run->error), "node %u aborted step %llu", node,
-			 (unsigned long long)run->step);
+			 (unsigned long long)run->step_number);
 }
 
 static void bucket_work(struct gs_work *w)
@@ -120,7 +120,7 @@ static void bucket_work(struct gs_work *w)
 	if (j->worker_stopped_step == run->step) {
 		run->status = GS_EABORTED;
 		snprintf(run->error, sizeof(run->error), "step %llu was aborted",
-			 (unsigned long long)run->step);
+			 (unsigned long long)run->step_number);
 		return;
 	}
 	if (run->nodes > 1)
@@ -165,6 +165,8 @@ static struct gs_bucket_run *run_alloc(struct gs_job *j, uint32_t bucket)
 	run->counts = j->layout.counts;
 	run->bucket = bucket;
 	run->step = j->step;
+	run->step_number = j->step_number;
+	run->owner = j->owner;
 	run->nodes = j->d->cluster.nodes;
 	run->node_rank = j->d->cluster.node_rank;
 	return run;

@@ -25,7 +25,9 @@ struct gs_bucket_run {
 	const struct gs_plan *plan;
 	const uint64_t *counts;
 	uint32_t bucket;
-	uint64_t step;
+	uint64_t step;        /* the job's internal counter (job.h) */
+	uint64_t step_number; /* as the trainers number it, for messages */
+	uid_t owner;          /* the job's, for the trace */
 	unsigned nranks;
 	float **tensors[GS_MAX_LOCAL];
 	struct gs_pack_params pack[GS_MAX_LOCAL];

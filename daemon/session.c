@@ -63,8 +63,8 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 {
 	if (h->protocol_version != GS_PROTOCOL_VERSION) {
 		gs_conn_fail(c, GS_EVERSION,
-			     "protocol version %u is not supported; this gradsyncd speaks version %d",
-			     h->protocol_version, GS_PROTOCOL_VERSION);
+			     "protocol version %llu is not supported; this gradsyncd speaks version %d",
+			     (unsigned long long)h->protocol_version, GS_PROTOCOL_VERSION);
 		return;
 	}
 	switch (h->role) {
@@ -80,7 +80,7 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 		gs_conn_fail(c, GS_EPROTO, "Hello names no role (trainer or control)");
 		return;
 	}
-	send_welcome(c, h->local_rank);
+	send_welcome(c, (uint32_t)h->local_rank); /* checked by gs_job_attach */
 }
 
 static void dispatch_trainer(struct gs_conn *c, const Gradsync__Message *m)

@@ -41,10 +41,13 @@ void gs_status_reply(struct gs_conn *c)
 	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
 	gs_status_fill_settings(d, &settings);
 
+	/* Another user's job shows as a job, its state and its trainer
+	 * count; its id, trainers and bucket plan are that user's. */
+	bool hidden = !gs_job_visible_to(j, c->cred.uid);
 	Gradsync__TrainerStatus trainers[GS_MAX_LOCAL];
 	Gradsync__TrainerStatus *tptrs[GS_MAX_LOCAL];
 	size_t nt = 0;
-	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
+	for (unsigned r = 0; r < GS_MAX_LOCAL && !hidden; r++) {
 		if (!j->slots[r])
 			continue;
 		fill_trainer(j->slots[r], &trainers[nt]);
@@ -75,10 +78,12 @@ void gs_status_reply(struct gs_conn *c)
 	s.n_peers = d->cluster.node ? np : 0;
 	s.peers = pptrs;
 	s.job_state = (char *)gs_job_state(j);
-	s.job_id = (char *)j->id;
+	s.job_id = hidden ? "" : (char *)j->id;
 	s.n_trainers = nt;
 	s.trainers = tptrs;
-	s.buckets = j->plan.nbuckets;
+	s.job_hidden = hidden;
+	s.hidden_trainers = hidden ? j->attached : 0;
+	s.buckets = hidden ? 0 : j->plan.nbuckets;
 	s.steps_completed = st->steps_completed;
 	s.steps_aborted = st->steps_aborted;
 	s.last_step_ns = st->last_step_ns;
@@ -86,7 +91,7 @@ void gs_status_reply(struct gs_conn *c)
 	s.bytes_reduced = st->bytes_reduced;
 	s.elements_clipped = st->elements_clipped;
 	s.nonfinite = st->nonfinite;
-	s.current_step = j->step;
+	s.current_step = j->step_number;
 	s.buckets_in_flight = j->inflight;
 	s.isa = (char *)gs_isa_name(gs_isa_active());
 

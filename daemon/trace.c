@@ -35,6 +35,7 @@ struct gs_trace {
 	size_t nnamed;
 	uint32_t node;
 	int64_t wall_offset_ns; /* CLOCK_REALTIME - CLOCK_MONOTONIC */
+	struct gs_trace_viewer viewer; /* set before active, read after it */
 
 	/* Loop thread only. */
 	int fd;
@@ -155,11 +156,18 @@ out:
 	pthread_mutex_unlock(&t->lock);
 }
 
-static void record(struct gs_trace *t, const struct event *e)
+/* Whether the run's events go into the trace: the metrics' totals count
+ * every job's, the file only those of jobs its viewer may see. */
+static bool shown(const struct gs_trace *t, const struct gs_bucket_run *run)
+{
+	return t->viewer.sees_all || run->owner == t->viewer.uid;
+}
+
+static void record(struct gs_trace *t, const struct gs_bucket_run *run, const struct event *e)
 {
 	atomic_fetch_add_explicit(&t->phase_ns[e->phase], e->end_ns - e->start_ns,
 				  memory_order_relaxed);
-	if (atomic_load_explicit(&t->active, memory_order_relaxed))
+	if (atomic_load_explicit(&t->active, memory_order_acquire) && shown(t, run))
 		add_event(t, e);
 }
 
@@ -167,6 +175,7 @@ static struct gs_trace *trace_of(const struct gs_bucket_run *run)
 {
 	return run->job ? run->job->d->trace : NULL;
 }
+
 
 static uint64_t chunks_of(const struct gs_bucket_run *run)
 {
@@ -181,15 +190,15 @@ void gs_trace_bucket_start(const struct gs_bucket_run *run, uint64_t now)
 	/* A run that only votes to abort was never launched for real. */
 	if (!t || run->launch_ns == 0 || run->status != GS_OK)
 		return;
-	struct event e = { GS_PHASE_WAIT, run->step, run->bucket, 0, chunks_of(run),
+	struct event e = { GS_PHASE_WAIT, run->step_number, run->bucket, 0, chunks_of(run),
 			   run->plan->buckets[run->bucket].elements, 0, run->launch_ns };
 	e.start_ns = run->ready_ns && run->ready_ns < run->launch_ns ? run->ready_ns
 								     : run->launch_ns;
-	record(t, &e);
+	record(t, run, &e);
 	e.phase = GS_PHASE_QUEUE;
 	e.start_ns = run->launch_ns;
 	e.end_ns = now > run->launch_ns ? now : run->launch_ns;
-	record(t, &e);
+	record(t, run, &e);
 }
 
 void gs_trace_chunk(const struct gs_bucket_run *run, uint64_t first, uint64_t len,
@@ -200,13 +209,13 @@ void gs_trace_chunk(const struct gs_bucket_run *run, uint64_t first, uint64_t le
 		return;
 	uint64_t f = run->backend->fusion_elements;
 	uint64_t chunks = chunks_of(run);
-	struct event e = { GS_PHASE_PACK, run->step, run->bucket, f ? first / f : 0, chunks,
+	struct event e = { GS_PHASE_PACK, run->step_number, run->bucket, f ? first / f : 0, chunks,
 			   len, 0, 0 };
 	for (int p = 0; p < 3 && ns[p] && ns[p + 1]; p++) {
 		e.phase = (enum gs_phase)(GS_PHASE_PACK + p);
 		e.start_ns = ns[p];
 		e.end_ns = ns[p + 1];
-		record(t, &e);
+		record(t, run, &e);
 	}
 	if (ns[3] && e.chunk + 1 == chunks)
 		atomic_fetch_add_explicit(&t->buckets, 1, memory_order_relaxed);
@@ -218,9 +227,9 @@ void gs_trace_whole(const struct gs_bucket_run *run, uint64_t start, uint64_t en
 	if (!t)
 		return;
 	uint64_t elements = run->plan->buckets[run->bucket].elements;
-	struct event e = { GS_PHASE_REDUCE, run->step, run->bucket, 0, chunks_of(run), elements,
+	struct event e = { GS_PHASE_REDUCE, run->step_number, run->bucket, 0, chunks_of(run), elements,
 			   start, end > start ? end : start };
-	record(t, &e);
+	record(t, run, &e);
 	if (run->status == GS_OK)
 		atomic_fetch_add_explicit(&t->buckets, 1, memory_order_relaxed);
 }
@@ -364,7 +373,7 @@ static int write_header(struct gs_trace *t, const char *host)
 }
 
 int gs_trace_begin(struct gs_trace *t, int fd, uint32_t node, const char *host,
-		   const char *who, char *why, size_t n)
+		   const char *who, struct gs_trace_viewer viewer, char *why, size_t n)
 {
 	if (atomic_load(&t->active)) {
 		snprintf(why, n, "a trace is already being written to %s; stop it first (gradsyncctl trace stop)",
@@ -397,7 +406,8 @@ int gs_trace_begin(struct gs_trace *t, int fd, uint32_t node, const char *host,
 	if (t->named) /* NULL until the first bucket is named */
 		memset(t->named, 0, t->nnamed);
 	t->wall_offset_ns = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
-	atomic_store(&t->active, true);
+	t->viewer = viewer;
+	atomic_store_explicit(&t->active, true, memory_order_release);
 	pthread_mutex_unlock(&t->lock);
 	uv_timer_start(&t->timer, on_flush, FLUSH_MS, FLUSH_MS);
 	gs_info("trace started by %s: writing bucket phases to %s", who,
@@ -405,8 +415,14 @@ int gs_trace_begin(struct gs_trace *t, int fd, uint32_t node, const char *host,
 	return GS_OK;
 }
 
-int gs_trace_end(struct gs_trace *t, struct gs_trace_figures *out)
+int gs_trace_end(struct gs_trace *t, struct gs_trace_viewer asker,
+		 struct gs_trace_figures *out, char *why, size_t n)
 {
+	if ((t->fd >= 0 || atomic_load(&t->active)) && !asker.sees_all &&
+	    asker.uid != t->viewer.uid) {
+		snprintf(why, n, "the trace being written was started by another user");
+		return GS_EREFUSED;
+	}
 	/* A trace that ended on a write error still reports once. */
 	if (t->fd < 0 && !atomic_load(&t->active)) {
 		figures(t, out);

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 struct gs_bucket_run;
@@ -56,14 +57,23 @@ void gs_trace_destroy(struct gs_trace *t);
 const char *gs_phase_name(enum gs_phase p);
 const char *gs_phase_metric(enum gs_phase p);
 
+/* Who asked for a trace: its buckets are those of jobs that user may see
+ * (job.h, gs_job_visible_to), all of them when sees_all. */
+struct gs_trace_viewer {
+	uid_t uid;
+	bool sees_all;
+};
+
 /* Starts writing to fd (a regular file open for writing), taking it over
  * on success. who names the requester for the log; node and host name the
  * trace's process. Returns 0, or a GS_E* code with why. */
 int gs_trace_begin(struct gs_trace *t, int fd, uint32_t node, const char *host,
-		   const char *who, char *why, size_t n);
-/* Completes the file and closes it; *out gets its figures. Returns 0, or
- * GS_ESTATE when no trace runs. */
-int gs_trace_end(struct gs_trace *t, struct gs_trace_figures *out);
+		   const char *who, struct gs_trace_viewer viewer, char *why, size_t n);
+/* Completes the file and closes it; *out gets its figures. Returns 0,
+ * GS_ESTATE when no trace runs, or GS_EREFUSED (why says so) when the
+ * trace is another user's and the asker does not see all. */
+int gs_trace_end(struct gs_trace *t, struct gs_trace_viewer asker,
+		 struct gs_trace_figures *out, char *why, size_t n);
 void gs_trace_get_figures(struct gs_trace *t, struct gs_trace_figures *out);
 
 /* Seconds spent in each phase, and buckets reduced, since the start. */

@@ -32,6 +32,7 @@ void gs_trainer_destroy(struct gs_trainer *t)
 	struct gs_backend *b = t->job->d->backend;
 	for (uint32_t i = 0; i < t->nbuffers; i++)
 		b->ops->release_buffer(b, t->buffers[i].addr, t->buffers[i].size);
+	t->job->d->mappings -= t->nbuffers;
 	free(t->buffers);
 	gs_layout_free(&t->layout);
 	free(t->tensor_buffer);
@@ -94,6 +95,19 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 			     n, GS_FRAME_MAX_FDS);
 		return -1;
 	}
+	/* Each buffer is a mapping in gradsyncd (a memfd, or a CUDA IPC
+	 * import): bounded per trainer and for the node, under the kernel's
+	 * vm.max_map_count, before any is made. */
+	if (n > s->max_buffers - t->nbuffers) {
+		gs_conn_fail(c, GS_ELIMIT, "RegisterTensors brings its buffers to %llu; at most %llu per trainer (--max-buffers)",
+			     (unsigned long long)t->nbuffers + n, (unsigned long long)s->max_buffers);
+		return -1;
+	}
+	if (n > s->max_mappings - t->job->d->mappings) {
+		gs_conn_fail(c, GS_ELIMIT, "gradsyncd already maps %llu buffers of its trainers; at most %llu (--max-mappings)",
+			     (unsigned long long)t->job->d->mappings, (unsigned long long)s->max_mappings);
+		return -1;
+	}
 	for (size_t i = 0; i < n; i++)
 		nfds += gs_buffer_kind_of(r->buffers[i]) == GS_BUFFER_MEMFD;
 	if (gs_frame_reader_take_fds(&c->reader, fds, nfds) < 0) {
@@ -136,9 +150,19 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 		if (rc == 0) {
 			t->buffers[t->nbuffers++] = (struct gs_trainer_buffer){ addr, size };
 			t->buffer_bytes += size;
+			t->job->d->mappings++;
 		}
 	}
 	return rc;
+}
+
+/* Names reach logs, status and other nodes: no line breaks or escapes. */
+static bool has_control_char(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
 }
 
 static int check_tensor(struct gs_trainer *t, const Gradsync__TensorSpec *ts)
@@ -149,6 +173,10 @@ static int check_tensor(struct gs_trainer *t, const Gradsync__TensorSpec *ts)
 	const char *name = ts->name ? ts->name : "";
 	if (name[0] == '\0' || strlen(name) > GS_MAX_NAME) {
 		gs_conn_fail(c, GS_EINVAL, "tensor %u: name must have 1 to %d bytes", index, GS_MAX_NAME);
+		return -1;
+	}
+	if (has_control_char(name)) {
+		gs_conn_fail(c, GS_EINVAL, "tensor %u: name holds a control character", index);
 		return -1;
 	}
 	if (ts->dtype != GRADSYNC__DTYPE__DTYPE_FLOAT32) {
@@ -171,16 +199,16 @@ static int check_tensor(struct gs_trainer *t, const Gradsync__TensorSpec *ts)
 		return -1;
 	}
 	if (ts->buffer >= t->nbuffers) {
-		gs_conn_fail(c, GS_EINVAL, "tensor '%s' names buffer %u; only %u registered",
-			     name, ts->buffer, t->nbuffers);
+		gs_conn_fail(c, GS_EINVAL, "tensor '%s' names buffer %llu; only %u registered",
+			     name, (unsigned long long)ts->buffer, t->nbuffers);
 		return -1;
 	}
 	uint64_t size = t->buffers[ts->buffer].size;
 	uint64_t bytes = ts->count * sizeof(float);
 	if (ts->offset % sizeof(float) || ts->offset > size || bytes > size - ts->offset) {
-		gs_conn_fail(c, GS_EBUFFER, "tensor '%s' (%llu bytes at offset %llu) does not fit in buffer %u of %llu bytes, or is misaligned",
+		gs_conn_fail(c, GS_EBUFFER, "tensor '%s' (%llu bytes at offset %llu) does not fit in buffer %llu of %llu bytes, or is misaligned",
 			     name, (unsigned long long)bytes, (unsigned long long)ts->offset,
-			     ts->buffer, (unsigned long long)size);
+			     (unsigned long long)ts->buffer, (unsigned long long)size);
 		return -1;
 	}
 	return 0;

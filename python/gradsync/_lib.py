@@ -135,6 +135,8 @@ class Status(Structure):
         ("internode_bytes", c_uint64),
         ("peer_count", c_size_t),
         ("peers", POINTER(PeerStatus)),
+        ("job_hidden", c_bool),
+        ("hidden_trainers", c_uint32),
     ]
 
 
@@ -151,6 +153,7 @@ class ConnectionStatus(Structure):
         ("tensors", c_uint32),
         ("bytes", c_uint64),
         ("steps", c_uint64),
+        ("hidden", c_bool),
     ]
 
 

@@ -154,12 +154,12 @@ static void begin_step(struct seed *s, uint64_t step, bool clip, bool events)
 	frame(s, &m);
 }
 
-static void ready(struct seed *s, uint64_t step, const uint32_t *idx, size_t n)
+static void ready(struct seed *s, uint64_t step, const uint64_t *idx, size_t n)
 {
 	Gradsync__GradientsReady r = GRADSYNC__GRADIENTS_READY__INIT;
 	r.step = step;
 	r.n_tensors = n;
-	r.tensors = (uint32_t *)idx;
+	r.tensors = (uint64_t *)idx;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
 	m.gradients_ready = &r;
@@ -204,7 +204,7 @@ static void request(struct seed *s, Gradsync__Message__BodyCase body)
  * loop runs in between), anywhere up to the end of BeginStep. */
 static void trainer_session(struct seed *s)
 {
-	static const uint32_t all[] = { 0, 1, 2 }, last[] = { 2 }, first[] = { 0, 1 };
+	static const uint64_t all[] = { 0, 1, 2 }, last[] = { 2 }, first[] = { 0, 1 };
 	hello(s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
 	register_tensors(s, 0, NTENSORS, true, true);
 	begin_step(s, 1, false, false);
