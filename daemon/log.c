@@ -14,8 +14,6 @@
  * more are counted and summed up in one line when the window has passed,
  * so a client that provokes the same warning in a loop cannot flood the
  * journal or keep the loop busy writing it. */
-#define LOG_BURST 100
-#define LOG_WINDOW_NS (10ull * 1000000000ull)
 #define LOG_SITES 64
 
 struct log_site {
@@ -30,6 +28,8 @@ static enum gs_log_level max_level = GS_LOG_INFO;
 static bool journal;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct log_site sites[LOG_SITES];
+static unsigned burst = GS_LOG_BURST;
+static uint64_t window_ns = GS_LOG_WINDOW_MS * 1000000ull;
 
 /* systemd sets JOURNAL_STREAM to the device and inode of the journal
  * stream it gave us; stderr is still that stream unless redirected since
@@ -114,8 +114,8 @@ static void close_window(struct log_site *s)
 {
 	if (s->suppressed > 0) {
 		char line[256];
-		snprintf(line, sizeof(line), "%llu more messages like \"%.160s\" were not logged in the last %llu s",
-			 s->suppressed, s->fmt, LOG_WINDOW_NS / 1000000000ull);
+		snprintf(line, sizeof(line), "%llu more messages like \"%.160s\" were not logged in the last %g s",
+			 s->suppressed, s->fmt, (double)window_ns / 1e9);
 		char safe[sizeof(line) * 2];
 		escape(line, safe, sizeof(safe));
 		emit(s->level, safe);
@@ -140,16 +140,24 @@ static bool admit(const char *fmt, enum gs_log_level level, uint64_t now)
 			close_window(s);
 		*s = (struct log_site){ fmt, now, 0, 0, level };
 	}
-	if (now - s->window_start >= LOG_WINDOW_NS) {
+	if (now - s->window_start >= window_ns) {
 		close_window(s);
 		s->window_start = now;
 	}
-	if (s->lines >= LOG_BURST) {
+	if (s->lines >= burst) {
 		s->suppressed++;
 		return false;
 	}
 	s->lines++;
 	return true;
+}
+
+void gs_log_limit(unsigned lines, uint64_t window_ms)
+{
+	pthread_mutex_lock(&lock);
+	burst = lines;
+	window_ns = window_ms * 1000000ull;
+	pthread_mutex_unlock(&lock);
 }
 
 void gs_log(enum gs_log_level level, const char *fmt, ...)
@@ -174,7 +182,7 @@ void gs_log_flush(void)
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < LOG_SITES; i++) {
 		struct log_site *s = &sites[i];
-		if (s->fmt && s->suppressed > 0 && now - s->window_start >= LOG_WINDOW_NS) {
+		if (s->fmt && s->suppressed > 0 && now - s->window_start >= window_ns) {
 			close_window(s);
 			s->window_start = now;
 		}

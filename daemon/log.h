@@ -17,7 +17,15 @@ enum gs_log_level {
 	GS_LOG_DEBUG = 7,
 };
 
+#include <stdint.h>
+
 void gs_log_init(enum gs_log_level level);
+
+/* Each call site logs at most `lines` lines per window of window_ms (by
+ * default GS_LOG_BURST in GS_LOG_WINDOW_MS). */
+#define GS_LOG_BURST 100
+#define GS_LOG_WINDOW_MS 10000
+void gs_log_limit(unsigned lines, uint64_t window_ms);
 void gs_log(enum gs_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -354,6 +354,82 @@ static void rank_taken(void **state)
 	close(sock);
 }
 
+/* ---- Numbers past their field's range ------------------------------------ */
+
+/* An index that a 32-bit field would read as 0 (2^40) is refused, naming
+ * it, rather than taken for the first tensor. */
+static void huge_tensor_index(void **state)
+{
+	(void)state;
+	gs_client *c = good_trainer(1);
+	int sock = gs_fd(c);
+	struct gs_step_options o = GS_STEP_OPTIONS_INIT;
+	assert_int_equal(gs_step_begin(c, &o), GS_OK);
+	uint64_t idx[] = { UINT64_C(1) << 40 };
+	Gradsync__GradientsReady r = GRADSYNC__GRADIENTS_READY__INIT;
+	r.step = 1;
+	r.n_tensors = 1;
+	r.tensors = idx;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
+	m.gradients_ready = &r;
+	raw_send(sock, &m, NULL, 0);
+	struct gs_step_result res;
+	int rc = gs_step_wait(c, 10000, &res);
+	print_message("  %s: %s\n", gs_err_name(rc), gs_last_error(c));
+	assert_int_equal(rc, GS_EINVAL);
+	assert_non_null(strstr(gs_last_error(c), "GradientsReady names tensor 1099511627776; 3 are registered"));
+	gs_close(c);
+	/* Rank 0 had not begun that step: it learns of its abort when it does. */
+	assert_int_equal(gs_step_begin(rank0, &o), GS_OK);
+	assert_int_equal(gs_step_wait(rank0, 10000, &res), GS_EABORTED);
+	assert_non_null(strstr(gs_last_error(rank0), "trainer local rank 1"));
+}
+
+static void hello_with(uint64_t rank, uint64_t version, int code, const char *text)
+{
+	int sock = raw_connect(daemon_.socket);
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.protocol_version = version;
+	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
+	h.local_rank = rank;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	raw_send(sock, &m, NULL, 0);
+	raw_expect_error(sock, code, text);
+	close(sock);
+}
+
+/* Local rank 2^32 is not rank 0, protocol version 2^32 + 1 is not 1. */
+static void huge_hello_numbers(void **state)
+{
+	(void)state;
+	hello_with(UINT64_C(1) << 32, GS_PROTOCOL_VERSION, GS_EREFUSED,
+		   "local rank 4294967296 is out of range");
+	hello_with(1, (UINT64_C(1) << 32) + GS_PROTOCOL_VERSION, GS_EVERSION,
+		   "protocol version 4294967297 is not supported");
+}
+
+/* An enum travels as a 32-bit number: role 2^32 + 2 would read as 2
+ * (control). Whatever the field, a frame whose numbers lost bits no longer
+ * encodes to its own length, and is refused. */
+static void huge_enum(void **state)
+{
+	(void)state;
+	static const uint8_t frame[] = {
+		12, 0, 0, 0,                      /* length */
+		0x0a, 10,                         /* Message.hello, 10 bytes */
+		0x08, GS_PROTOCOL_VERSION,        /* protocol_version */
+		0x10, 0x82, 0x80, 0x80, 0x80, 0x10, /* role = 2^32 + 2 */
+		0x18, 0x01,                       /* local_rank = 1 */
+	};
+	int sock = raw_connect(daemon_.socket);
+	raw_send_bytes(sock, frame, sizeof(frame));
+	raw_expect_error(sock, GS_EPROTO, "does not encode back to itself");
+	close(sock);
+}
+
 /* The good trainers: inputs a_r[i] = (r + 1) * (i % 7 - 3) / 8, so the
  * average over two ranks is exactly 1.5 * (i % 7 - 3) / 8 in fp16. */
 static void fill(gs_client *c, int rank)
@@ -418,6 +494,9 @@ int main(void)
 		cmocka_unit_test(rank_taken),
 		cmocka_unit_test(truncated_frame),
 		cmocka_unit_test(unknown_message),
+		cmocka_unit_test(huge_tensor_index),
+		cmocka_unit_test(huge_hello_numbers),
+		cmocka_unit_test(huge_enum),
 		cmocka_unit_test(second_job),
 		cmocka_unit_test(others_go_on),
 	};
