@@ -48,6 +48,11 @@ static void admit(struct gs_daemon *d, int fd)
 	}
 	gs_info("client pid %d uid %u gid %u connected", (int)cred.pid, (unsigned)cred.uid,
 		(unsigned)cred.gid);
+	gs_server_adopt(d, fd);
+}
+
+struct gs_conn *gs_server_adopt(struct gs_daemon *d, int fd)
+{
 	uint64_t max = d->settings.max_frame;
 	struct gs_conn *c = gs_conn_create(d, fd, max < GS_CONN_SMALL_FRAME ? max : GS_CONN_SMALL_FRAME,
 					   gs_session_dispatch, gs_session_closed);
@@ -55,6 +60,7 @@ static void admit(struct gs_daemon *d, int fd)
 		c->timed = true;
 		c->hello_deadline_ns = gs_now_ns() + d->settings.hello_timeout * 1000000000ull;
 	}
+	return c;
 }
 
 static void on_accept(uv_poll_t *p, int status, int events);

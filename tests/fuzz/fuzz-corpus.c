@@ -85,18 +85,23 @@ static void save(struct seed *s, const char *dir, const char *name)
 
 /* ---- Messages --------------------------------------------------------------- */
 
-static void hello(struct seed *s, Gradsync__Role role, uint32_t version)
+static void hello_job(struct seed *s, Gradsync__Role role, uint32_t version, const char *job)
 {
 	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
 	h.protocol_version = version;
 	h.role = role;
 	h.local_rank = 0;
 	h.pid = 4242;
-	h.job_id = "fuzz";
+	h.job_id = (char *)job;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
 	m.hello = &h;
 	frame(s, &m);
+}
+
+static void hello(struct seed *s, Gradsync__Role role, uint32_t version)
+{
+	hello_job(s, role, version, "fuzz");
 }
 
 /* Three tensors in the memfd of FUZZ_MEMFD_BYTES: two share a bucket
@@ -296,6 +301,25 @@ int main(int argc, char **argv)
 	static const uint8_t huge[] = { 0xff, 0xff, 0xff, 0x7f, 0x08, 0x01 };
 	put(&s, huge, sizeof(huge));
 	save(&s, dir, "oversized-frame");
+
+	/* Numbers and text past what the daemon takes. */
+	start(&s, FUZZ_MEMFD);
+	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
+	register_tensors(&s, 0, NTENSORS, true, true);
+	begin_step(&s, 1, false, false);
+	static const uint64_t far[] = { 0, UINT64_C(1) << 40 };
+	ready(&s, 1, far, 2);
+	save(&s, dir, "ready-huge-index");
+
+	start(&s, 0);
+	hello_job(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION, "job\n\x1b[2Jforged");
+	save(&s, dir, "hello-job-id-control");
+
+	/* A descriptor before any whole frame: before Hello. */
+	start(&s, FUZZ_MEMFD);
+	static const uint8_t half[] = { 0x10, 0x00 };
+	put(&s, half, sizeof(half));
+	save(&s, dir, "memfd-before-hello");
 
 	/* A whole frame that is not a message. */
 	start(&s, 0);

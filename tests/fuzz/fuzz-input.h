@@ -11,8 +11,9 @@
 /* Write the stream in two writes, split at byte 1's share of it (n/256),
  * with the loop run in between, so frames arrive in pieces. */
 #define FUZZ_SPLIT 0x01u
-/* Pass a memfd (SCM_RIGHTS) with the first write: a trainer's gradient
- * buffer, or a control client's trace file. */
+/* Pass a memfd (SCM_RIGHTS) with the first write after the first frame
+ * (the Hello): a trainer's gradient buffer, or a control client's trace
+ * file. */
 #define FUZZ_MEMFD 0x02u
 /* Leave that memfd unsealed (the daemon must refuse it as a buffer). */
 #define FUZZ_UNSEALED 0x04u

@@ -8,7 +8,9 @@
  * socketpair, set up as server.c's admit() does. The
  * input's bytes are what the client writes (see fuzz-input.h for the two
  * bytes of flags in front); the loop runs without blocking until the daemon
- * is quiet, the client hangs up, and everything is closed and freed.
+ * is quiet, the client hangs up, and everything is closed and freed. A
+ * memfd the input asks for goes with the bytes after its first frame (the
+ * Hello), as no descriptor may come before it.
  *
  * Besides ASan, UBSan and LeakSanitizer, every input must leave no
  * descriptor open and no memfd mapped: a daemon that leaks either per
@@ -37,6 +39,7 @@
 #include "frame.h"
 #include "fuzz-input.h"
 #include "log.h"
+#include "server.h"
 #include "session.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -191,6 +194,16 @@ static void client_write(struct gs_daemon *d, int client, const uint8_t *buf,
 	}
 }
 
+/* The length of the first whole frame in buf[0..len), or 0 if there is
+ * none. */
+static size_t first_frame_len(const uint8_t *buf, size_t len)
+{
+	if (len < GS_FRAME_HEADER_SIZE)
+		return 0;
+	size_t n = GS_FRAME_HEADER_SIZE + (size_t)gs_frame_get_len(buf);
+	return n <= len ? n : 0;
+}
+
 /* ---- The daemon's side ------------------------------------------------------ */
 
 static void on_ready(struct gs_daemon *d, bool ok)
@@ -270,12 +283,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();
-	/* As admit() does; the connection owns sv[0] from here. */
-	gs_conn_create(d, sv[0], d->settings.max_frame, gs_session_dispatch, gs_session_closed);
+	/* As a client the server accepts; the connection owns sv[0] from here. */
+	gs_server_adopt(d, sv[0]);
 	int client = sv[1];
 	int memfd = flags & FUZZ_MEMFD ? make_memfd(flags) : -1;
 
-	client_write(d, client, bytes, split, &memfd);
+	/* No descriptor may come before Hello: the memfd goes with the bytes
+	 * after the first frame (or with the first byte if there is none). */
+	size_t first = first_frame_len(bytes, split);
+	int none = -1;
+	client_write(d, client, bytes, first, &none);
+	if (first > 0)
+		settle(d, client);
+	client_write(d, client, bytes + first, split - first, &memfd);
 	if (split < len) {
 		settle(d, client);
 		client_write(d, client, bytes + split, len - split, &memfd);
