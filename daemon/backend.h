@@ -12,6 +12,7 @@
 #ifndef GS_BACKEND_H
 #define GS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -114,9 +115,10 @@ struct gs_backend {
 };
 
 /* The host backend: sealed memfd shared memory and the CPU's conversion
- * kernels. Returns NULL when out of memory. */
+ * kernels; allow_hugetlb accepts huge-page memfds (--allow-hugetlb).
+ * Returns NULL when out of memory. */
 struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
-					  uint64_t fusion_elements);
+					  uint64_t fusion_elements, bool allow_hugetlb);
 
 struct gs_gloo;
 /* From now on the host backend's all-reduce also sums across nodes through

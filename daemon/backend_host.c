@@ -75,6 +75,7 @@ struct host_backend {
 	uint64_t staging_elements;
 	struct gs_gloo *gloo; /* NULL on a single node */
 	int gloo_timeout_ms;
+	bool allow_hugetlb;
 
 	struct host_thread thread[HOST_MAX_THREADS];
 	size_t span_room; /* spans each thread has room for */
@@ -106,7 +107,7 @@ static int host_import(struct gs_backend *b, const struct gs_buffer_desc *desc,
 		snprintf(err, errlen, "it is CUDA device memory, but this gradsyncd runs the host backend, which reduces shared memory (see --backend)");
 		return GS_EBUFFER;
 	}
-	return gs_shm_map(desc->fd, desc->size, addr, err, errlen);
+	return gs_shm_map(desc->fd, desc->size, host(b)->allow_hugetlb, addr, err, errlen);
 }
 
 static void host_release(struct gs_backend *b, void *addr, uint64_t size)
@@ -440,7 +441,7 @@ static unsigned thread_count(unsigned local_size)
 }
 
 struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
-					  uint64_t fusion_elements)
+					  uint64_t fusion_elements, bool allow_hugetlb)
 {
 	if (local_size == 0 || local_size > GS_PACK_SUM_MAX_SOURCES)
 		return NULL;
@@ -452,6 +453,7 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->base.local_size = local_size;
 	h->base.wire = wire;
 	h->base.fusion_elements = fusion_elements;
+	h->allow_hugetlb = allow_hugetlb;
 	h->nthreads = 1;
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
 		h->thread[t] = (struct host_thread){ .h = h, .index = t };

@@ -13,6 +13,7 @@
 #include "log.h"
 #include "notify.h"
 #include "server.h"
+#include "shm_guard.h"
 
 static void on_signal(uv_signal_t *s, int signum)
 {
@@ -77,7 +78,15 @@ int main(int argc, char **argv)
 	}
 	gs_log_init((enum gs_log_level)d.settings.log_level);
 	signal(SIGPIPE, SIG_IGN);
+	/* Before any trainer's memory is mapped: pages that vanish under the
+	 * daemon then fail that trainer, not the daemon. */
+	int r = gs_shm_guard_start(GS_SHM_GUARD_CAPACITY);
+	if (r < 0) {
+		gs_error("cannot set up the guard over trainers' shared memory: %s", strerror(-r));
+		return 1;
+	}
 	int status = run(&d);
+	gs_shm_guard_stop();
 	gs_secret_wipe(d.settings.cluster_secret, sizeof(d.settings.cluster_secret));
 	return status;
 }
