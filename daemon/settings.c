@@ -38,12 +38,12 @@ static const struct choice op_choices[] = {
 static const struct choice backend_choices[] = {
 	{ "auto", GS_BACKEND_AUTO }, { "host", GS_BACKEND_HOST }, { "cuda", GS_BACKEND_CUDA }, { NULL, 0 },
 };
-static const struct choice yes_no_choices[] = {
-	{ "no", 0 }, { "yes", 1 }, { NULL, 0 },
-};
 static const struct choice log_choices[] = {
 	{ "error", GS_LOG_ERROR }, { "warning", GS_LOG_WARN }, { "info", GS_LOG_INFO },
 	{ "debug", GS_LOG_DEBUG }, { NULL, 0 },
+};
+static const struct choice yes_no_choices[] = {
+	{ "no", 0 }, { "yes", 1 }, { NULL, 0 },
 };
 
 #define OFF(field) offsetof(struct gs_settings, field)
