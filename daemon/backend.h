@@ -12,6 +12,7 @@
 #ifndef GS_BACKEND_H
 #define GS_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -63,6 +64,10 @@ struct gs_bucket_io {
 	/* CUDA: [rank] the entry of the trainer's ready ring that the
 	 * bucket's last mark recorded; NULL: entry 0. */
 	const uint32_t *ready_event;
+	/* Host: set when the memory of one of this node's trainers lost its
+	 * pages while the bucket read or wrote it (shm_guard.h); the caller
+	 * then finds whose and drops it. */
+	bool *lost;
 };
 
 enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };
@@ -84,7 +89,9 @@ struct gs_backend_ops {
 	void (*release_buffer)(struct gs_backend *b, void *addr, uint64_t size);
 	/* Optional: reduces a whole bucket, every chunk of it (pack, all-reduce,
 	 * unpack). When set, the per-chunk calls below are not used. Returns 0
-	 * or a GS_E* code with the reason in error. */
+	 * or a GS_E* code with the reason in error: GS_EBUFFER when a
+	 * trainer's memory (here or on another node) lost its pages while it
+	 * was packed, and so no node unpacked the bucket. */
 	int (*reduce_bucket)(struct gs_backend *b, const struct gs_bucket_io *io);
 	/* Packs spans of local rank `rank` (tensor base pointers `tensors`)
 	 * into its fusion buffer, back to back. Returns elements clipped. */
@@ -114,9 +121,10 @@ struct gs_backend {
 };
 
 /* The host backend: sealed memfd shared memory and the CPU's conversion
- * kernels. Returns NULL when out of memory. */
+ * kernels; allow_hugetlb accepts huge-page memfds (--allow-hugetlb).
+ * Returns NULL when out of memory. */
 struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
-					  uint64_t fusion_elements);
+					  uint64_t fusion_elements, bool allow_hugetlb);
 
 struct gs_gloo;
 /* From now on the host backend's all-reduce also sums across nodes through

@@ -6,16 +6,18 @@
  *   pack+sum: every local trainer's fp32 spans clipped, scaled, rounded to
  *     the wire dtype and summed (fp32, one rounding) into the one fusion
  *     buffer, in a single pass over the trainers' memory (gs_pack_sum);
- *   all-reduce: that buffer across nodes with Gloo, when there are several;
+ *   all-reduce: that buffer across nodes with Gloo, when there are several,
+ *     followed by the chunk's status (chunk_status.h): whether some node
+ *     lost a trainer's memory while it packed the chunk;
  *   unpack: widened, scaled and written into every trainer's spans.
  *
- * With several nodes, a bucket larger than one fusion buffer is staged:
- * every chunk is packed and all-reduced first, its result kept in a
- * staging buffer, and only when all chunks are through is the bucket
- * unpacked. A peer lost between two chunks then leaves the whole bucket
- * holding the trainers' own gradients, never part reduced (DESIGN.md,
- * failure model). The staging buffer holds the largest such bucket in the
- * wire dtype; a single node needs none, as nothing there fails mid-bucket.
+ * A bucket larger than one fusion buffer is staged: every chunk is packed
+ * and all-reduced first, its result kept in a staging buffer, and only
+ * when all chunks are through is the bucket unpacked. A peer lost between
+ * two chunks, or a trainer's pages vanishing under a chunk's pack (on one
+ * node as on several), then leaves the whole bucket holding the trainers'
+ * own gradients, never part reduced (DESIGN.md, failure model). The
+ * staging buffer holds the largest such bucket in the wire dtype.
  *
  * On a node of several trainers, the pack+sum and unpack phases of a large
  * chunk are cut into slices that up to one thread per local trainer (the
@@ -36,8 +38,10 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "chunk_status.h"
 #include "gradsync.h"
 #include "shm.h"
+#include "shm_guard.h"
 #ifdef GS_HAVE_GLOO
 #include "gloo_comm.h"
 #endif
@@ -70,11 +74,15 @@ struct host_phase {
 
 struct host_backend {
 	struct gs_backend base;
-	void *fusion; /* fusion_elements elements of the widest wire dtype */
-	char *staging; /* staged buckets' results (several nodes only) */
+	/* fusion_elements elements of the widest wire dtype, and a chunk's
+	 * status after them. */
+	void *fusion;
+	char *staging; /* staged buckets' results */
 	uint64_t staging_elements;
 	struct gs_gloo *gloo; /* NULL on a single node */
 	int gloo_timeout_ms;
+	uint32_t node_rank;
+	bool allow_hugetlb;
 
 	struct host_thread thread[HOST_MAX_THREADS];
 	size_t span_room; /* spans each thread has room for */
@@ -106,7 +114,7 @@ static int host_import(struct gs_backend *b, const struct gs_buffer_desc *desc,
 		snprintf(err, errlen, "it is CUDA device memory, but this gradsyncd runs the host backend, which reduces shared memory (see --backend)");
 		return GS_EBUFFER;
 	}
-	return gs_shm_map(desc->fd, desc->size, addr, err, errlen);
+	return gs_shm_map(desc->fd, desc->size, host(b)->allow_hugetlb, addr, err, errlen);
 }
 
 static void host_release(struct gs_backend *b, void *addr, uint64_t size)
@@ -325,15 +333,52 @@ static int ensure_staging(struct host_backend *h, uint64_t elements)
 	return GS_OK;
 }
 
-/* One chunk's pack+sum and all-reduce, into the fusion buffer. */
+/* The first local rank with a tensor of the bucket in memory that lost
+ * its pages (shm_guard.h), or -1. Such memory reads as zeros now: a sum
+ * of it must not reach anyone's tensors. */
+static int lost_rank(const struct gs_bucket_io *io)
+{
+	if (gs_shm_guard_lost_ranges() == 0)
+		return -1;
+	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
+	for (unsigned r = 0; r < io->nranks; r++)
+		for (uint32_t m = 0; m < bk->count; m++)
+			if (gs_shm_guard_lost(io->tensors[r][io->plan->members[bk->first + m]]))
+				return (int)r;
+	return -1;
+}
+
+static void note_lost(const struct gs_bucket_io *io, int rank)
+{
+	if (rank >= 0 && io->lost)
+		*io->lost = true;
+}
+
+/* One chunk's pack+sum and all-reduce, into the fusion buffer, and its
+ * status after it: GS_EBUFFER, before anything of the bucket is unpacked,
+ * when some node lost a trainer's memory while it packed the chunk. Every
+ * node reads the same summed status, so all stop at the same chunk. */
 static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
 			uint64_t len)
 {
+	struct gs_backend *b = &h->base;
+	char *status = (char *)h->fusion + len * gs_wire_size(b->wire);
 	h->phase = (struct host_phase){ io, start, len, false, len, h->fusion };
 	gs_io_mark(io, GS_MARK_PACK, start, len);
 	run_phase(h);
+	int lost = lost_rank(io);
+	note_lost(io, lost);
+	gs_chunk_status_put(b->wire, status, h->node_rank, lost);
 	gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
-	return all_nodes(h, len);
+	int rc = all_nodes(h, len + GS_CHUNK_STATUS_ELEMENTS);
+	if (rc != GS_OK)
+		return rc;
+	struct gs_chunk_status st;
+	gs_chunk_status_get(b->wire, status, &st);
+	if (st.lost_nodes == 0)
+		return GS_OK;
+	gs_chunk_status_describe(&st, io->bucket, b->error, sizeof(b->error));
+	return GS_EBUFFER;
 }
 
 static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
@@ -343,16 +388,18 @@ static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, 
 	run_phase(h);
 }
 
-/* Chunk by chunk; a failed all-reduce stops the bucket. Unstaged (one
- * chunk, or one node), each chunk is unpacked as soon as it is reduced.
+/* Chunk by chunk; a failed all-reduce or a lost pack stops the bucket.
+ * Unstaged (one chunk), the chunk is unpacked as soon as it is reduced.
  * Staged, a chunk's "unpack" in the trace is its copy into the staging
- * buffer, and the unpack of the whole bucket follows the last chunk. */
+ * buffer, and the unpack of the whole bucket follows the last chunk. Pages
+ * that vanish during the unpack take only their trainer's results (the
+ * guard put anonymous memory there); the caller drops that trainer. */
 static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
 {
 	struct host_backend *h = host(b);
 	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
 	size_t esize = gs_wire_size(b->wire);
-	bool staged = h->gloo && bk->elements > b->fusion_elements;
+	bool staged = bk->elements > b->fusion_elements;
 	if (io->nranks == 0 || io->nranks > GS_PACK_SUM_MAX_SOURCES) {
 		snprintf(b->error, sizeof(b->error), "%u local ranks", io->nranks);
 		return GS_EINVAL;
@@ -384,6 +431,8 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 	     start += b->fusion_elements)
 		unpack_chunk(h, io, start, gs_chunk_len(bk->elements, start, b->fusion_elements),
 			     h->staging + start * esize);
+	if (rc == GS_OK)
+		note_lost(io, lost_rank(io));
 	for (unsigned t = 0; t < h->nthreads; t++) {
 		for (unsigned r = 0; r < io->nranks; r++)
 			io->clipped[r] += h->thread[t].clipped[r];
@@ -400,6 +449,9 @@ void gs_backend_host_attach_gloo(struct gs_backend *b, struct gs_gloo *g, int ti
 		return;
 	host(b)->gloo = g;
 	host(b)->gloo_timeout_ms = timeout_ms;
+#ifdef GS_HAVE_GLOO
+	host(b)->node_rank = g ? (uint32_t)gs_gloo_rank(g) : 0; /* NULL: the group is gone */
+#endif
 }
 
 uint64_t gs_backend_internode_bytes(const struct gs_backend *b)
@@ -440,7 +492,7 @@ static unsigned thread_count(unsigned local_size)
 }
 
 struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
-					  uint64_t fusion_elements)
+					  uint64_t fusion_elements, bool allow_hugetlb)
 {
 	if (local_size == 0 || local_size > GS_PACK_SUM_MAX_SOURCES)
 		return NULL;
@@ -452,6 +504,7 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->base.local_size = local_size;
 	h->base.wire = wire;
 	h->base.fusion_elements = fusion_elements;
+	h->allow_hugetlb = allow_hugetlb;
 	h->nthreads = 1;
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
 		h->thread[t] = (struct host_thread){ .h = h, .index = t };
@@ -459,7 +512,8 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	pthread_cond_init(&h->go, NULL);
 	pthread_cond_init(&h->finished, NULL);
 	/* Sized for the widest wire dtype, rounded to whole cache lines. */
-	size_t bytes = (fusion_elements * sizeof(float) + 63) & ~(size_t)63;
+	size_t bytes = ((fusion_elements + GS_CHUNK_STATUS_ELEMENTS) * sizeof(float) + 63) &
+		       ~(size_t)63;
 	h->fusion = aligned_alloc(64, bytes);
 	if (!h->fusion)
 		goto err;

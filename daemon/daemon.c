@@ -43,7 +43,7 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 		gs_info("backend auto: using host (this build has no CUDA backend)");
 #endif
 	struct gs_backend *b = gs_backend_host_create(s->local_size, (enum gs_wire)s->wire,
-						      s->fusion_elements);
+						      s->fusion_elements, s->allow_hugetlb);
 	if (!b)
 		gs_error("cannot allocate %u fusion buffers of %llu elements", s->local_size,
 			 (unsigned long long)s->fusion_elements);

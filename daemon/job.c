@@ -657,12 +657,42 @@ static void send_bucket_done(struct gs_job *j, const struct gs_bucket_run *run)
 	}
 }
 
+/* A bucket found memory of this node's trainers that lost its pages (the
+ * fault guard caught a SIGBUS there). Each such trainer fails alone; the
+ * step, which cannot be whole without it, is aborted naming it, unless
+ * every bucket has launched and its results are whole (as when a trainer
+ * goes away then). A failed bucket stopped every node already (the chunk
+ * status); otherwise the next bucket's vote carries the abort. */
+static void drop_lost_trainers(struct gs_job *j, const struct gs_bucket_run *run)
+{
+	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
+		struct gs_trainer *t = j->slots[r];
+		int i = t && t->conn ? gs_trainer_lost_buffer(t) : -1;
+		if (i < 0)
+			continue;
+		char why[300];
+		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u lost the pages of its buffer %d while gradsyncd read it (SIGBUS) during step %llu",
+			 r, (int)t->pid, j->d->cluster.node_rank, i, (unsigned long long)j->step_number);
+		/* Its step ends with the Error below, not with a StepDone. */
+		t->in_step = false;
+		if (run->status != GS_OK || j->next_launch < j->plan.nbuckets)
+			abort_step(j, why, run->status == GS_OK ? GS_ABORT_MEMORY : 0, r);
+		gs_conn_fail(t->conn, GS_EBUFFER, "buffer %d (%llu bytes) lost its pages while gradsyncd was reading it (SIGBUS): a hole punched in a huge-page memfd whose pool then ran out, or a memory error; this trainer's step %llu fails and it must register again",
+			     i, (unsigned long long)t->buffers[i].size, (unsigned long long)t->seq);
+	}
+}
+
 void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 {
 	j->inflight--;
+	if (run->lost)
+		drop_lost_trainers(j, run);
 	if (run->status != GS_OK) {
+		/* A lost pack (GS_EBUFFER) failed the bucket on every node
+		 * alike, its group whole; anything else is the collective's. */
+		bool collective = run->status != GS_EABORTED && run->status != GS_EBUFFER;
 		char why[400];
-		if (run->status == GS_EABORTED)
+		if (!collective)
 			snprintf(why, sizeof(why), "%s", run->error);
 		else
 			snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
@@ -673,7 +703,7 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 		 * coordinator's word naming the node follows within moments (and
 		 * names the step's abort, if this failure was its first cause).
 		 * Without that word, the group failed with every node there. */
-		if (run->status != GS_EABORTED && j->d->cluster.nodes > 1 &&
+		if (collective && j->d->cluster.nodes > 1 &&
 		    j->d->cluster.group_ready && !j->holding_failure) {
 			j->holding_failure = true;
 			j->failure_renames = first;

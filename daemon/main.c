@@ -14,6 +14,7 @@
 #include "notify.h"
 #include "process_limits.h"
 #include "server.h"
+#include "shm_guard.h"
 
 static void on_signal(uv_signal_t *s, int signum)
 {
@@ -80,7 +81,16 @@ int main(int argc, char **argv)
 	if (gs_limits_check(&d.settings) < 0)
 		return 2;
 	signal(SIGPIPE, SIG_IGN);
+	/* Before any trainer's memory is mapped: pages that vanish under the
+	 * daemon then fail that trainer, not the daemon. Room for every
+	 * mapping --max-mappings lets trainers have. */
+	int r = gs_shm_guard_start(d.settings.max_mappings);
+	if (r < 0) {
+		gs_error("cannot set up the guard over trainers' shared memory: %s", strerror(-r));
+		return 1;
+	}
 	int status = run(&d);
+	gs_shm_guard_stop();
 	gs_secret_wipe(d.settings.cluster_secret, sizeof(d.settings.cluster_secret));
 	return status;
 }

@@ -57,6 +57,7 @@ static void run_whole(struct gs_bucket_run *run)
 		run->plan, run->counts, run->bucket, run->nranks,
 		(float *const *const *)run->tensors, run->pack, run->postscale,
 		run->clipped, &run->nonfinite, on_mark, run, run->ready_event,
+		&run->lost,
 	};
 	uint64_t start = gs_now_ns();
 	int err = b->ops->reduce_bucket(b, &io);
@@ -104,6 +105,10 @@ static void vote(struct gs_bucket_run *run)
 		snprintf(run->error, sizeof(run->error),
 			 "trainer local rank %u of node %u went away during step %llu", rank, node,
 			 (unsigned long long)run->step_number);
+	else if ((int)v[3] == GS_ABORT_MEMORY)
+		snprintf(run->error, sizeof(run->error),
+			 "trainer local rank %u of node %u lost the pages of its shared memory while gradsyncd read it (SIGBUS) during step %llu",
+			 rank, node, (unsigned long long)run->step_number);
 	else if ((int)v[3] == GS_ABORT_TIMEOUT)
 		snprintf(run->error, sizeof(run->error),
 			 "step %llu timed out on node %u waiting for gradients (its log names them)",

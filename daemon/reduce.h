@@ -16,6 +16,7 @@ enum gs_abort_reason {
 	GS_ABORT_OTHER = 1,
 	GS_ABORT_TRAINER_GONE = 2,
 	GS_ABORT_TIMEOUT = 3,
+	GS_ABORT_MEMORY = 4, /* a trainer's shared memory lost its pages (SIGBUS) */
 };
 
 struct gs_bucket_run {
@@ -47,6 +48,7 @@ struct gs_bucket_run {
 	/* Results. */
 	uint64_t clipped[GS_MAX_LOCAL];
 	uint64_t nonfinite;
+	bool lost; /* a trainer's memory here lost its pages (backend.h) */
 	int status;
 	char error[320];
 };

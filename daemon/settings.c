@@ -45,6 +45,9 @@ static const struct choice log_choices[] = {
 	{ "error", GS_LOG_ERROR }, { "warning", GS_LOG_WARN }, { "info", GS_LOG_INFO },
 	{ "debug", GS_LOG_DEBUG }, { NULL, 0 },
 };
+static const struct choice yes_no_choices[] = {
+	{ "no", 0 }, { "yes", 1 }, { NULL, 0 },
+};
 
 #define OFF(field) offsetof(struct gs_settings, field)
 
@@ -75,6 +78,8 @@ static const struct setting table[] = {
 	  "most tensors one trainer may register" },
 	{ "max-bytes", K_UINT, OFF(max_bytes), "68719476736", 4, UINT64_C(1) << 46, NULL,
 	  "most gradient bytes one trainer may register" },
+	{ "allow-hugetlb", K_CHOICE, OFF(allow_hugetlb), "no", 0, 0, yes_no_choices,
+	  "accept gradient buffers in huge-page memfds (MFD_HUGETLB), whose pages a trainer can make vanish: a trainer whose huge pages vanish fails its own step and is dropped, and that step is aborted for the others" },
 	{ "nodes", K_UINT, OFF(nodes), "1", 1, 1024, NULL,
 	  "nodes (daemons) of the job; more than 1 needs --coordinator" },
 	{ "node-rank", K_UINT, OFF(node_rank), "0", 0, 1023, NULL,

@@ -43,6 +43,7 @@ struct gs_settings {
 	uint64_t max_frame;       /* bytes */
 	uint64_t max_tensors;     /* per trainer */
 	uint64_t max_bytes;       /* registered per trainer */
+	int allow_hugetlb;        /* accept MFD_HUGETLB memfds (0 or 1) */
 	uint32_t nodes;
 	uint32_t node_rank;
 	char coordinator[256];    /* HOST:PORT of node rank 0's rendezvous */

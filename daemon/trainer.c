@@ -12,6 +12,7 @@
 #include "gradsync.h"
 #include "job.h"
 #include "log.h"
+#include "shm_guard.h"
 
 struct gs_trainer *gs_trainer_create(struct gs_job *job, struct gs_conn *conn,
 				     uint32_t rank)
@@ -303,6 +304,16 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 	}
 	if (r->last)
 		finish_registration(t);
+}
+
+int gs_trainer_lost_buffer(const struct gs_trainer *t)
+{
+	if (gs_shm_guard_lost_ranges() == 0)
+		return -1;
+	for (uint32_t i = 0; i < t->nbuffers; i++)
+		if (gs_shm_guard_lost(t->buffers[i].addr))
+			return (int)i;
+	return -1;
 }
 
 void gs_trainer_disconnected(struct gs_trainer *t)

@@ -69,6 +69,10 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 /* Tells the trainer its registration is accepted. */
 void gs_trainer_send_registered(struct gs_trainer *t);
 
+/* The first of its buffers whose pages vanished under the daemon (the
+ * fault guard caught a SIGBUS there, shm_guard.h), or -1. */
+int gs_trainer_lost_buffer(const struct gs_trainer *t);
+
 /* The client went away: the job decides what that means for the step. */
 void gs_trainer_disconnected(struct gs_trainer *t);
 

@@ -11,10 +11,12 @@
  *      the group's, "i<incarnation>/g<generation>/...", made again at
  *      each regroup; RegroupRequest, a node's word that its group failed
  *      with every node still there
+ *   4  the host backend's all-reduce of every chunk carries the chunk's
+ *      status after its gradients (daemon/chunk_status.h)
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 3
+#define GS_NODE_PROTOCOL_VERSION 4
 
 #endif

@@ -28,6 +28,7 @@ RANGES = {
     "max-frame": ("an integer in [4096, 1073741824]", ["4095"]),
     "max-tensors": ("an integer in [1, 16777216]", ["0", "16777217"]),
     "max-bytes": ("an integer in [4, 70368744177664]", ["3", "70368744177665"]),
+    "allow-hugetlb": ("one of no yes", ["true", "1", ""]),
     "nodes": ("an integer in [1, 1024]", ["0", "1025"]),
     "node-rank": ("an integer in [0, 1023]", ["1024", "x"]),
     "coordinator": ("a text of 3 to 255 bytes", ["h:", "h" * 256]),
