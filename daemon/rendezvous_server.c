@@ -1,11 +1,10 @@
 /*
  * The rendezvous server, run by the node-rank-0 daemon on its event loop.
  * Node connections reuse conn.c (framing, write queue); this file owns what
- * they say: authentication, joining, the key-value store and layout
- * agreement.
+ * an authenticated node says: joining, the key-value store and layout
+ * agreement (rendezvous_server.h names the other parts).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -15,76 +14,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "auth.h"
 #include "conn.h"
 #include "daemon.h"
 #include "gradsync.h"
 #include "log.h"
 #include "node_protocol.h"
 #include "rendezvous.h"
-
-/* Layouts of large models exceed a trainer's frame limit. */
-#define NODE_MAX_FRAME (64u << 20)
-/* Until a peer has authenticated, its frames are small (NodeAuth,
- * NodeProof), and only so many such peers are served at once: room for
- * every node joining at the same moment, a few times over. */
-#define AUTH_MAX_FRAME 4096u
-#define AUTH_MAX_PENDING(nodes) (4u * (nodes) + 64u)
-
-enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
-
-/* One connection to the rendezvous: how far it has authenticated, and the
- * node it joined as (NULL: not yet, or a connection for the store alone). */
-struct rdv_peer {
-	struct gs_conn *conn;
-	struct rdv_node *node;
-	enum peer_state state;
-	bool has_rank;
-	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
-	uint8_t node_nonce[GS_AUTH_NONCE];
-	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
-	uv_timer_t timer; /* bounds the authentication by --join-timeout */
-};
-
-struct rdv_node {
-	struct gs_conn *conn; /* NULL until joined, and after it leaves */
-	bool welcomed;        /* is in the current Gloo group */
-	uint32_t local_size;
-	char host[256];
-	bool has_job;         /* offered a layout, not withdrawn */
-	struct gs_layout offer;
-	uint64_t offer_round; /* 0: none pending */
-};
-
-struct rdv_entry {
-	struct rdv_entry *next;
-	char *key;
-	size_t len;
-	uint8_t value[];
-};
-
-struct rdv_wait {
-	struct rdv_wait *next;
-	struct gs_conn *conn;
-	char *key;
-};
-
-struct gs_rdv_server {
-	struct gs_daemon *d;
-	int fd;
-	uv_poll_t poll;
-	uint32_t nodes, joined;
-	uint32_t pending; /* connections not yet authenticated */
-	struct rdv_node *node;
-	bool formed;          /* the group has been built once */
-	uint64_t generation;  /* of the current group */
-	uint64_t incarnation; /* drawn at start: this coordinator's store keys */
-	bool has_agreed;      /* the job's layout, once every node agreed */
-	struct gs_layout agreed;
-	char settings[512];
-	struct rdv_entry *store;
-	struct rdv_wait *waits;
-};
+#include "rendezvous_server.h"
 
 int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
 		       size_t portlen)
@@ -409,154 +345,6 @@ static void handle_offer(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 	judge_round(s);
 }
 
-/* ---- Authentication (auth.h) --------------------------------------------- */
-
-/* Logs why a peer is turned away, with its address, tells it the same
- * words and closes the connection. */
-static void refuse(struct rdv_peer *p, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void refuse(struct rdv_peer *p, int code, const char *fmt, ...)
-{
-	char msg[400];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (p->has_rank)
-		gs_warn("rendezvous: refused node %u from %s: %s", p->rank, p->conn->addr, msg);
-	else
-		gs_warn("rendezvous: refused a connection from %s: %s", p->conn->addr, msg);
-	gs_conn_end(p->conn, code, msg);
-}
-
-static void on_auth_timeout(uv_timer_t *t)
-{
-	struct rdv_peer *p = t->data;
-	refuse(p, GS_ETIMEDOUT, "did not authenticate within %llu s (--join-timeout)",
-	       (unsigned long long)p->conn->d->settings.join_timeout);
-}
-
-static void authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
-{
-	p->state = PEER_AUTHED;
-	s->pending--;
-	uv_timer_stop(&p->timer);
-	p->conn->reader.max_frame = NODE_MAX_FRAME;
-	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
-}
-
-static void send_challenge(struct rdv_peer *p, bool has_secret)
-{
-	Gradsync__NodeChallenge ch = GRADSYNC__NODE_CHALLENGE__INIT;
-	ch.nonce.data = p->nonce;
-	ch.nonce.len = GS_AUTH_NONCE;
-	ch.has_secret = has_secret;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE;
-	m.node_challenge = &ch;
-	send_msg(p->conn, &m);
-}
-
-/* The node's half of the nonces and what it claims; answered with the
- * coordinator's half, or refused. */
-static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeAuth *a)
-{
-	const struct gs_settings *set = &s->d->settings;
-	bool mine = set->cluster_secret_len > 0;
-	if (a->protocol_version != GS_NODE_PROTOCOL_VERSION) {
-		refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-		       a->node_rank, a->protocol_version, GS_NODE_PROTOCOL_VERSION);
-		return;
-	}
-	if (a->node_rank >= s->nodes) {
-		refuse(p, GS_EREFUSED, "node rank %u is out of range for %u nodes", a->node_rank, s->nodes);
-		return;
-	}
-	p->rank = a->node_rank;
-	p->has_rank = true;
-	if (a->nonce.len != GS_AUTH_NONCE) {
-		refuse(p, GS_EPROTO, "its NodeAuth nonce has %zu bytes; %d expected", a->nonce.len,
-		       GS_AUTH_NONCE);
-		return;
-	}
-	if (mine && !a->has_secret) {
-		refuse(p, GS_EREFUSED, "it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)");
-		return;
-	}
-	if (!mine && a->has_secret) {
-		refuse(p, GS_EREFUSED, "it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)");
-		return;
-	}
-	if (gs_auth_nonce(p->nonce) < 0) {
-		refuse(p, GS_ESYSTEM, "the coordinator cannot draw a random nonce");
-		return;
-	}
-	memcpy(p->node_nonce, a->nonce.data, GS_AUTH_NONCE);
-	send_challenge(p, mine);
-	if (mine)
-		p->state = PEER_CHALLENGED;
-	else
-		authenticated(s, p); /* neither side has a secret */
-}
-
-/* The node's proof; a good one is answered with the coordinator's. */
-static void handle_proof(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeProof *pr)
-{
-	const struct gs_settings *set = &s->d->settings;
-	if (!gs_auth_check(set->cluster_secret, set->cluster_secret_len, GS_AUTH_NODE, p->rank,
-			   p->node_nonce, p->nonce, pr->mac.data, pr->mac.len)) {
-		refuse(p, GS_EREFUSED, "cluster secret differs (check --cluster-secret-file on every node)");
-		return;
-	}
-	uint8_t mac[GS_AUTH_MAC];
-	if (gs_auth_mac(set->cluster_secret, set->cluster_secret_len, GS_AUTH_COORDINATOR, p->rank,
-			p->node_nonce, p->nonce, mac) < 0) {
-		refuse(p, GS_ESYSTEM, "the coordinator cannot compute its proof (libcrypto failed)");
-		return;
-	}
-	Gradsync__NodeProof mine = GRADSYNC__NODE_PROOF__INIT;
-	mine.mac.data = mac;
-	mine.mac.len = sizeof(mac);
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_PROOF;
-	m.node_proof = &mine;
-	send_msg(p->conn, &m);
-	authenticated(s, p);
-}
-
-/* Before a peer has authenticated, only the exchange itself is served. A
- * NodeHello of another protocol version (a daemon from before this
- * exchange, or after it) still gets the version's own message. */
-static void authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
-{
-	switch (m->body_case) {
-	case GRADSYNC__MESSAGE__BODY_NODE_AUTH:
-		if (p->state == PEER_NEW)
-			handle_auth(s, p, m->node_auth);
-		else
-			refuse(p, GS_EPROTO, "NodeAuth sent twice");
-		return;
-	case GRADSYNC__MESSAGE__BODY_NODE_PROOF:
-		if (p->state == PEER_CHALLENGED)
-			handle_proof(s, p, m->node_proof);
-		else
-			refuse(p, GS_EPROTO, "NodeProof before NodeAuth");
-		return;
-	case GRADSYNC__MESSAGE__BODY_NODE_HELLO:
-		if (m->node_hello->protocol_version != GS_NODE_PROTOCOL_VERSION) {
-			refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-			       m->node_hello->node_rank, m->node_hello->protocol_version,
-			       GS_NODE_PROTOCOL_VERSION);
-			return;
-		}
-		break;
-	default:
-		break;
-	}
-	refuse(p, GS_EREFUSED, "message %d before authenticating: the rendezvous serves nothing until a node has proven it holds the cluster secret (NodeAuth, NodeProof)",
-	       (int)m->body_case);
-}
-
 /* A node's group failed with every node still here: every node builds a
  * new one, of the next generation. One regroup answers every request made
  * for the failed generation. */
@@ -589,14 +377,14 @@ static void handle_regroup_request(struct gs_rdv_server *s, struct gs_conn *c,
 
 /* ---- Connections ----------------------------------------------------------- */
 
-static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
+void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	struct gs_rdv_server *s = c->d->rdv_server;
 	struct rdv_peer *p = c->owner;
 	if (!s || !p)
 		return; /* shutting down */
 	if (p->state != PEER_AUTHED) {
-		authenticate(s, p, m);
+		rdv_authenticate(s, p, m);
 		return;
 	}
 	/* A connection of its own may use the store without joining: a
@@ -631,24 +419,10 @@ static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	}
 }
 
-static void free_peer(uv_handle_t *h)
+/* Its waits go with it, and the node it joined as is free again. */
+void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 {
-	free(h->data);
-}
-
-static void node_closed(struct gs_conn *c)
-{
-	struct gs_rdv_server *s = c->d->rdv_server;
-	struct rdv_peer *p = c->owner;
-	if (!p)
-		return;
-	/* The record goes with the connection; its timer is closed first. */
-	uv_timer_stop(&p->timer);
-	uv_close((uv_handle_t *)&p->timer, free_peer);
-	if (!s)
-		return; /* shutting down */
-	if (p->state != PEER_AUTHED)
-		s->pending--;
+	struct gs_conn *c = p->conn;
 	for (struct rdv_wait **w = &s->waits; *w;) {
 		struct rdv_wait *x = *w;
 		if (x->conn == c) {
@@ -659,7 +433,7 @@ static void node_closed(struct gs_conn *c)
 			w = &x->next;
 		}
 	}
-	struct rdv_node *n = node_of(c);
+	struct rdv_node *n = p->node;
 	if (!n)
 		return;
 	bool was_in_group = n->welcomed;
@@ -680,51 +454,6 @@ static void node_closed(struct gs_conn *c)
 	broadcast(s, &m, n);
 }
 
-static void format_addr(const struct sockaddr_storage *a, char *out, size_t n)
-{
-	char host[48], port[8]; /* INET6_ADDRSTRLEN, "65535" */
-	if (getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), port,
-			sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-		snprintf(out, n, "an unknown address");
-	else if (a->ss_family == AF_INET6)
-		snprintf(out, n, "[%s]:%s", host, port);
-	else
-		snprintf(out, n, "%s:%s", host, port);
-}
-
-/* Limits first, before anything is allocated; the peer's record and the
- * timer that bounds its authentication then come with the connection. */
-static void admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a)
-{
-	char addr[64];
-	format_addr(a, addr, sizeof(addr));
-	if (s->pending >= AUTH_MAX_PENDING(s->nodes)) {
-		gs_warn("rendezvous: refused a connection from %s: %u connections are authenticating already",
-			addr, s->pending);
-		gs_conn_refuse(fd, GS_ELIMIT, "too many connections authenticating at once");
-		return;
-	}
-	struct rdv_peer *p = calloc(1, sizeof(*p));
-	if (!p) {
-		gs_conn_refuse(fd, GS_ENOMEM, "out of memory");
-		return;
-	}
-	struct gs_conn *c = gs_conn_create(s->d, fd, AUTH_MAX_FRAME, node_dispatch, node_closed);
-	if (!c) {
-		free(p);
-		return;
-	}
-	c->role = GS_CONN_NODE;
-	snprintf(c->addr, sizeof(c->addr), "%s", addr);
-	p->conn = c;
-	uv_timer_init(s->d->loop, &p->timer);
-	p->timer.data = p;
-	uv_timer_start(&p->timer, on_auth_timeout, s->d->settings.join_timeout * 1000, 0);
-	c->owner = p;
-	s->pending++;
-	gs_debug("rendezvous: connection from %s", addr);
-}
-
 static void on_accept(uv_poll_t *p, int status, int events)
 {
 	struct gs_rdv_server *s = p->data;
@@ -736,7 +465,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
 		int fd = accept4(s->fd, (struct sockaddr *)&a, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		admit(s, fd, &a);
+		rdv_admit(s, fd, &a);
 	}
 }
 
