@@ -178,6 +178,19 @@ void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
 	update_poll(c);
 }
 
+/* A warning about c, limited while c is a stranger (log_group). */
+static void conn_warn(struct gs_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void conn_warn(struct gs_conn *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (c->log_group)
+		gs_vlog_grouped(c->log_group, GS_LOG_WARN, fmt, ap);
+	else
+		gs_vlog(GS_LOG_WARN, fmt, ap);
+	va_end(ap);
+}
+
 void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 {
 	char msg[512];
@@ -185,7 +198,7 @@ void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	gs_warn("dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
+	conn_warn(c, "dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
 	gs_conn_end(c, code, msg);
 }
 
@@ -317,8 +330,8 @@ static void on_readable(struct gs_conn *c)
 		}
 		if (n == 0) {
 			if (c->reader.len > 0)
-				gs_warn("client %s closed mid-frame (%zu bytes unread)",
-					gs_conn_name(c), c->reader.len);
+				conn_warn(c, "client %s closed mid-frame (%zu bytes unread)",
+					  gs_conn_name(c), c->reader.len);
 			gs_conn_close(c);
 			return;
 		}

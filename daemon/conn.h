@@ -15,6 +15,7 @@
 #include "frame.h"
 
 struct gs_daemon;
+struct gs_log_group;
 struct gs_trainer;
 
 enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL, GS_CONN_NODE };
@@ -46,6 +47,10 @@ struct gs_conn {
 	struct gs_trainer *trainer;
 	void *owner; /* the rendezvous's record of the peer, for GS_CONN_NODE */
 	char addr[64]; /* a TCP peer's "host:port", for log lines; "": none */
+	/* Set while the peer is a stranger (an unauthenticated rendezvous
+	 * connection): lines about it are limited, so that a flood of them
+	 * cannot flood the log. NULL: each is logged. */
+	struct gs_log_group *log_group;
 	/* What this kind of connection does with each message, and on close. */
 	void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m);
 	void (*closed)(struct gs_conn *c);

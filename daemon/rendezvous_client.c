@@ -148,10 +148,32 @@ static int expect(struct gs_rdv_client *c, Gradsync__Message__BodyCase want,
 	return GS_OK;
 }
 
-/* ---- Joining ---------------------------------------------------------------- */
+/* ---- Connecting ---------------------------------------------------------------- */
 
-/* One connection attempt to every address of the coordinator. */
-static int try_connect(const char *host, const char *port, char *why, size_t n)
+/* Connects fd to addr, waiting until the deadline (but a moment at least:
+ * the last attempt comes at the deadline itself). Returns 0 or an errno. */
+static int connect_by(int fd, const struct addrinfo *a, int cancel_fd, int64_t deadline)
+{
+	if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+		return 0;
+	if (errno != EINPROGRESS)
+		return errno;
+	int64_t soonest = now_ms() + 200;
+	int rc = wait_for(fd, POLLOUT, cancel_fd, deadline > soonest ? deadline : soonest);
+	if (rc != GS_OK)
+		return rc == GS_EABORTED ? ECANCELED : ETIMEDOUT;
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	return err;
+}
+
+/* One connection attempt to every address of the coordinator. Returns
+ * the socket (non-blocking: every wait here is a poll with a deadline),
+ * or -1 with why. */
+static int try_connect(const char *host, const char *port, int cancel_fd, int64_t deadline,
+		       char *why, size_t n)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res;
@@ -162,10 +184,12 @@ static int try_connect(const char *host, const char *port, char *why, size_t n)
 	}
 	int fd = -1;
 	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
-			snprintf(why, n, "%s", strerror(errno));
-			close(fd);
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		int err = fd < 0 ? errno : connect_by(fd, a, cancel_fd, deadline);
+		if (err) {
+			snprintf(why, n, "%s", strerror(err));
+			if (fd >= 0)
+				close(fd);
 			fd = -1;
 		}
 	}
@@ -173,33 +197,91 @@ static int try_connect(const char *host, const char *port, char *why, size_t n)
 	return fd;
 }
 
-static int connect_with_backoff(const struct gs_settings *s, int cancel_fd,
-				int64_t deadline, char *err, size_t n)
+static int connect_to(struct gs_rdv_client *c, const struct gs_settings *s, int64_t deadline,
+		      char *err, size_t n)
 {
 	char host[256], port[32], why[128] = "no attempt";
 	if (gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
 		snprintf(err, n, "--coordinator '%s' is not HOST:PORT", s->coordinator);
-		return -1;
+		return GS_EINVAL;
 	}
+	c->fd = try_connect(host, port, c->cancel_fd, deadline, why, sizeof(why));
+	if (c->fd >= 0)
+		return GS_OK;
+	snprintf(err, n, "the coordinator %s did not answer within %llu s (last attempt: %s)",
+		 s->coordinator, (unsigned long long)s->join_timeout, why);
+	return GS_ECONNECT;
+}
+
+/* ---- Attempts, retried ------------------------------------------------------- */
+
+/* Worth another attempt: the coordinator cannot be reached yet, closed
+ * the connection, or refused it for a passing reason (GS_EAGAIN: too many
+ * connections authenticating, a rank being checked). Anything else it
+ * says (another secret, version or settings; a rank another live daemon
+ * holds) is final. A wait past the deadline ends the attempts anyway. */
+static bool transient(int rc)
+{
+	return rc == GS_EAGAIN || rc == GS_ECONNECT || rc == GS_EDISCONNECTED ||
+	       rc == GS_ETIMEDOUT;
+}
+
+static struct gs_rdv_client *new_client(const struct gs_settings *s, int cancel_fd)
+{
+	struct gs_rdv_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->fd = -1;
+	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
+	c->cancel_fd = cancel_fd;
+	c->node_rank = s->node_rank;
+	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
+	return c;
+}
+
+typedef int (*attempt_fn)(struct gs_rdv_client *c, void *ctx, int64_t deadline, char *err,
+			  size_t n);
+
+/* Says, in err, that the failure it holds lasted through every attempt. */
+static void note_attempts(char *err, size_t n, unsigned tries, const struct gs_settings *s)
+{
+	size_t k = strlen(err);
+	if (tries > 1 && k + 1 < n)
+		snprintf(err + k, n - k, " (%u attempts within --join-timeout, %llu s)", tries,
+			 (unsigned long long)s->join_timeout);
+}
+
+/* Runs attempt on a fresh connection, again with back-off (50 ms doubling
+ * to 1 s) while it fails for a passing reason, until it succeeds, fails
+ * for good, the deadline passes or the daemon shuts down. */
+static int retry(const struct gs_settings *s, int cancel_fd, int64_t deadline, attempt_fn attempt,
+		 void *ctx, struct gs_rdv_client **out, char *err, size_t n)
+{
 	int delay_ms = 50;
-	for (;;) {
-		int fd = try_connect(host, port, why, sizeof(why));
-		if (fd >= 0)
-			return fd;
+	for (unsigned tries = 1;; tries++) {
+		struct gs_rdv_client *c = new_client(s, cancel_fd);
+		int rc = c ? attempt(c, ctx, deadline, err, n) : GS_ENOMEM;
+		if (rc == GS_OK) {
+			*out = c;
+			return GS_OK;
+		}
+		gs_rdv_client_close(c);
+		if (!c)
+			snprintf(err, n, "out of memory");
 		int64_t now = now_ms();
-		if (now >= deadline)
-			break;
-		/* The last attempt comes at the deadline itself. */
+		if (!transient(rc) || now >= deadline) {
+			note_attempts(err, n, tries, s);
+			return rc;
+		}
+		if (tries == 1 && rc != GS_ECONNECT)
+			gs_info("node %u: %s; trying again until --join-timeout", s->node_rank, err);
 		int64_t wake = now + delay_ms < deadline ? now + delay_ms : deadline;
 		if (wait_for(-1, 0, cancel_fd, wake) == GS_EABORTED) {
 			snprintf(err, n, "shutting down");
-			return -1;
+			return GS_EABORTED;
 		}
 		delay_ms = delay_ms * 2 > 1000 ? 1000 : delay_ms * 2;
 	}
-	snprintf(err, n, "the coordinator %s did not answer within %llu s (last attempt: %s)",
-		 s->coordinator, (unsigned long long)s->join_timeout, why);
-	return -1;
 }
 
 /* ---- Authentication (auth.h) ----------------------------------------------- */
@@ -287,35 +369,19 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 	return GS_OK;
 }
 
-/* A connection to the coordinator, retrying until the deadline, that has
- * authenticated. */
-static int open_client(const struct gs_settings *s, int cancel_fd, int64_t deadline,
-		       struct gs_rdv_client **out, char *err, size_t errlen)
+/* One attempt at a connection to the coordinator that has authenticated
+ * (ctx: the settings). */
+static int open_attempt(struct gs_rdv_client *c, void *ctx, int64_t deadline, char *err,
+			size_t n)
 {
-	struct gs_rdv_client *c = calloc(1, sizeof(*c));
-	if (!c) {
-		snprintf(err, errlen, "out of memory");
-		return GS_ENOMEM;
-	}
-	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
-	c->cancel_fd = cancel_fd;
-	c->node_rank = s->node_rank;
-	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
-	c->fd = connect_with_backoff(s, cancel_fd, deadline, err, errlen);
-	if (c->fd < 0) {
-		gs_rdv_client_close(c);
-		return GS_ETIMEDOUT;
-	}
-	int rc = authenticate(c, s, deadline, err, errlen);
+	const struct gs_settings *s = ctx;
+	int rc = connect_to(c, s, deadline, err, n);
+	if (rc == GS_OK)
+		rc = authenticate(c, s, deadline, err, n);
 	if (rc == GS_ETIMEDOUT)
-		snprintf(err, errlen, "the coordinator %s did not answer the authentication within %llu s (--join-timeout)",
+		snprintf(err, n, "the coordinator %s did not answer the authentication within %llu s (--join-timeout)",
 			 s->coordinator, (unsigned long long)s->join_timeout);
-	if (rc != GS_OK) {
-		gs_rdv_client_close(c);
-		return rc;
-	}
-	*out = c;
-	return GS_OK;
+	return rc;
 }
 
 static int say_hello(struct gs_rdv_client *c, const struct gs_settings *s,
@@ -359,37 +425,47 @@ static int read_welcome(const Gradsync__NodeWelcome *w, const struct gs_settings
 	return GS_OK;
 }
 
-int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_fd,
-		struct gs_node_info *nodes, struct gs_rdv_client **out,
-		char *err, size_t errlen)
+struct join_ctx {
+	const struct gs_settings *s;
+	const char *gloo_host;
+	struct gs_node_info *nodes;
+};
+
+/* One attempt at joining: a connection that has authenticated, the
+ * hello, and the wait for every node's. */
+static int join_attempt(struct gs_rdv_client *c, void *ctx, int64_t deadline, char *err, size_t n)
 {
-	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
-	struct gs_rdv_client *c;
-	int rc = open_client(s, cancel_fd, deadline, &c, err, errlen);
+	const struct join_ctx *j = ctx;
+	const struct gs_settings *s = j->s;
+	int rc = open_attempt(c, (void *)s, deadline, err, n);
 	if (rc != GS_OK)
 		return rc;
 	Gradsync__Message *m = NULL;
-	rc = say_hello(c, s, gloo_host, deadline);
+	rc = say_hello(c, s, j->gloo_host, deadline);
 	if (rc == GS_OK)
-		rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_WELCOME, deadline, &m, err, errlen);
+		rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_WELCOME, deadline, &m, err, n);
 	else
-		snprintf(err, errlen, "cannot send hello to the coordinator: %s", gs_strerror(rc));
+		snprintf(err, n, "cannot send hello to the coordinator: %s", gs_strerror(rc));
 	if (rc == GS_ETIMEDOUT)
-		snprintf(err, errlen, "not every node joined within %llu s (--join-timeout)",
+		snprintf(err, n, "not every node joined within %llu s (--join-timeout)",
 			 (unsigned long long)s->join_timeout);
 	if (rc == GS_OK) {
-		rc = read_welcome(m->node_welcome, s, nodes, err, errlen);
+		rc = read_welcome(m->node_welcome, s, j->nodes, err, n);
 		c->generation = m->node_welcome->generation;
 		c->incarnation = m->node_welcome->incarnation;
 	}
 	if (m)
 		gradsync__message__free_unpacked(m, NULL);
-	if (rc != GS_OK) {
-		gs_rdv_client_close(c);
-		return rc;
-	}
-	*out = c;
-	return GS_OK;
+	return rc;
+}
+
+int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_fd,
+		struct gs_node_info *nodes, struct gs_rdv_client **out,
+		char *err, size_t errlen)
+{
+	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
+	struct join_ctx j = { s, gloo_host, nodes };
+	return retry(s, cancel_fd, deadline, join_attempt, &j, out, err, errlen);
 }
 
 /* ---- The store ---------------------------------------------------------------- */
@@ -462,5 +538,5 @@ int gs_rdv_store_connect(const struct gs_settings *s, int cancel_fd,
 			 struct gs_rdv_client **out, char *err, size_t errlen)
 {
 	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
-	return open_client(s, cancel_fd, deadline, out, err, errlen);
+	return retry(s, cancel_fd, deadline, open_attempt, (void *)s, out, err, errlen);
 }

@@ -1,12 +1,22 @@
 /*
  * The rendezvous's connections: each accepted one is admitted (limits
- * first), given a deadline to authenticate, and, when it closes, forgotten
- * with whatever it held.
+ * first), given --auth-timeout to authenticate, and, when it closes,
+ * forgotten with whatever it held.
+ *
+ * Until a peer has authenticated it is a stranger: it costs a slot of
+ * AUTH_MAX_PENDING, and what is logged about it is limited (quiet), so
+ * that strangers holding connections open, or opening them without end,
+ * can neither keep a node out nor fill the log. When every slot is taken,
+ * the newcomer takes the place of an older stranger (evict) instead of
+ * being turned away: a flood then delays a node's join, which retries,
+ * but cannot lock it out.
  */
 #include <netdb.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "conn.h"
 #include "daemon.h"
@@ -14,33 +24,111 @@
 #include "log.h"
 #include "rendezvous_server.h"
 
+static void vrefuse(struct rdv_peer *p, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+static void vrefuse(struct rdv_peer *p, int code, const char *fmt, va_list ap)
+{
+	struct gs_conn *c = p->conn;
+	char msg[400];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	if (c->log_group && p->has_rank)
+		gs_log_grouped(c->log_group, GS_LOG_WARN, "rendezvous: refused node %u from %s: %s",
+			       p->rank, c->addr, msg);
+	else if (c->log_group)
+		gs_log_grouped(c->log_group, GS_LOG_WARN, "rendezvous: refused a connection from %s: %s",
+			       c->addr, msg);
+	else
+		gs_warn("rendezvous: refused node %u from %s: %s", p->rank, c->addr, msg);
+	gs_conn_end(c, code, msg);
+}
+
 void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
 {
-	char msg[400];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vrefuse(p, code, fmt, ap);
 	va_end(ap);
-	if (p->has_rank)
-		gs_warn("rendezvous: refused node %u from %s: %s", p->rank, p->conn->addr, msg);
-	else
-		gs_warn("rendezvous: refused a connection from %s: %s", p->conn->addr, msg);
-	gs_conn_end(p->conn, code, msg);
 }
 
 static void on_auth_timeout(uv_timer_t *t)
 {
 	struct rdv_peer *p = t->data;
-	rdv_refuse(p, GS_ETIMEDOUT, "did not authenticate within %llu s (--join-timeout)",
-	           (unsigned long long)p->conn->d->settings.join_timeout);
+	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
+	rdv_refuse(p, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
+		   (unsigned long long)p->conn->d->settings.auth_timeout);
 }
+
+/* ---- Strangers, in the order they came ---------------------------------- */
+
+static void unlist(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		s->oldest = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	else
+		s->newest = p->prev;
+	p->prev = p->next = NULL;
+	s->pending--;
+}
+
+static void list(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	p->prev = s->newest;
+	if (s->newest)
+		s->newest->next = p;
+	else
+		s->oldest = p;
+	s->newest = p;
+	s->pending++;
+}
+
+/* The same host (the port aside). */
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->ss_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+	return false;
+}
+
+/* Whose place a newcomer from `from` takes when every slot is taken: the
+ * oldest stranger of its own host if that host holds half the slots or
+ * more (a flood from one host then only displaces itself, never a node
+ * joining from elsewhere), else the oldest of all. */
+static struct rdv_peer *to_evict(struct gs_rdv_server *s, const struct sockaddr_storage *from)
+{
+	struct rdv_peer *own = NULL;
+	uint32_t same = 0;
+	for (struct rdv_peer *p = s->oldest; p; p = p->next)
+		if (same_host(&p->from, from) && same++ == 0)
+			own = p;
+	return own && 2 * same >= s->pending ? own : s->oldest;
+}
+
+static void evict(struct gs_rdv_server *s, const struct sockaddr_storage *from, const char *addr)
+{
+	struct rdv_peer *p = to_evict(s, from);
+	rdv_refuse(p, GS_EAGAIN, "%u connections were authenticating at once; the oldest made room for a newer one (%s); try again",
+		   s->pending, addr);
+}
+
+/* ---- Admission and authentication ---------------------------------------- */
 
 void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
 {
 	p->state = PEER_AUTHED;
-	s->pending--;
+	unlist(s, p);
 	uv_timer_stop(&p->timer);
 	p->conn->reader.max_frame = NODE_MAX_FRAME;
+	p->conn->log_group = NULL;
 	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
 }
 
@@ -61,7 +149,7 @@ static void node_closed(struct gs_conn *c)
 	if (!s)
 		return; /* shutting down */
 	if (p->state != PEER_AUTHED)
-		s->pending--;
+		unlist(s, p);
 	else
 		rdv_peer_closed(s, p);
 }
@@ -84,15 +172,11 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
 {
 	char addr[64];
 	format_addr(a, addr, sizeof(addr));
-	if (s->pending >= AUTH_MAX_PENDING(s->nodes)) {
-		gs_warn("rendezvous: refused a connection from %s: %u connections are authenticating already",
-			addr, s->pending);
-		gs_conn_refuse(fd, GS_ELIMIT, "too many connections authenticating at once");
-		return;
-	}
+	if (s->pending >= AUTH_MAX_PENDING(s->nodes))
+		evict(s, a, addr);
 	struct rdv_peer *p = calloc(1, sizeof(*p));
 	if (!p) {
-		gs_conn_refuse(fd, GS_ENOMEM, "out of memory");
+		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
 		return;
 	}
 	struct gs_conn *c = gs_conn_create(s->d, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
@@ -101,12 +185,14 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
 		return;
 	}
 	c->role = GS_CONN_NODE;
+	c->log_group = &s->quiet;
 	snprintf(c->addr, sizeof(c->addr), "%s", addr);
 	p->conn = c;
+	p->from = *a;
 	uv_timer_init(s->d->loop, &p->timer);
 	p->timer.data = p;
-	uv_timer_start(&p->timer, on_auth_timeout, s->d->settings.join_timeout * 1000, 0);
+	uv_timer_start(&p->timer, on_auth_timeout, s->d->settings.auth_timeout * 1000, 0);
 	c->owner = p;
-	s->pending++;
+	list(s, p);
 	gs_debug("rendezvous: connection from %s", addr);
 }

@@ -514,6 +514,13 @@ static int draw_incarnation(uint64_t *out)
 	return 0;
 }
 
+/* Every window of the log limit: the count of lines it held back. */
+static void on_tick(uv_timer_t *t)
+{
+	struct gs_rdv_server *s = t->data;
+	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
+}
+
 int gs_rdv_server_start(struct gs_daemon *d)
 {
 	struct gs_rdv_server *s = calloc(1, sizeof(*s));
@@ -522,6 +529,7 @@ int gs_rdv_server_start(struct gs_daemon *d)
 	s->d = d;
 	s->nodes = d->settings.nodes;
 	s->node = calloc(s->nodes, sizeof(*s->node));
+	s->quiet.what = "unauthenticated connections to the rendezvous";
 	gs_settings_shared_text(&d->settings, s->settings, sizeof(s->settings));
 	s->fd = !s->node ? -ENOMEM
 		: draw_incarnation(&s->incarnation) < 0 ? -EIO
@@ -535,6 +543,10 @@ int gs_rdv_server_start(struct gs_daemon *d)
 	uv_poll_init(d->loop, &s->poll, s->fd);
 	s->poll.data = s;
 	uv_poll_start(&s->poll, UV_READABLE, on_accept);
+	uv_timer_init(d->loop, &s->tick);
+	s->tick.data = s;
+	uv_timer_start(&s->tick, on_tick, GS_LOG_GROUP_WINDOW_MS, GS_LOG_GROUP_WINDOW_MS);
+	s->handles = 2;
 	d->rdv_server = s;
 	gs_info("rendezvous: serving %u nodes on %s (incarnation %016llx)", s->nodes,
 		d->settings.coordinator, (unsigned long long)s->incarnation);
@@ -544,6 +556,9 @@ int gs_rdv_server_start(struct gs_daemon *d)
 static void free_server(uv_handle_t *h)
 {
 	struct gs_rdv_server *s = h->data;
+	if (--s->handles > 0)
+		return;
+	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
 	while (s->store) {
 		struct rdv_entry *e = s->store;
 		s->store = e->next;
@@ -567,4 +582,5 @@ void gs_rdv_server_stop(struct gs_daemon *d)
 	close(s->fd);
 	d->rdv_server = NULL;
 	uv_close((uv_handle_t *)&s->poll, free_server);
+	uv_close((uv_handle_t *)&s->tick, free_server);
 }

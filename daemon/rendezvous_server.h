@@ -21,6 +21,7 @@
 #include "auth.h"
 #include "gradsync.pb-c.h"
 #include "layout.h"
+#include "log.h"
 
 struct gs_conn;
 struct gs_daemon;
@@ -28,8 +29,11 @@ struct gs_daemon;
 /* Layouts of large models exceed a trainer's frame limit. */
 #define NODE_MAX_FRAME (64u << 20)
 /* Until a peer has authenticated, its frames are small (NodeAuth,
- * NodeProof), and only so many such peers are served at once: room for
- * every node joining at the same moment, a few times over. */
+ * NodeProof), and only so many such peers are held at once: room for
+ * every node joining at the same moment, a few times over. Past that a
+ * newcomer takes the place of an older one (rendezvous_peers.c), so that
+ * strangers who hold connections open can delay a node but not keep it
+ * out, and memory stays bounded. */
 #define AUTH_MAX_FRAME 4096u
 #define AUTH_MAX_PENDING(nodes) (4u * (nodes) + 64u)
 
@@ -39,13 +43,15 @@ enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
  * node it joined as (NULL: not yet, or a connection for the store alone). */
 struct rdv_peer {
 	struct gs_conn *conn;
+	struct rdv_peer *prev, *next; /* unauthenticated: gs_rdv_server.oldest */
+	struct sockaddr_storage from;
 	struct rdv_node *node;
 	enum peer_state state;
 	bool has_rank;
 	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
 	uint8_t node_nonce[GS_AUTH_NONCE];
 	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
-	uv_timer_t timer; /* bounds the authentication by --join-timeout */
+	uv_timer_t timer; /* bounds the authentication by --auth-timeout */
 };
 
 struct rdv_node {
@@ -75,8 +81,12 @@ struct gs_rdv_server {
 	struct gs_daemon *d;
 	int fd;
 	uv_poll_t poll;
+	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
+	int handles;     /* poll and tick: the server is freed with the last */
 	uint32_t nodes, joined;
 	uint32_t pending; /* connections not yet authenticated */
+	struct rdv_peer *oldest, *newest; /* those, in the order they came */
+	struct gs_log_group quiet;        /* lines about them */
 	struct rdv_node *node;
 	bool formed;          /* the group has been built once */
 	uint64_t generation;  /* of the current group */
