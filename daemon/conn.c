@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -55,6 +56,7 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 		return NULL;
 	}
 	c->poll.data = c;
+	c->last_rx_ms = uv_now(d->loop);
 	d->nconns++;
 	c->next = d->conns;
 	if (d->conns)
@@ -111,6 +113,15 @@ void gs_conn_refuse(int fd, int code, const char *message)
 		free(buf);
 	}
 	close(fd);
+}
+
+uint64_t gs_conn_silent_ms(const struct gs_conn *c)
+{
+	int unread = 0;
+	if (ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0)
+		return 0;
+	uint64_t now = uv_now(c->d->loop);
+	return now > c->last_rx_ms ? now - c->last_rx_ms : 0;
 }
 
 const char *gs_conn_name(const struct gs_conn *c)
@@ -324,6 +335,8 @@ static void on_readable(struct gs_conn *c)
 		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
 		if (n == -EAGAIN)
 			return;
+		if (n > 0)
+			c->last_rx_ms = uv_now(c->d->loop);
 		if (n < 0) {
 			fail_fill(c, n);
 			return;

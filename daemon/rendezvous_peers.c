@@ -21,6 +21,7 @@
 #include "conn.h"
 #include "daemon.h"
 #include "gradsync.h"
+#include "liveness.h"
 #include "log.h"
 #include "rendezvous_server.h"
 
@@ -120,15 +121,66 @@ static void evict(struct gs_rdv_server *s, const struct sockaddr_storage *from, 
 		   s->pending, addr);
 }
 
+/* ---- Liveness (liveness.h) ------------------------------------------------ */
+
+static void ping(struct rdv_peer *p)
+{
+	struct gs_liveness_msg lm;
+	gs_liveness_ping(&lm, ++p->ping_seq);
+	gs_conn_send(p->conn, &lm.m);
+}
+
+/* Nothing came from p for --peer-timeout: it is treated as if it had
+ * closed (rdv_peer_closed tells the other nodes, and its rank is free). */
+static void drop_silent(struct rdv_peer *p, uint64_t silent_ms)
+{
+	struct gs_conn *c = p->conn;
+	double s = (double)silent_ms / 1000.0;
+	unsigned long long limit = (unsigned long long)c->d->settings.peer_timeout;
+	if (p->node)
+		gs_warn("rendezvous: node %u (%s) sent nothing for %.1f s (--peer-timeout %llu s): taking it as lost",
+			p->rank, c->addr, s, limit);
+	else
+		gs_warn("rendezvous: a store connection of node %u (%s) sent nothing for %.1f s (--peer-timeout %llu s): closing it",
+			p->rank, c->addr, s, limit);
+	snprintf(p->gone, sizeof(p->gone),
+		 "the coordinator heard nothing from it for %.1f s (--peer-timeout %llu s)", s, limit);
+	char msg[200];
+	snprintf(msg, sizeof(msg), "the coordinator heard nothing from node %u for %.1f s (--peer-timeout %llu s): it is taken as lost",
+		 p->rank, s, limit);
+	gs_conn_end(c, GS_ETIMEDOUT, msg);
+}
+
+static void on_ping_tick(uv_timer_t *t)
+{
+	struct rdv_peer *p = t->data;
+	uint64_t silent = gs_conn_silent_ms(p->conn);
+	if (silent >= p->conn->d->settings.peer_timeout * 1000)
+		drop_silent(p, silent);
+	else
+		ping(p);
+}
+
+void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
+{
+	(void)s;
+	if (m->body_case != GRADSYNC__MESSAGE__BODY_PING)
+		return; /* a Pong: its arrival was the point */
+	struct gs_liveness_msg lm;
+	gs_liveness_pong(&lm, m->ping->seq);
+	gs_conn_send(p->conn, &lm.m);
+}
+
 /* ---- Admission and authentication ---------------------------------------- */
 
 void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
 {
 	p->state = PEER_AUTHED;
 	unlist(s, p);
-	uv_timer_stop(&p->timer);
 	p->conn->reader.max_frame = NODE_MAX_FRAME;
 	p->conn->log_group = NULL;
+	uint64_t every = gs_ping_interval_ms(s->d->settings.peer_timeout);
+	uv_timer_start(&p->timer, on_ping_tick, every, every);
 	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
 }
 
@@ -179,6 +231,8 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
 		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
 		return;
 	}
+	if (gs_tcp_liveness(fd, s->d->settings.peer_timeout) < 0)
+		gs_debug("rendezvous: cannot set TCP keepalive on the connection from %s", addr);
 	struct gs_conn *c = gs_conn_create(s->d, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
 	if (!c) {
 		free(p);

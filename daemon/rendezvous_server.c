@@ -387,6 +387,11 @@ void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 		rdv_authenticate(s, p, m);
 		return;
 	}
+	if (m->body_case == GRADSYNC__MESSAGE__BODY_PING ||
+	    m->body_case == GRADSYNC__MESSAGE__BODY_PONG) {
+		rdv_liveness(s, p, m);
+		return;
+	}
 	/* A connection of its own may use the store without joining: a
 	 * node's worker rebuilds the group on one. */
 	bool store = m->body_case == GRADSYNC__MESSAGE__BODY_STORE_SET ||
@@ -447,7 +452,8 @@ void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 		return;
 	Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
 	lost.node_rank = (uint32_t)rank;
-	lost.reason = "its daemon stopped or lost its connection to the coordinator";
+	lost.reason = p->gone[0] ? p->gone
+		    : "its daemon stopped or lost its connection to the coordinator";
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_LOST;
 	m.node_lost = &lost;

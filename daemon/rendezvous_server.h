@@ -51,7 +51,11 @@ struct rdv_peer {
 	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
 	uint8_t node_nonce[GS_AUTH_NONCE];
 	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
-	uv_timer_t timer; /* bounds the authentication by --auth-timeout */
+	/* Until it has authenticated, the peer's deadline (--auth-timeout);
+	 * then its pings, and the check that it is not silent. */
+	uv_timer_t timer;
+	uint64_t ping_seq; /* of the last Ping sent */
+	char gone[160];    /* why it was dropped, for the other nodes; "": it closed */
 };
 
 struct rdv_node {
@@ -106,8 +110,10 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
  * words and closes the connection. */
 void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
-/* The peer has proven itself: it may say anything now. */
+/* The peer has proven itself: it may say anything now, and is pinged. */
 void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p);
+/* A Ping or a Pong from an authenticated peer. */
+void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m);
 
 /* ---- rendezvous_auth.c ------------------------------------------------ */
 

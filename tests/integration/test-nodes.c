@@ -803,9 +803,9 @@ static void other_protocol_version(void **state)
 		harness_daemon_spawn(&d0, v);
 		/* 99; 1: the daemons from before the authentication; 2: before
 		 * the cuda backend's keys of each group; 3: before the chunks'
-		 * status. */
-		static const uint32_t versions[] = { 99, 1, 2, 3 };
-		for (int k = 0; k < 4; k++)
+		 * status; 4: before the pings. */
+		static const uint32_t versions[] = { 99, 1, 2, 3, 4 };
+		for (int k = 0; k < 5; k++)
 			for (int auth = 0; auth < 2; auth++) {
 				int fd = tcp_connect(port, 10);
 				if (auth)
@@ -823,6 +823,7 @@ static void other_protocol_version(void **state)
 		expect_in_log(d0.log, "node 1 speaks protocol version 1;");
 		expect_in_log(d0.log, "node 1 speaks protocol version 2;");
 		expect_in_log(d0.log, "node 1 speaks protocol version 3;");
+		expect_in_log(d0.log, "node 1 speaks protocol version 4;");
 		assert_int_equal(harness_daemon_stop(&d0), 0);
 	}
 }
