@@ -161,14 +161,115 @@ static void on_ping_tick(uv_timer_t *t)
 		ping(p);
 }
 
+static void watch(struct rdv_peer *p)
+{
+	uint64_t every = gs_ping_interval_ms(p->conn->d->settings.peer_timeout);
+	uv_timer_start(&p->timer, on_ping_tick, every, every);
+}
+
+static void claim_refused(struct rdv_node *n);
+
 void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
 {
 	(void)s;
-	if (m->body_case != GRADSYNC__MESSAGE__BODY_PING)
-		return; /* a Pong: its arrival was the point */
-	struct gs_liveness_msg lm;
-	gs_liveness_pong(&lm, m->ping->seq);
-	gs_conn_send(p->conn, &lm.m);
+	if (m->body_case == GRADSYNC__MESSAGE__BODY_PING) {
+		struct gs_liveness_msg lm;
+		gs_liveness_pong(&lm, m->ping->seq);
+		gs_conn_send(p->conn, &lm.m);
+		return;
+	}
+	/* A Pong: its arrival was the point, unless it answers a probe. */
+	struct rdv_node *n = p->node;
+	if (n && n->claimant && n->probe_seq && m->pong->seq >= n->probe_seq)
+		claim_refused(n);
+}
+
+/* ---- Second claims ----------------------------------------------------------
+ * A daemon that says hello for a rank another connection holds is either a
+ * mistake (two daemons started with the same --node-rank) or the holder's
+ * successor, the holder having vanished without closing (power loss,
+ * partition) and --peer-timeout not yet passed. The holder is pinged at
+ * once: a Pong within gs_probe_ms refuses the claim for good; none, and
+ * the holder is dropped as lost and the claimant takes its place. Either
+ * way within a few seconds, never a refusal forever. */
+
+static unsigned rank_of(const struct gs_rdv_server *s, const struct rdv_node *n)
+{
+	return (unsigned)(n - s->node);
+}
+
+static void end_claim(struct rdv_node *n)
+{
+	n->claimant->claim = NULL;
+	n->claimant = NULL;
+	n->probe_seq = 0;
+}
+
+static void claim_refused(struct rdv_node *n)
+{
+	struct rdv_peer *p = n->claimant;
+	struct gs_rdv_server *s = p->conn->d->rdv_server;
+	end_claim(n);
+	gs_conn_fail(p->conn, GS_EREFUSED, "node rank %u has already joined (%s); two daemons claim it",
+		     rank_of(s, n), n->conn->addr);
+}
+
+static void on_probe_timeout(uv_timer_t *t)
+{
+	struct rdv_peer *p = t->data;
+	struct gs_rdv_server *s = p->conn->d->rdv_server;
+	struct rdv_node *n = p->claim;
+	struct rdv_peer *holder = n->conn->owner;
+	double waited = (double)gs_probe_ms(s->d->settings.peer_timeout) / 1000.0;
+	gs_warn("rendezvous: node %u at %s did not answer within %.1f s while a daemon at %s claims its rank: taking it as lost",
+		rank_of(s, n), holder->conn->addr, waited, p->conn->addr);
+	snprintf(holder->gone, sizeof(holder->gone),
+		 "it did not answer the coordinator within %.1f s when another daemon claimed its rank",
+		 waited);
+	char msg[200];
+	snprintf(msg, sizeof(msg), "another daemon claims node rank %u and this one did not answer the coordinator within %.1f s: it is taken as lost",
+		 rank_of(s, n), waited);
+	/* Its closing grants the claim (rdv_claim_granted). */
+	gs_conn_end(holder->conn, GS_ETIMEDOUT, msg);
+}
+
+void rdv_claim(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	       uint32_t local_size, const char *host)
+{
+	if (n->claimant) {
+		gs_conn_fail(p->conn, GS_EAGAIN, "node rank %u is being checked: another daemon claims it too; try again",
+			     rank_of(s, n));
+		return;
+	}
+	struct rdv_peer *holder = n->conn->owner;
+	n->claimant = p;
+	n->claim_local_size = local_size;
+	snprintf(n->claim_host, sizeof(n->claim_host), "%s", host);
+	p->claim = n;
+	ping(holder);
+	n->probe_seq = holder->ping_seq;
+	uint64_t bound = gs_probe_ms(s->d->settings.peer_timeout);
+	uv_timer_stop(&p->timer);
+	uv_timer_start(&p->timer, on_probe_timeout, bound, 0);
+	gs_info("rendezvous: a daemon at %s claims node rank %u, which %s holds: asking the holder whether it is alive (up to %.1f s)",
+		p->conn->addr, rank_of(s, n), holder->conn->addr, (double)bound / 1000.0);
+}
+
+void rdv_claim_withdrawn(struct rdv_peer *p)
+{
+	if (p->claim)
+		end_claim(p->claim);
+}
+
+void rdv_claim_granted(struct gs_rdv_server *s, struct rdv_node *n)
+{
+	struct rdv_peer *p = n->claimant;
+	if (!p)
+		return;
+	end_claim(n);
+	uv_timer_stop(&p->timer);
+	watch(p);
+	rdv_join(s, n, p, n->claim_local_size, n->claim_host);
 }
 
 /* ---- Admission and authentication ---------------------------------------- */
@@ -179,8 +280,7 @@ void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
 	unlist(s, p);
 	p->conn->reader.max_frame = NODE_MAX_FRAME;
 	p->conn->log_group = NULL;
-	uint64_t every = gs_ping_interval_ms(s->d->settings.peer_timeout);
-	uv_timer_start(&p->timer, on_ping_tick, every, every);
+	watch(p);
 	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
 }
 

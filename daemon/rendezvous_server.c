@@ -109,9 +109,24 @@ static void welcome_all(struct gs_rdv_server *s)
 	s->formed = true;
 }
 
+void rdv_join(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	      uint32_t local_size, const char *host)
+{
+	n->conn = p->conn;
+	n->local_size = local_size;
+	snprintf(n->host, sizeof(n->host), "%s", host);
+	p->node = n;
+	s->joined++;
+	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
+		(unsigned)(n - s->node), p->conn->addr, local_size, s->joined, s->nodes);
+	if (s->joined == s->nodes)
+		welcome_all(s);
+}
+
+/* Everything that makes a hello wrong whoever holds its rank is refused
+ * first; a rank that is held is then a second claim (rdv_claim). */
 static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__NodeHello *h)
 {
-	const char *peer = gs_conn_name(c);
 	struct rdv_peer *p = c->owner;
 	if (h->node_rank != p->rank) {
 		gs_conn_fail(c, GS_EREFUSED, "NodeHello says node rank %u but the connection authenticated as node %u",
@@ -133,12 +148,6 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 			     h->node_rank, s->nodes);
 		return;
 	}
-	struct rdv_node *n = &s->node[h->node_rank];
-	if (n->conn) {
-		gs_conn_fail(c, GS_EREFUSED, "node rank %u has already joined (%s); two daemons claim it",
-			     h->node_rank, gs_conn_name(n->conn));
-		return;
-	}
 	if (strcmp(h->settings, s->settings) != 0) {
 		gs_conn_fail(c, GS_EREFUSED, "node %u's settings '%s' differ from the coordinator's '%s'",
 			     h->node_rank, h->settings, s->settings);
@@ -149,15 +158,11 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 			     h->node_rank, h->local_size, GS_MAX_LOCAL);
 		return;
 	}
-	n->conn = c;
-	n->local_size = h->local_size;
-	snprintf(n->host, sizeof(n->host), "%s", h->host);
-	p->node = n;
-	s->joined++;
-	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
-		h->node_rank, peer, h->local_size, s->joined, s->nodes);
-	if (s->joined == s->nodes)
-		welcome_all(s);
+	struct rdv_node *n = &s->node[h->node_rank];
+	if (n->conn)
+		rdv_claim(s, n, p, h->local_size, h->host);
+	else
+		rdv_join(s, n, p, h->local_size, h->host);
 }
 
 /* ---- The key-value store ------------------------------------------------ */
@@ -438,6 +443,7 @@ void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 			w = &x->next;
 		}
 	}
+	rdv_claim_withdrawn(p);
 	struct rdv_node *n = p->node;
 	if (!n)
 		return;
@@ -448,16 +454,18 @@ void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 	s->joined--;
 	long rank = (long)(n - s->node);
 	gs_warn("rendezvous: node %ld left", rank);
-	if (!was_in_group)
-		return;
-	Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
-	lost.node_rank = (uint32_t)rank;
-	lost.reason = p->gone[0] ? p->gone
-		    : "its daemon stopped or lost its connection to the coordinator";
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_LOST;
-	m.node_lost = &lost;
-	broadcast(s, &m, n);
+	if (was_in_group) {
+		Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
+		lost.node_rank = (uint32_t)rank;
+		lost.reason = p->gone[0] ? p->gone
+			    : "its daemon stopped or lost its connection to the coordinator";
+		Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+		m.body_case = GRADSYNC__MESSAGE__BODY_NODE_LOST;
+		m.node_lost = &lost;
+		broadcast(s, &m, n);
+	}
+	/* A daemon that claimed the rank while this one held it takes it. */
+	rdv_claim_granted(s, n);
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)

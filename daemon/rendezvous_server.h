@@ -55,6 +55,7 @@ struct rdv_peer {
 	 * then its pings, and the check that it is not silent. */
 	uv_timer_t timer;
 	uint64_t ping_seq; /* of the last Ping sent */
+	struct rdv_node *claim; /* the node whose rank it claims (rdv_claim) */
 	char gone[160];    /* why it was dropped, for the other nodes; "": it closed */
 };
 
@@ -66,6 +67,13 @@ struct rdv_node {
 	bool has_job;         /* offered a layout, not withdrawn */
 	struct gs_layout offer;
 	uint64_t offer_round; /* 0: none pending */
+	/* A second daemon's claim to the rank while conn holds it, held until
+	 * the holder answers a Ping (the claim is refused) or has not within
+	 * gs_probe_ms (the holder is dropped and the claimant joins). */
+	struct rdv_peer *claimant;
+	uint32_t claim_local_size;
+	char claim_host[256];
+	uint64_t probe_seq; /* the holder's Ping whose Pong settles it */
 };
 
 struct rdv_entry {
@@ -114,6 +122,14 @@ void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
 void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p);
 /* A Ping or a Pong from an authenticated peer. */
 void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m);
+/* p says hello for node n's rank, which another connection holds: the
+ * holder is asked whether it is alive, and the claim waits (bounded). */
+void rdv_claim(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	       uint32_t local_size, const char *host);
+/* p is going: a claim it made goes with it. */
+void rdv_claim_withdrawn(struct rdv_peer *p);
+/* n's holder has gone: a daemon that claimed n's rank joins as it. */
+void rdv_claim_granted(struct gs_rdv_server *s, struct rdv_node *n);
 
 /* ---- rendezvous_auth.c ------------------------------------------------ */
 
@@ -127,5 +143,8 @@ void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m);
 /* An authenticated peer's connection has closed: its waits go, and the
  * node it joined as is free again, which the other nodes are told. */
 void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p);
+/* p joins as node n (its hello said local_size trainers and host). */
+void rdv_join(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	      uint32_t local_size, const char *host);
 
 #endif
