@@ -219,6 +219,8 @@ static void on_probe_timeout(uv_timer_t *t)
 	struct rdv_peer *p = t->data;
 	struct gs_rdv_server *s = p->conn->d->rdv_server;
 	struct rdv_node *n = p->claim;
+	if (!n || !n->conn)
+		return; /* settled meanwhile */
 	struct rdv_peer *holder = n->conn->owner;
 	double waited = (double)gs_probe_ms(s->d->settings.peer_timeout) / 1000.0;
 	gs_warn("rendezvous: node %u at %s did not answer within %.1f s while a daemon at %s claims its rank: taking it as lost",
@@ -246,13 +248,15 @@ void rdv_claim(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
 	n->claim_local_size = local_size;
 	snprintf(n->claim_host, sizeof(n->claim_host), "%s", host);
 	p->claim = n;
-	ping(holder);
-	n->probe_seq = holder->ping_seq;
+	n->probe_seq = holder->ping_seq + 1;
 	uint64_t bound = gs_probe_ms(s->d->settings.peer_timeout);
 	uv_timer_stop(&p->timer);
 	uv_timer_start(&p->timer, on_probe_timeout, bound, 0);
 	gs_info("rendezvous: a daemon at %s claims node rank %u, which %s holds: asking the holder whether it is alive (up to %.1f s)",
 		p->conn->addr, rank_of(s, n), holder->conn->addr, (double)bound / 1000.0);
+	/* Last: a holder whose socket fails now closes at once, which grants
+	 * the claim (rdv_claim_granted). */
+	ping(holder);
 }
 
 void rdv_claim_withdrawn(struct rdv_peer *p)
