@@ -6,6 +6,7 @@
  *   - a node that vanishes without closing: a proxy between node 1 and
  *     node 0's rendezvous stops forwarding (SIGSTOP: its sockets stay
  *     open) and node 1's daemon is killed behind it; then it comes back;
+ *   - the same proxy frozen with node 1 alive (a partition), then thawed;
  *   - second claims to node rank 1, its holder frozen or alive;
  *   - node 1 frozen past --peer-timeout, then resumed.
  *
@@ -463,6 +464,42 @@ static void node_vanishes_behind_a_frozen_proxy(void **state)
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
 }
 
+/* The proxy freezes with node 1 alive behind it, a partition: each side
+ * takes the other as lost within --peer-timeout and SLACK (node 0 shows
+ * node 1 lost; node 1 says node 0 sent nothing and tries to join again).
+ * The partition heals (SIGCONT): node 1 joins again through the proxy
+ * and the next step is right. */
+static void partition_between_nodes_heals(void **state)
+{
+	(void)state;
+	char pt[32];
+	snprintf(pt, sizeof(pt), "--peer-timeout=%d", PEER_TIMEOUT);
+	const char *extra[] = { pt, NULL };
+	int port = harness_free_port(), proxy_port;
+	pid_t proxy = start_proxy(port, &proxy_port);
+	struct node n0, n1;
+	spawn_node(&n0, 0, port, extra);
+	spawn_node(&n1, 1, proxy_port, extra);
+	harness_daemon_wait_ready(&n0.d, 30000);
+	harness_daemon_wait_ready(&n1.d, 30000);
+	run_step(&n0, &n1);
+
+	kill(proxy, SIGSTOP);
+	double took = wait_state(&n0.d, 1, "lost", PEER_TIMEOUT + SLACK);
+	print_message("node 0 showed node 1 lost %.2f s into the partition\n", took);
+	took = wait_text_serving(n1.d.log, "sent nothing for", PEER_TIMEOUT + SLACK, &n0.d);
+	print_message("node 1 took node 0 as gone %.2f s later\n", took);
+	expect_in_log(n1.d.log, "re-joining the rendezvous");
+	kill(proxy, SIGCONT);
+	took = wait_text_serving(n1.d.log, "re-joined the coordinator", 15, &n0.d);
+	print_message("node 1 re-joined %.2f s after the partition healed\n", took);
+	wait_state(&n0.d, 1, "joined", 10);
+	run_step(&n0, &n1);
+	assert_int_equal(harness_daemon_stop(&n0.d), 0);
+	assert_int_equal(harness_daemon_stop(&n1.d), 0);
+	reap(proxy);
+}
+
 /* ---- Second claims -------------------------------------------------------------- */
 
 /* How long node 0 waits for a holder's answer to a second claim:
@@ -585,6 +622,7 @@ int main(void)
 		cmocka_unit_test_teardown(crowd_of_silent_connections, kill_mine),
 		cmocka_unit_test_teardown(crowd_that_keeps_coming_with_a_secret, kill_mine),
 		cmocka_unit_test_teardown(node_vanishes_behind_a_frozen_proxy, kill_mine),
+		cmocka_unit_test_teardown(partition_between_nodes_heals, kill_mine),
 		cmocka_unit_test_teardown(second_claim_to_a_frozen_holder, kill_mine),
 		cmocka_unit_test_teardown(second_claim_to_a_live_holder, kill_mine),
 		cmocka_unit_test_teardown(node_frozen_then_resumed, kill_mine),
