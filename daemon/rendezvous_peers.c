@@ -25,13 +25,14 @@
 #include "log.h"
 #include "rendezvous_server.h"
 
-static void vrefuse(struct rdv_peer *p, int code, const char *fmt, va_list ap)
-	__attribute__((format(printf, 3, 0)));
-static void vrefuse(struct rdv_peer *p, int code, const char *fmt, va_list ap)
+void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
 {
 	struct gs_conn *c = p->conn;
 	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
 	if (c->log_group && p->has_rank)
 		gs_log_grouped(c->log_group, GS_LOG_WARN, "rendezvous: refused node %u from %s: %s",
 			       p->rank, c->addr, msg);
@@ -41,14 +42,6 @@ static void vrefuse(struct rdv_peer *p, int code, const char *fmt, va_list ap)
 	else
 		gs_warn("rendezvous: refused node %u from %s: %s", p->rank, c->addr, msg);
 	gs_conn_end(c, code, msg);
-}
-
-void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vrefuse(p, code, fmt, ap);
-	va_end(ap);
 }
 
 static void on_auth_timeout(uv_timer_t *t)
