@@ -12,6 +12,7 @@
 #include "daemon.h"
 #include "gradsync.h"
 #include "job.h"
+#include "liveness.h"
 #include "log.h"
 #include "worker.h"
 #ifdef GS_HAVE_GLOO
@@ -133,7 +134,14 @@ static void on_node_lost(struct gs_daemon *d, const Gradsync__NodeLost *m)
 static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *m)
 {
 	struct gs_daemon *d = conn->d;
+	struct gs_liveness_msg lm;
 	switch (m->body_case) {
+	case GRADSYNC__MESSAGE__BODY_PING:
+		gs_liveness_pong(&lm, m->ping->seq);
+		gs_conn_send(conn, &lm.m);
+		break;
+	case GRADSYNC__MESSAGE__BODY_PONG:
+		break; /* its arrival was the point */
 	case GRADSYNC__MESSAGE__BODY_NODE_LOST:
 		on_node_lost(d, m->node_lost);
 		break;
@@ -174,6 +182,7 @@ static void coordinator_closed(struct gs_conn *conn)
 	struct gs_daemon *d = conn->d;
 	struct gs_cluster *c = &d->cluster;
 	c->conn = NULL;
+	uv_timer_stop(&c->ping_timer);
 	if (d->stopping)
 		return;
 	c->group_ready = false;
@@ -194,6 +203,36 @@ static void coordinator_closed(struct gs_conn *conn)
 	start_rejoin(d);
 }
 
+/* A coordinator that sent nothing for --peer-timeout (a partition, a
+ * proxy that stopped forwarding) is taken as gone, as if its connection
+ * had closed: coordinator_closed re-joins it. */
+static void on_ping_timer(uv_timer_t *t)
+{
+	struct gs_daemon *d = t->data;
+	struct gs_cluster *c = &d->cluster;
+	if (!c->conn)
+		return;
+	uint64_t silent = gs_conn_silent_ms(c->conn);
+	if (silent < d->settings.peer_timeout * 1000) {
+		struct gs_liveness_msg lm;
+		gs_liveness_ping(&lm, ++c->ping_seq);
+		gs_conn_send(c->conn, &lm.m);
+		return;
+	}
+	gs_error("the coordinator (node 0) at %s sent nothing for %.1f s (--peer-timeout %llu s): taking it as gone",
+		 d->settings.coordinator, (double)silent / 1000.0,
+		 (unsigned long long)d->settings.peer_timeout);
+	gs_conn_close(c->conn);
+}
+
+static void start_pinging(struct gs_daemon *d, int fd)
+{
+	if (gs_tcp_liveness(fd, d->settings.peer_timeout) < 0)
+		gs_debug("cannot set TCP keepalive on the connection to the coordinator");
+	uint64_t every = gs_ping_interval_ms(d->settings.peer_timeout);
+	uv_timer_start(&d->cluster.ping_timer, on_ping_timer, every, every);
+}
+
 static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
 {
 	struct gs_cluster *c = &d->cluster;
@@ -208,6 +247,7 @@ static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
 		/* Bytes that came with the welcome are the start of what follows. */
 		if (len > 0 && gs_frame_reader_prepend(&c->conn->reader, pending, len) < 0)
 			gs_warn("dropped %zu bytes from the coordinator", len);
+		start_pinging(d, fd);
 	}
 	free(pending);
 	if (!c->lost)
@@ -399,6 +439,7 @@ static void rebuild_run(struct gs_work *w)
 	struct rejoin_work *rw = (struct rejoin_work *)w;
 	struct gs_daemon *d = rw->d;
 	struct gs_cluster *c = &d->cluster;
+	gs_rdv_client_unpark(rw->rdv);
 	drop_group_run(d);
 	c->generation = gs_rdv_generation(rw->rdv);
 	c->incarnation = gs_rdv_incarnation(rw->rdv);
@@ -462,6 +503,10 @@ static void rejoin_done(struct gs_work *w)
 		return;
 	}
 	gs_info("the coordinator (node 0) is back and every node has joined it: rebuilding the group");
+	/* The worker may be busy a while: the coordinator's pings are
+	 * answered meanwhile, or it would take this node for lost. */
+	if (gs_rdv_client_park(rw->rdv) != GS_OK)
+		gs_warn("cannot start a thread to answer the coordinator's pings while the group is rebuilt");
 	rw->work.run = rebuild_run;
 	rw->work.done = rebuild_done;
 	gs_worker_submit(&d->worker, &rw->work);
@@ -534,6 +579,8 @@ int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, boo
 		return GS_ENOMEM;
 	uv_timer_init(d->loop, &c->agree_timer);
 	c->agree_timer.data = d;
+	uv_timer_init(d->loop, &c->ping_timer);
+	c->ping_timer.data = d;
 	if (s->nodes == 1) {
 		c->node[0].local_size = s->local_size;
 		c->world_size = s->local_size;

@@ -43,6 +43,10 @@ struct gs_cluster {
 	bool rejoiner_started;
 	struct gs_worker rejoiner;
 	uv_timer_t agree_timer; /* bounds a layout agreement */
+	/* Pings the coordinator on conn and takes --peer-timeout of silence
+	 * as its loss (liveness.h). */
+	uv_timer_t ping_timer;
+	uint64_t ping_seq;
 	uint64_t agree_round; /* the offer waiting for its verdict, 0: none */
 };
 

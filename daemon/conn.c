@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -55,6 +56,7 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 		return NULL;
 	}
 	c->poll.data = c;
+	c->last_rx_ms = uv_now(d->loop);
 	d->nconns++;
 	c->next = d->conns;
 	if (d->conns)
@@ -111,6 +113,15 @@ void gs_conn_refuse(int fd, int code, const char *message)
 		free(buf);
 	}
 	close(fd);
+}
+
+uint64_t gs_conn_silent_ms(const struct gs_conn *c)
+{
+	int unread = 0;
+	if (ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0)
+		return 0;
+	uint64_t now = uv_now(c->d->loop);
+	return now > c->last_rx_ms ? now - c->last_rx_ms : 0;
 }
 
 const char *gs_conn_name(const struct gs_conn *c)
@@ -178,6 +189,19 @@ void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
 	update_poll(c);
 }
 
+/* A warning about c, limited while c is a stranger (log_group). */
+static void conn_warn(struct gs_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void conn_warn(struct gs_conn *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (c->log_group)
+		gs_vlog_grouped(c->log_group, GS_LOG_WARN, fmt, ap);
+	else
+		gs_vlog(GS_LOG_WARN, fmt, ap);
+	va_end(ap);
+}
+
 void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 {
 	char msg[512];
@@ -185,7 +209,7 @@ void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	gs_warn("dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
+	conn_warn(c, "dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
 	gs_conn_end(c, code, msg);
 }
 
@@ -311,14 +335,16 @@ static void on_readable(struct gs_conn *c)
 		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
 		if (n == -EAGAIN)
 			return;
+		if (n > 0)
+			c->last_rx_ms = uv_now(c->d->loop);
 		if (n < 0) {
 			fail_fill(c, n);
 			return;
 		}
 		if (n == 0) {
 			if (c->reader.len > 0)
-				gs_warn("client %s closed mid-frame (%zu bytes unread)",
-					gs_conn_name(c), c->reader.len);
+				conn_warn(c, "client %s closed mid-frame (%zu bytes unread)",
+					  gs_conn_name(c), c->reader.len);
 			gs_conn_close(c);
 			return;
 		}

@@ -15,6 +15,7 @@
 #include "frame.h"
 
 struct gs_daemon;
+struct gs_log_group;
 struct gs_trainer;
 
 enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL, GS_CONN_NODE };
@@ -46,6 +47,11 @@ struct gs_conn {
 	struct gs_trainer *trainer;
 	void *owner; /* the rendezvous's record of the peer, for GS_CONN_NODE */
 	char addr[64]; /* a TCP peer's "host:port", for log lines; "": none */
+	/* Set while the peer is a stranger (an unauthenticated rendezvous
+	 * connection): lines about it are limited, so that a flood of them
+	 * cannot flood the log. NULL: each is logged. */
+	struct gs_log_group *log_group;
+	uint64_t last_rx_ms; /* loop time anything last arrived (liveness.h) */
 	/* What this kind of connection does with each message, and on close. */
 	void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m);
 	void (*closed)(struct gs_conn *c);
@@ -90,6 +96,11 @@ void gs_conn_end(struct gs_conn *c, int code, const char *message);
 /* Stops reading, calls closed, and frees the connection from the
  * loop. Safe to call twice. */
 void gs_conn_close(struct gs_conn *c);
+
+/* Milliseconds since anything arrived from the peer; 0 while bytes wait
+ * in the socket unread (a loop that was held up has not read them yet:
+ * the peer was not silent). */
+uint64_t gs_conn_silent_ms(const struct gs_conn *c);
 
 /* "pid 123 uid 1000" plus the local rank once known, or a TCP peer's
  * address, for log lines. */

@@ -101,6 +101,8 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	gs_job_close(&d->job);
 	if (d->cluster.agree_timer.loop)
 		uv_close((uv_handle_t *)&d->cluster.agree_timer, NULL);
+	if (d->cluster.ping_timer.loop)
+		uv_close((uv_handle_t *)&d->cluster.ping_timer, NULL);
 	/* The signals are the program's to watch: the fuzz target leaves
 	 * them to libFuzzer. */
 	if (d->sigint.loop)

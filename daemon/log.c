@@ -160,20 +160,25 @@ void gs_log_limit(unsigned lines, uint64_t window_ms)
 	pthread_mutex_unlock(&lock);
 }
 
-void gs_log(enum gs_log_level level, const char *fmt, ...)
+void gs_vlog(enum gs_log_level level, const char *fmt, va_list ap)
 {
 	if (level > max_level)
 		return;
 	char line[2048], safe[4096];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
 	escape(line, safe, sizeof(safe));
 	pthread_mutex_lock(&lock);
 	if (admit(fmt, level, now_ns()))
 		emit(level, safe);
 	pthread_mutex_unlock(&lock);
+}
+
+void gs_log(enum gs_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	gs_vlog(level, fmt, ap);
+	va_end(ap);
 }
 
 void gs_log_flush(void)
@@ -188,4 +193,46 @@ void gs_log_flush(void)
 		}
 	}
 	pthread_mutex_unlock(&lock);
+}
+
+/* ---- Groups of lines -------------------------------------------------- */
+
+/* Once the group's window has ended, says how many lines it held back
+ * and starts a new one. */
+static void roll(struct gs_log_group *g, enum gs_log_level level)
+{
+	uint64_t now = now_ns() / 1000000u;
+	if (g->window_ms && now - g->window_ms < GS_LOG_GROUP_WINDOW_MS)
+		return;
+	if (g->held)
+		gs_log(level, "%u more lines about %s held back in %.1f s (at most %d every %d s are logged)",
+		       g->held, g->what, (double)(now - g->window_ms) / 1000.0, GS_LOG_GROUP_BURST,
+		       GS_LOG_GROUP_WINDOW_MS / 1000);
+	g->window_ms = now;
+	g->logged = g->held = 0;
+}
+
+void gs_vlog_grouped(struct gs_log_group *g, enum gs_log_level level, const char *fmt,
+		     va_list ap)
+{
+	roll(g, level);
+	if (g->logged >= GS_LOG_GROUP_BURST) {
+		g->held++;
+		return;
+	}
+	g->logged++;
+	gs_vlog(level, fmt, ap);
+}
+
+void gs_log_grouped(struct gs_log_group *g, enum gs_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	gs_vlog_grouped(g, level, fmt, ap);
+	va_end(ap);
+}
+
+void gs_log_group_flush(struct gs_log_group *g, enum gs_log_level level)
+{
+	roll(g, level);
 }

@@ -58,6 +58,15 @@ int gs_rdv_store_set(void *client, const char *key, const void *value, size_t le
 int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
 		     int timeout_ms);
 
+/* While the caller does something long that is not the rendezvous
+ * (making NCCL communicators, waiting for the worker), a thread of its
+ * own answers the coordinator's pings on c, so that this node is not
+ * taken for lost meanwhile; nothing else may use c until
+ * gs_rdv_client_unpark (gs_rdv_client_close unparks too). Returns GS_OK or
+ * GS_ESYSTEM, when the pings go unanswered and the caller goes on. */
+int gs_rdv_client_park(struct gs_rdv_client *c);
+void gs_rdv_client_unpark(struct gs_rdv_client *c);
+
 /* The generation of the group the NodeWelcome asked for. */
 uint64_t gs_rdv_generation(const struct gs_rdv_client *c);
 /* The coordinator's incarnation the NodeWelcome named (never 0). */

@@ -6,9 +6,11 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include "daemon.h"
 #include "frame.h"
 #include "gradsync.h"
+#include "liveness.h"
 #include "log.h"
 #include "node_protocol.h"
 #include "rendezvous.h"
@@ -31,6 +34,18 @@ struct gs_rdv_client {
 	struct gs_frame_reader reader;
 	int join_timeout_ms;
 	uint32_t node_rank;
+	/* Liveness (liveness.h), once authenticated: the waits below answer
+	 * the coordinator's pings, ping it, and end when it falls silent. */
+	bool pinging;
+	uint64_t peer_timeout_s;
+	int64_t last_rx_ms;
+	int64_t next_ping_ms;
+	uint64_t ping_seq;
+	bool silent; /* the last wait ended because the coordinator was */
+	/* While parked (gs_rdv_client_park), a thread of its own answers. */
+	bool parked;
+	pthread_t parker;
+	int park_stop; /* an eventfd that ends it */
 };
 
 static int64_t now_ms(void)
@@ -63,6 +78,7 @@ void gs_rdv_client_close(struct gs_rdv_client *c)
 {
 	if (!c)
 		return;
+	gs_rdv_client_unpark(c);
 	gs_frame_reader_destroy(&c->reader);
 	if (c->fd >= 0)
 		close(c->fd);
@@ -92,7 +108,79 @@ static int send_msg(struct gs_rdv_client *c, const Gradsync__Message *m, int64_t
 	return rc;
 }
 
-/* Receives the next message; *out is the caller's to free. */
+/* Reads what the socket has. */
+static int fill(struct gs_rdv_client *c)
+{
+	ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
+	if (n > 0)
+		c->last_rx_ms = now_ms();
+	if (n == 0)
+		return GS_EDISCONNECTED;
+	if (n < 0 && n != -EAGAIN)
+		return n == -EMSGSIZE ? GS_EPROTO : GS_EDISCONNECTED;
+	return GS_OK;
+}
+
+/* ---- Liveness ------------------------------------------------------------ */
+
+static int send_liveness(struct gs_rdv_client *c, bool pong, uint64_t seq, int64_t deadline)
+{
+	struct gs_liveness_msg lm;
+	if (pong)
+		gs_liveness_pong(&lm, seq);
+	else
+		gs_liveness_ping(&lm, seq);
+	return send_msg(c, &lm.m, deadline);
+}
+
+/* Answers a Ping; a Pong needs nothing (its arrival was the point).
+ * Returns 1 when m was either (and is freed), 0 for anything else, or the
+ * failure to answer. */
+static int take_liveness(struct gs_rdv_client *c, Gradsync__Message *m, int64_t deadline)
+{
+	int rc = 1;
+	if (m->body_case == GRADSYNC__MESSAGE__BODY_PING)
+		rc = send_liveness(c, true, m->ping->seq, deadline);
+	else if (m->body_case != GRADSYNC__MESSAGE__BODY_PONG)
+		return 0;
+	gradsync__message__free_unpacked(m, NULL);
+	return rc == GS_OK ? 1 : rc;
+}
+
+/* When a wait must stop to look at the coordinator's liveness. */
+static int64_t next_wake(const struct gs_rdv_client *c, int64_t deadline)
+{
+	if (!c->pinging)
+		return deadline;
+	int64_t lost = c->last_rx_ms + (int64_t)c->peer_timeout_s * 1000;
+	int64_t wake = c->next_ping_ms < lost ? c->next_ping_ms : lost;
+	return wake < deadline ? wake : deadline;
+}
+
+/* Between frames: a coordinator silent for --peer-timeout is gone
+ * (GS_EDISCONNECTED, silent); otherwise a Ping may be due. */
+static int keep_alive(struct gs_rdv_client *c, int64_t deadline)
+{
+	int64_t now = now_ms();
+	if (now - c->last_rx_ms >= (int64_t)c->peer_timeout_s * 1000) {
+		c->silent = true;
+		return GS_EDISCONNECTED;
+	}
+	if (now < c->next_ping_ms)
+		return GS_OK;
+	c->next_ping_ms = now + (int64_t)gs_ping_interval_ms(c->peer_timeout_s);
+	return send_liveness(c, false, ++c->ping_seq, deadline);
+}
+
+static void start_pinging(struct gs_rdv_client *c)
+{
+	c->pinging = true;
+	c->last_rx_ms = now_ms();
+	c->next_ping_ms = c->last_rx_ms + (int64_t)gs_ping_interval_ms(c->peer_timeout_s);
+}
+
+/* Receives the next message that is not a Ping or Pong (those are dealt
+ * with on the way); *out is the caller's to free. */
 static int recv_msg(struct gs_rdv_client *c, int64_t deadline, Gradsync__Message **out)
 {
 	for (;;) {
@@ -104,16 +192,23 @@ static int recv_msg(struct gs_rdv_client *c, int64_t deadline, Gradsync__Message
 		if (r > 0) {
 			*out = gradsync__message__unpack(NULL, len, payload);
 			gs_frame_reader_consume(&c->reader);
-			return *out ? GS_OK : GS_EPROTO;
+			if (!*out)
+				return GS_EPROTO;
+			int taken = take_liveness(c, *out, deadline);
+			if (taken == 0)
+				return GS_OK;
+			if (taken < 0)
+				return taken;
+			continue;
 		}
-		int rc = wait_for(c->fd, POLLIN, c->cancel_fd, deadline);
+		int64_t wake = next_wake(c, deadline);
+		int rc = wait_for(c->fd, POLLIN, c->cancel_fd, wake);
+		if (rc == GS_ETIMEDOUT && wake < deadline)
+			rc = keep_alive(c, deadline);
+		else if (rc == GS_OK)
+			rc = fill(c);
 		if (rc != GS_OK)
 			return rc;
-		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
-		if (n == 0)
-			return GS_EDISCONNECTED;
-		if (n < 0 && n != -EAGAIN)
-			return n == -EMSGSIZE ? GS_EPROTO : GS_EDISCONNECTED;
 	}
 }
 
@@ -126,6 +221,11 @@ static int expect(struct gs_rdv_client *c, Gradsync__Message__BodyCase want,
 	int rc = recv_msg(c, deadline, &m);
 	if (rc == GS_ETIMEDOUT || rc == GS_EABORTED) {
 		snprintf(err, n, rc == GS_EABORTED ? "shutting down" : "no answer from the coordinator in time");
+		return rc;
+	}
+	if (rc == GS_EDISCONNECTED && c->silent) {
+		snprintf(err, n, "the coordinator sent nothing for %llu s (--peer-timeout)",
+			 (unsigned long long)c->peer_timeout_s);
 		return rc;
 	}
 	if (rc != GS_OK) {
@@ -148,10 +248,32 @@ static int expect(struct gs_rdv_client *c, Gradsync__Message__BodyCase want,
 	return GS_OK;
 }
 
-/* ---- Joining ---------------------------------------------------------------- */
+/* ---- Connecting ---------------------------------------------------------------- */
 
-/* One connection attempt to every address of the coordinator. */
-static int try_connect(const char *host, const char *port, char *why, size_t n)
+/* Connects fd to addr, waiting until the deadline (but a moment at least:
+ * the last attempt comes at the deadline itself). Returns 0 or an errno. */
+static int connect_by(int fd, const struct addrinfo *a, int cancel_fd, int64_t deadline)
+{
+	if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+		return 0;
+	if (errno != EINPROGRESS)
+		return errno;
+	int64_t soonest = now_ms() + 200;
+	int rc = wait_for(fd, POLLOUT, cancel_fd, deadline > soonest ? deadline : soonest);
+	if (rc != GS_OK)
+		return rc == GS_EABORTED ? ECANCELED : ETIMEDOUT;
+	int err = 0;
+	socklen_t len = sizeof(err);
+	if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) < 0)
+		err = errno;
+	return err;
+}
+
+/* One connection attempt to every address of the coordinator. Returns
+ * the socket (non-blocking: every wait here is a poll with a deadline),
+ * or -1 with why. */
+static int try_connect(const char *host, const char *port, int cancel_fd, int64_t deadline,
+		       char *why, size_t n)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
 	struct addrinfo *res;
@@ -162,10 +284,12 @@ static int try_connect(const char *host, const char *port, char *why, size_t n)
 	}
 	int fd = -1;
 	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) < 0) {
-			snprintf(why, n, "%s", strerror(errno));
-			close(fd);
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		int err = fd < 0 ? errno : connect_by(fd, a, cancel_fd, deadline);
+		if (err) {
+			snprintf(why, n, "%s", strerror(err));
+			if (fd >= 0)
+				close(fd);
 			fd = -1;
 		}
 	}
@@ -173,33 +297,95 @@ static int try_connect(const char *host, const char *port, char *why, size_t n)
 	return fd;
 }
 
-static int connect_with_backoff(const struct gs_settings *s, int cancel_fd,
-				int64_t deadline, char *err, size_t n)
+static int connect_to(struct gs_rdv_client *c, const struct gs_settings *s, int64_t deadline,
+		      char *err, size_t n)
 {
 	char host[256], port[32], why[128] = "no attempt";
 	if (gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
 		snprintf(err, n, "--coordinator '%s' is not HOST:PORT", s->coordinator);
-		return -1;
+		return GS_EINVAL;
 	}
+	c->fd = try_connect(host, port, c->cancel_fd, deadline, why, sizeof(why));
+	if (c->fd >= 0 && gs_tcp_liveness(c->fd, s->peer_timeout) < 0)
+		gs_debug("rendezvous: cannot set TCP keepalive on the connection to the coordinator");
+	if (c->fd >= 0)
+		return GS_OK;
+	snprintf(err, n, "the coordinator %s did not answer within %llu s (last attempt: %s)",
+		 s->coordinator, (unsigned long long)s->join_timeout, why);
+	return GS_ECONNECT;
+}
+
+/* ---- Attempts, retried ------------------------------------------------------- */
+
+/* Worth another attempt: the coordinator cannot be reached yet, closed
+ * the connection, or refused it for a passing reason (GS_EAGAIN: too many
+ * connections authenticating, a rank being checked). Anything else it
+ * says (another secret, version or settings; a rank another live daemon
+ * holds) is final. A wait past the deadline ends the attempts anyway. */
+static bool transient(int rc)
+{
+	return rc == GS_EAGAIN || rc == GS_ECONNECT || rc == GS_EDISCONNECTED ||
+	       rc == GS_ETIMEDOUT;
+}
+
+static struct gs_rdv_client *new_client(const struct gs_settings *s, int cancel_fd)
+{
+	struct gs_rdv_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	c->fd = -1;
+	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
+	c->cancel_fd = cancel_fd;
+	c->node_rank = s->node_rank;
+	c->peer_timeout_s = s->peer_timeout;
+	c->park_stop = -1;
+	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
+	return c;
+}
+
+typedef int (*attempt_fn)(struct gs_rdv_client *c, void *ctx, int64_t deadline, char *err,
+			  size_t n);
+
+/* Says, in err, that the failure it holds lasted through every attempt. */
+static void note_attempts(char *err, size_t n, unsigned tries, const struct gs_settings *s)
+{
+	size_t k = strlen(err);
+	if (tries > 1 && k + 1 < n)
+		snprintf(err + k, n - k, " (%u attempts within --join-timeout, %llu s)", tries,
+			 (unsigned long long)s->join_timeout);
+}
+
+/* Runs attempt on a fresh connection, again with back-off (50 ms doubling
+ * to 1 s) while it fails for a passing reason, until it succeeds, fails
+ * for good, the deadline passes or the daemon shuts down. */
+static int retry(const struct gs_settings *s, int cancel_fd, int64_t deadline, attempt_fn attempt,
+		 void *ctx, struct gs_rdv_client **out, char *err, size_t n)
+{
 	int delay_ms = 50;
-	for (;;) {
-		int fd = try_connect(host, port, why, sizeof(why));
-		if (fd >= 0)
-			return fd;
+	for (unsigned tries = 1;; tries++) {
+		struct gs_rdv_client *c = new_client(s, cancel_fd);
+		int rc = c ? attempt(c, ctx, deadline, err, n) : GS_ENOMEM;
+		if (rc == GS_OK) {
+			*out = c;
+			return GS_OK;
+		}
+		gs_rdv_client_close(c);
+		if (!c)
+			snprintf(err, n, "out of memory");
 		int64_t now = now_ms();
-		if (now >= deadline)
-			break;
-		/* The last attempt comes at the deadline itself. */
+		if (!transient(rc) || now >= deadline) {
+			note_attempts(err, n, tries, s);
+			return rc;
+		}
+		if (tries == 1 && rc != GS_ECONNECT)
+			gs_info("node %u: %s; trying again until --join-timeout", s->node_rank, err);
 		int64_t wake = now + delay_ms < deadline ? now + delay_ms : deadline;
 		if (wait_for(-1, 0, cancel_fd, wake) == GS_EABORTED) {
 			snprintf(err, n, "shutting down");
-			return -1;
+			return GS_EABORTED;
 		}
 		delay_ms = delay_ms * 2 > 1000 ? 1000 : delay_ms * 2;
 	}
-	snprintf(err, n, "the coordinator %s did not answer within %llu s (last attempt: %s)",
-		 s->coordinator, (unsigned long long)s->join_timeout, why);
-	return -1;
 }
 
 /* ---- Authentication (auth.h) ----------------------------------------------- */
@@ -287,35 +473,21 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 	return GS_OK;
 }
 
-/* A connection to the coordinator, retrying until the deadline, that has
- * authenticated. */
-static int open_client(const struct gs_settings *s, int cancel_fd, int64_t deadline,
-		       struct gs_rdv_client **out, char *err, size_t errlen)
+/* One attempt at a connection to the coordinator that has authenticated
+ * (ctx: the settings). */
+static int open_attempt(struct gs_rdv_client *c, void *ctx, int64_t deadline, char *err,
+			size_t n)
 {
-	struct gs_rdv_client *c = calloc(1, sizeof(*c));
-	if (!c) {
-		snprintf(err, errlen, "out of memory");
-		return GS_ENOMEM;
-	}
-	c->join_timeout_ms = (int)(s->join_timeout * 1000 > INT32_MAX ? INT32_MAX : s->join_timeout * 1000);
-	c->cancel_fd = cancel_fd;
-	c->node_rank = s->node_rank;
-	gs_frame_reader_init(&c->reader, NODE_MAX_FRAME);
-	c->fd = connect_with_backoff(s, cancel_fd, deadline, err, errlen);
-	if (c->fd < 0) {
-		gs_rdv_client_close(c);
-		return GS_ETIMEDOUT;
-	}
-	int rc = authenticate(c, s, deadline, err, errlen);
+	const struct gs_settings *s = ctx;
+	int rc = connect_to(c, s, deadline, err, n);
+	if (rc == GS_OK)
+		rc = authenticate(c, s, deadline, err, n);
+	if (rc == GS_OK)
+		start_pinging(c);
 	if (rc == GS_ETIMEDOUT)
-		snprintf(err, errlen, "the coordinator %s did not answer the authentication within %llu s (--join-timeout)",
+		snprintf(err, n, "the coordinator %s did not answer the authentication within %llu s (--join-timeout)",
 			 s->coordinator, (unsigned long long)s->join_timeout);
-	if (rc != GS_OK) {
-		gs_rdv_client_close(c);
-		return rc;
-	}
-	*out = c;
-	return GS_OK;
+	return rc;
 }
 
 static int say_hello(struct gs_rdv_client *c, const struct gs_settings *s,
@@ -359,37 +531,47 @@ static int read_welcome(const Gradsync__NodeWelcome *w, const struct gs_settings
 	return GS_OK;
 }
 
-int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_fd,
-		struct gs_node_info *nodes, struct gs_rdv_client **out,
-		char *err, size_t errlen)
+struct join_ctx {
+	const struct gs_settings *s;
+	const char *gloo_host;
+	struct gs_node_info *nodes;
+};
+
+/* One attempt at joining: a connection that has authenticated, the
+ * hello, and the wait for every node's. */
+static int join_attempt(struct gs_rdv_client *c, void *ctx, int64_t deadline, char *err, size_t n)
 {
-	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
-	struct gs_rdv_client *c;
-	int rc = open_client(s, cancel_fd, deadline, &c, err, errlen);
+	const struct join_ctx *j = ctx;
+	const struct gs_settings *s = j->s;
+	int rc = open_attempt(c, (void *)s, deadline, err, n);
 	if (rc != GS_OK)
 		return rc;
 	Gradsync__Message *m = NULL;
-	rc = say_hello(c, s, gloo_host, deadline);
+	rc = say_hello(c, s, j->gloo_host, deadline);
 	if (rc == GS_OK)
-		rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_WELCOME, deadline, &m, err, errlen);
+		rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_WELCOME, deadline, &m, err, n);
 	else
-		snprintf(err, errlen, "cannot send hello to the coordinator: %s", gs_strerror(rc));
+		snprintf(err, n, "cannot send hello to the coordinator: %s", gs_strerror(rc));
 	if (rc == GS_ETIMEDOUT)
-		snprintf(err, errlen, "not every node joined within %llu s (--join-timeout)",
+		snprintf(err, n, "not every node joined within %llu s (--join-timeout)",
 			 (unsigned long long)s->join_timeout);
 	if (rc == GS_OK) {
-		rc = read_welcome(m->node_welcome, s, nodes, err, errlen);
+		rc = read_welcome(m->node_welcome, s, j->nodes, err, n);
 		c->generation = m->node_welcome->generation;
 		c->incarnation = m->node_welcome->incarnation;
 	}
 	if (m)
 		gradsync__message__free_unpacked(m, NULL);
-	if (rc != GS_OK) {
-		gs_rdv_client_close(c);
-		return rc;
-	}
-	*out = c;
-	return GS_OK;
+	return rc;
+}
+
+int gs_rdv_join(const struct gs_settings *s, const char *gloo_host, int cancel_fd,
+		struct gs_node_info *nodes, struct gs_rdv_client **out,
+		char *err, size_t errlen)
+{
+	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
+	struct join_ctx j = { s, gloo_host, nodes };
+	return retry(s, cancel_fd, deadline, join_attempt, &j, out, err, errlen);
 }
 
 /* ---- The store ---------------------------------------------------------------- */
@@ -433,6 +615,82 @@ int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
 	return *value ? GS_OK : GS_ENOMEM;
 }
 
+/* ---- Parked: pings answered by a thread of its own ------------------------ */
+
+/* Answers every Ping among the whole frames buffered and takes it out,
+ * leaving the other frames, in their order, for the next recv_msg. */
+static void answer_buffered_pings(struct gs_rdv_client *c)
+{
+	struct gs_frame_reader *r = &c->reader;
+	size_t off = 0;
+	while (r->len - off >= GS_FRAME_HEADER_SIZE) {
+		size_t len = gs_frame_get_len(r->buf + off);
+		size_t whole = GS_FRAME_HEADER_SIZE + len;
+		if (len > r->max_frame || r->len - off < whole)
+			return;
+		Gradsync__Message *m =
+			gradsync__message__unpack(NULL, len, r->buf + off + GS_FRAME_HEADER_SIZE);
+		bool ping = m && m->body_case == GRADSYNC__MESSAGE__BODY_PING;
+		uint64_t seq = ping ? m->ping->seq : 0;
+		if (m)
+			gradsync__message__free_unpacked(m, NULL);
+		if (!ping) {
+			off += whole;
+			continue;
+		}
+		memmove(r->buf + off, r->buf + off + whole, r->len - off - whole);
+		r->len -= whole;
+		send_liveness(c, true, seq, now_ms() + (int64_t)c->peer_timeout_s * 1000);
+	}
+}
+
+static void *park_run(void *arg)
+{
+	struct gs_rdv_client *c = arg;
+	struct pollfd p[2] = { { c->park_stop, POLLIN, 0 }, { c->fd, POLLIN, 0 } };
+	bool open = true;
+	for (;;) {
+		int n = poll(p, open ? 2 : 1, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 || p[0].revents)
+			return NULL;
+		/* The end of the stream, or an error, is met again by the
+		 * next recv_msg; here it only ends the reading. */
+		if (fill(c) == GS_OK)
+			answer_buffered_pings(c);
+		else
+			open = false;
+	}
+}
+
+int gs_rdv_client_park(struct gs_rdv_client *c)
+{
+	c->park_stop = eventfd(0, EFD_CLOEXEC);
+	if (c->park_stop < 0)
+		return GS_ESYSTEM;
+	if (pthread_create(&c->parker, NULL, park_run, c) != 0) {
+		close(c->park_stop);
+		c->park_stop = -1;
+		return GS_ESYSTEM;
+	}
+	c->parked = true;
+	return GS_OK;
+}
+
+void gs_rdv_client_unpark(struct gs_rdv_client *c)
+{
+	if (!c->parked)
+		return;
+	uint64_t one = 1;
+	if (write(c->park_stop, &one, sizeof(one)) < 0)
+		gs_warn("cannot stop the thread that answers the coordinator's pings");
+	pthread_join(c->parker, NULL);
+	close(c->park_stop);
+	c->park_stop = -1;
+	c->parked = false;
+}
+
 /* ---- Handing over --------------------------------------------------------------- */
 
 uint64_t gs_rdv_generation(const struct gs_rdv_client *c)
@@ -447,6 +705,7 @@ uint64_t gs_rdv_incarnation(const struct gs_rdv_client *c)
 
 int gs_rdv_client_detach(struct gs_rdv_client *c, uint8_t **pending, size_t *len)
 {
+	gs_rdv_client_unpark(c);
 	int fd = c->fd;
 	*pending = NULL;
 	*len = c->reader.len;
@@ -462,5 +721,5 @@ int gs_rdv_store_connect(const struct gs_settings *s, int cancel_fd,
 			 struct gs_rdv_client **out, char *err, size_t errlen)
 {
 	int64_t deadline = now_ms() + (int64_t)s->join_timeout * 1000;
-	return open_client(s, cancel_fd, deadline, out, err, errlen);
+	return retry(s, cancel_fd, deadline, open_attempt, (void *)s, out, err, errlen);
 }

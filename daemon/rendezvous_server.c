@@ -1,11 +1,10 @@
 /*
  * The rendezvous server, run by the node-rank-0 daemon on its event loop.
  * Node connections reuse conn.c (framing, write queue); this file owns what
- * they say: authentication, joining, the key-value store and layout
- * agreement.
+ * an authenticated node says: joining, the key-value store and layout
+ * agreement (rendezvous_server.h names the other parts).
  */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -15,76 +14,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "auth.h"
 #include "conn.h"
 #include "daemon.h"
 #include "gradsync.h"
 #include "log.h"
 #include "node_protocol.h"
 #include "rendezvous.h"
-
-/* Layouts of large models exceed a trainer's frame limit. */
-#define NODE_MAX_FRAME (64u << 20)
-/* Until a peer has authenticated, its frames are small (NodeAuth,
- * NodeProof), and only so many such peers are served at once: room for
- * every node joining at the same moment, a few times over. */
-#define AUTH_MAX_FRAME 4096u
-#define AUTH_MAX_PENDING(nodes) (4u * (nodes) + 64u)
-
-enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
-
-/* One connection to the rendezvous: how far it has authenticated, and the
- * node it joined as (NULL: not yet, or a connection for the store alone). */
-struct rdv_peer {
-	struct gs_conn *conn;
-	struct rdv_node *node;
-	enum peer_state state;
-	bool has_rank;
-	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
-	uint8_t node_nonce[GS_AUTH_NONCE];
-	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
-	uv_timer_t timer; /* bounds the authentication by --join-timeout */
-};
-
-struct rdv_node {
-	struct gs_conn *conn; /* NULL until joined, and after it leaves */
-	bool welcomed;        /* is in the current Gloo group */
-	uint32_t local_size;
-	char host[256];
-	bool has_job;         /* offered a layout, not withdrawn */
-	struct gs_layout offer;
-	uint64_t offer_round; /* 0: none pending */
-};
-
-struct rdv_entry {
-	struct rdv_entry *next;
-	char *key;
-	size_t len;
-	uint8_t value[];
-};
-
-struct rdv_wait {
-	struct rdv_wait *next;
-	struct gs_conn *conn;
-	char *key;
-};
-
-struct gs_rdv_server {
-	struct gs_daemon *d;
-	int fd;
-	uv_poll_t poll;
-	uint32_t nodes, joined;
-	uint32_t pending; /* connections not yet authenticated */
-	struct rdv_node *node;
-	bool formed;          /* the group has been built once */
-	uint64_t generation;  /* of the current group */
-	uint64_t incarnation; /* drawn at start: this coordinator's store keys */
-	bool has_agreed;      /* the job's layout, once every node agreed */
-	struct gs_layout agreed;
-	char settings[512];
-	struct rdv_entry *store;
-	struct rdv_wait *waits;
-};
+#include "rendezvous_server.h"
 
 int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
 		       size_t portlen)
@@ -173,9 +109,24 @@ static void welcome_all(struct gs_rdv_server *s)
 	s->formed = true;
 }
 
+void rdv_join(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	      uint32_t local_size, const char *host)
+{
+	n->conn = p->conn;
+	n->local_size = local_size;
+	snprintf(n->host, sizeof(n->host), "%s", host);
+	p->node = n;
+	s->joined++;
+	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
+		(unsigned)(n - s->node), p->conn->addr, local_size, s->joined, s->nodes);
+	if (s->joined == s->nodes)
+		welcome_all(s);
+}
+
+/* Everything that makes a hello wrong whoever holds its rank is refused
+ * first; a rank that is held is then a second claim (rdv_claim). */
 static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Gradsync__NodeHello *h)
 {
-	const char *peer = gs_conn_name(c);
 	struct rdv_peer *p = c->owner;
 	if (h->node_rank != p->rank) {
 		gs_conn_fail(c, GS_EREFUSED, "NodeHello says node rank %u but the connection authenticated as node %u",
@@ -197,12 +148,6 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 			     h->node_rank, s->nodes);
 		return;
 	}
-	struct rdv_node *n = &s->node[h->node_rank];
-	if (n->conn) {
-		gs_conn_fail(c, GS_EREFUSED, "node rank %u has already joined (%s); two daemons claim it",
-			     h->node_rank, gs_conn_name(n->conn));
-		return;
-	}
 	if (strcmp(h->settings, s->settings) != 0) {
 		gs_conn_fail(c, GS_EREFUSED, "node %u's settings '%s' differ from the coordinator's '%s'",
 			     h->node_rank, h->settings, s->settings);
@@ -213,15 +158,11 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 			     h->node_rank, h->local_size, GS_MAX_LOCAL);
 		return;
 	}
-	n->conn = c;
-	n->local_size = h->local_size;
-	snprintf(n->host, sizeof(n->host), "%s", h->host);
-	p->node = n;
-	s->joined++;
-	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
-		h->node_rank, peer, h->local_size, s->joined, s->nodes);
-	if (s->joined == s->nodes)
-		welcome_all(s);
+	struct rdv_node *n = &s->node[h->node_rank];
+	if (n->conn)
+		rdv_claim(s, n, p, h->local_size, h->host);
+	else
+		rdv_join(s, n, p, h->local_size, h->host);
 }
 
 /* ---- The key-value store ------------------------------------------------ */
@@ -409,154 +350,6 @@ static void handle_offer(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 	judge_round(s);
 }
 
-/* ---- Authentication (auth.h) --------------------------------------------- */
-
-/* Logs why a peer is turned away, with its address, tells it the same
- * words and closes the connection. */
-static void refuse(struct rdv_peer *p, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void refuse(struct rdv_peer *p, int code, const char *fmt, ...)
-{
-	char msg[400];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (p->has_rank)
-		gs_warn("rendezvous: refused node %u from %s: %s", p->rank, p->conn->addr, msg);
-	else
-		gs_warn("rendezvous: refused a connection from %s: %s", p->conn->addr, msg);
-	gs_conn_end(p->conn, code, msg);
-}
-
-static void on_auth_timeout(uv_timer_t *t)
-{
-	struct rdv_peer *p = t->data;
-	refuse(p, GS_ETIMEDOUT, "did not authenticate within %llu s (--join-timeout)",
-	       (unsigned long long)p->conn->d->settings.join_timeout);
-}
-
-static void authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
-{
-	p->state = PEER_AUTHED;
-	s->pending--;
-	uv_timer_stop(&p->timer);
-	p->conn->reader.max_frame = NODE_MAX_FRAME;
-	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
-}
-
-static void send_challenge(struct rdv_peer *p, bool has_secret)
-{
-	Gradsync__NodeChallenge ch = GRADSYNC__NODE_CHALLENGE__INIT;
-	ch.nonce.data = p->nonce;
-	ch.nonce.len = GS_AUTH_NONCE;
-	ch.has_secret = has_secret;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE;
-	m.node_challenge = &ch;
-	send_msg(p->conn, &m);
-}
-
-/* The node's half of the nonces and what it claims; answered with the
- * coordinator's half, or refused. */
-static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeAuth *a)
-{
-	const struct gs_settings *set = &s->d->settings;
-	bool mine = set->cluster_secret_len > 0;
-	if (a->protocol_version != GS_NODE_PROTOCOL_VERSION) {
-		refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-		       a->node_rank, a->protocol_version, GS_NODE_PROTOCOL_VERSION);
-		return;
-	}
-	if (a->node_rank >= s->nodes) {
-		refuse(p, GS_EREFUSED, "node rank %u is out of range for %u nodes", a->node_rank, s->nodes);
-		return;
-	}
-	p->rank = a->node_rank;
-	p->has_rank = true;
-	if (a->nonce.len != GS_AUTH_NONCE) {
-		refuse(p, GS_EPROTO, "its NodeAuth nonce has %zu bytes; %d expected", a->nonce.len,
-		       GS_AUTH_NONCE);
-		return;
-	}
-	if (mine && !a->has_secret) {
-		refuse(p, GS_EREFUSED, "it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)");
-		return;
-	}
-	if (!mine && a->has_secret) {
-		refuse(p, GS_EREFUSED, "it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)");
-		return;
-	}
-	if (gs_auth_nonce(p->nonce) < 0) {
-		refuse(p, GS_ESYSTEM, "the coordinator cannot draw a random nonce");
-		return;
-	}
-	memcpy(p->node_nonce, a->nonce.data, GS_AUTH_NONCE);
-	send_challenge(p, mine);
-	if (mine)
-		p->state = PEER_CHALLENGED;
-	else
-		authenticated(s, p); /* neither side has a secret */
-}
-
-/* The node's proof; a good one is answered with the coordinator's. */
-static void handle_proof(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeProof *pr)
-{
-	const struct gs_settings *set = &s->d->settings;
-	if (!gs_auth_check(set->cluster_secret, set->cluster_secret_len, GS_AUTH_NODE, p->rank,
-			   p->node_nonce, p->nonce, pr->mac.data, pr->mac.len)) {
-		refuse(p, GS_EREFUSED, "cluster secret differs (check --cluster-secret-file on every node)");
-		return;
-	}
-	uint8_t mac[GS_AUTH_MAC];
-	if (gs_auth_mac(set->cluster_secret, set->cluster_secret_len, GS_AUTH_COORDINATOR, p->rank,
-			p->node_nonce, p->nonce, mac) < 0) {
-		refuse(p, GS_ESYSTEM, "the coordinator cannot compute its proof (libcrypto failed)");
-		return;
-	}
-	Gradsync__NodeProof mine = GRADSYNC__NODE_PROOF__INIT;
-	mine.mac.data = mac;
-	mine.mac.len = sizeof(mac);
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_PROOF;
-	m.node_proof = &mine;
-	send_msg(p->conn, &m);
-	authenticated(s, p);
-}
-
-/* Before a peer has authenticated, only the exchange itself is served. A
- * NodeHello of another protocol version (a daemon from before this
- * exchange, or after it) still gets the version's own message. */
-static void authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
-{
-	switch (m->body_case) {
-	case GRADSYNC__MESSAGE__BODY_NODE_AUTH:
-		if (p->state == PEER_NEW)
-			handle_auth(s, p, m->node_auth);
-		else
-			refuse(p, GS_EPROTO, "NodeAuth sent twice");
-		return;
-	case GRADSYNC__MESSAGE__BODY_NODE_PROOF:
-		if (p->state == PEER_CHALLENGED)
-			handle_proof(s, p, m->node_proof);
-		else
-			refuse(p, GS_EPROTO, "NodeProof before NodeAuth");
-		return;
-	case GRADSYNC__MESSAGE__BODY_NODE_HELLO:
-		if (m->node_hello->protocol_version != GS_NODE_PROTOCOL_VERSION) {
-			refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-			       m->node_hello->node_rank, m->node_hello->protocol_version,
-			       GS_NODE_PROTOCOL_VERSION);
-			return;
-		}
-		break;
-	default:
-		break;
-	}
-	refuse(p, GS_EREFUSED, "message %d before authenticating: the rendezvous serves nothing until a node has proven it holds the cluster secret (NodeAuth, NodeProof)",
-	       (int)m->body_case);
-}
-
 /* A node's group failed with every node still here: every node builds a
  * new one, of the next generation. One regroup answers every request made
  * for the failed generation. */
@@ -589,14 +382,19 @@ static void handle_regroup_request(struct gs_rdv_server *s, struct gs_conn *c,
 
 /* ---- Connections ----------------------------------------------------------- */
 
-static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
+void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	struct gs_rdv_server *s = c->d->rdv_server;
 	struct rdv_peer *p = c->owner;
 	if (!s || !p)
 		return; /* shutting down */
 	if (p->state != PEER_AUTHED) {
-		authenticate(s, p, m);
+		rdv_authenticate(s, p, m);
+		return;
+	}
+	if (m->body_case == GRADSYNC__MESSAGE__BODY_PING ||
+	    m->body_case == GRADSYNC__MESSAGE__BODY_PONG) {
+		rdv_liveness(s, p, m);
 		return;
 	}
 	/* A connection of its own may use the store without joining: a
@@ -631,24 +429,10 @@ static void node_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	}
 }
 
-static void free_peer(uv_handle_t *h)
+/* Its waits go with it, and the node it joined as is free again. */
+void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 {
-	free(h->data);
-}
-
-static void node_closed(struct gs_conn *c)
-{
-	struct gs_rdv_server *s = c->d->rdv_server;
-	struct rdv_peer *p = c->owner;
-	if (!p)
-		return;
-	/* The record goes with the connection; its timer is closed first. */
-	uv_timer_stop(&p->timer);
-	uv_close((uv_handle_t *)&p->timer, free_peer);
-	if (!s)
-		return; /* shutting down */
-	if (p->state != PEER_AUTHED)
-		s->pending--;
+	struct gs_conn *c = p->conn;
 	for (struct rdv_wait **w = &s->waits; *w;) {
 		struct rdv_wait *x = *w;
 		if (x->conn == c) {
@@ -659,7 +443,8 @@ static void node_closed(struct gs_conn *c)
 			w = &x->next;
 		}
 	}
-	struct rdv_node *n = node_of(c);
+	rdv_claim_withdrawn(p);
+	struct rdv_node *n = p->node;
 	if (!n)
 		return;
 	bool was_in_group = n->welcomed;
@@ -669,60 +454,18 @@ static void node_closed(struct gs_conn *c)
 	s->joined--;
 	long rank = (long)(n - s->node);
 	gs_warn("rendezvous: node %ld left", rank);
-	if (!was_in_group)
-		return;
-	Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
-	lost.node_rank = (uint32_t)rank;
-	lost.reason = "its daemon stopped or lost its connection to the coordinator";
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_LOST;
-	m.node_lost = &lost;
-	broadcast(s, &m, n);
-}
-
-static void format_addr(const struct sockaddr_storage *a, char *out, size_t n)
-{
-	char host[48], port[8]; /* INET6_ADDRSTRLEN, "65535" */
-	if (getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), port,
-			sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-		snprintf(out, n, "an unknown address");
-	else if (a->ss_family == AF_INET6)
-		snprintf(out, n, "[%s]:%s", host, port);
-	else
-		snprintf(out, n, "%s:%s", host, port);
-}
-
-/* Limits first, before anything is allocated; the peer's record and the
- * timer that bounds its authentication then come with the connection. */
-static void admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a)
-{
-	char addr[64];
-	format_addr(a, addr, sizeof(addr));
-	if (s->pending >= AUTH_MAX_PENDING(s->nodes)) {
-		gs_warn("rendezvous: refused a connection from %s: %u connections are authenticating already",
-			addr, s->pending);
-		gs_conn_refuse(fd, GS_ELIMIT, "too many connections authenticating at once");
-		return;
+	if (was_in_group) {
+		Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
+		lost.node_rank = (uint32_t)rank;
+		lost.reason = p->gone[0] ? p->gone
+			    : "its daemon stopped or lost its connection to the coordinator";
+		Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+		m.body_case = GRADSYNC__MESSAGE__BODY_NODE_LOST;
+		m.node_lost = &lost;
+		broadcast(s, &m, n);
 	}
-	struct rdv_peer *p = calloc(1, sizeof(*p));
-	if (!p) {
-		gs_conn_refuse(fd, GS_ENOMEM, "out of memory");
-		return;
-	}
-	struct gs_conn *c = gs_conn_create(s->d, fd, AUTH_MAX_FRAME, node_dispatch, node_closed);
-	if (!c) {
-		free(p);
-		return;
-	}
-	c->role = GS_CONN_NODE;
-	snprintf(c->addr, sizeof(c->addr), "%s", addr);
-	p->conn = c;
-	uv_timer_init(s->d->loop, &p->timer);
-	p->timer.data = p;
-	uv_timer_start(&p->timer, on_auth_timeout, s->d->settings.join_timeout * 1000, 0);
-	c->owner = p;
-	s->pending++;
-	gs_debug("rendezvous: connection from %s", addr);
+	/* A daemon that claimed the rank while this one held it takes it. */
+	rdv_claim_granted(s, n);
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)
@@ -736,7 +479,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
 		int fd = accept4(s->fd, (struct sockaddr *)&a, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
-		admit(s, fd, &a);
+		rdv_admit(s, fd, &a);
 	}
 }
 
@@ -785,6 +528,13 @@ static int draw_incarnation(uint64_t *out)
 	return 0;
 }
 
+/* Every window of the log limit: the count of lines it held back. */
+static void on_tick(uv_timer_t *t)
+{
+	struct gs_rdv_server *s = t->data;
+	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
+}
+
 int gs_rdv_server_start(struct gs_daemon *d)
 {
 	struct gs_rdv_server *s = calloc(1, sizeof(*s));
@@ -793,6 +543,7 @@ int gs_rdv_server_start(struct gs_daemon *d)
 	s->d = d;
 	s->nodes = d->settings.nodes;
 	s->node = calloc(s->nodes, sizeof(*s->node));
+	s->quiet.what = "unauthenticated connections to the rendezvous";
 	gs_settings_shared_text(&d->settings, s->settings, sizeof(s->settings));
 	s->fd = !s->node ? -ENOMEM
 		: draw_incarnation(&s->incarnation) < 0 ? -EIO
@@ -806,6 +557,10 @@ int gs_rdv_server_start(struct gs_daemon *d)
 	uv_poll_init(d->loop, &s->poll, s->fd);
 	s->poll.data = s;
 	uv_poll_start(&s->poll, UV_READABLE, on_accept);
+	uv_timer_init(d->loop, &s->tick);
+	s->tick.data = s;
+	uv_timer_start(&s->tick, on_tick, GS_LOG_GROUP_WINDOW_MS, GS_LOG_GROUP_WINDOW_MS);
+	s->handles = 2;
 	d->rdv_server = s;
 	gs_info("rendezvous: serving %u nodes on %s (incarnation %016llx)", s->nodes,
 		d->settings.coordinator, (unsigned long long)s->incarnation);
@@ -815,6 +570,9 @@ int gs_rdv_server_start(struct gs_daemon *d)
 static void free_server(uv_handle_t *h)
 {
 	struct gs_rdv_server *s = h->data;
+	if (--s->handles > 0)
+		return;
+	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
 	while (s->store) {
 		struct rdv_entry *e = s->store;
 		s->store = e->next;
@@ -838,4 +596,5 @@ void gs_rdv_server_stop(struct gs_daemon *d)
 	close(s->fd);
 	d->rdv_server = NULL;
 	uv_close((uv_handle_t *)&s->poll, free_server);
+	uv_close((uv_handle_t *)&s->tick, free_server);
 }

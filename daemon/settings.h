@@ -51,6 +51,7 @@ struct gs_settings {
 	char gloo_host[256];      /* where this node's Gloo device listens */
 	uint64_t join_timeout;    /* seconds to wait for the other nodes */
 	uint64_t peer_timeout;    /* seconds an all-reduce may wait on a peer */
+	uint64_t auth_timeout;    /* seconds a rendezvous peer may take to authenticate */
 	uint64_t step_timeout;    /* seconds a step may wait for gradients */
 	uint64_t stall_warning;   /* seconds before naming what a step waits for */
 	char group[64];           /* owns the socket; its members may connect */

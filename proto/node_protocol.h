@@ -13,10 +13,14 @@
  *      with every node still there
  *   4  the host backend's all-reduce of every chunk carries the chunk's
  *      status after its gradients (daemon/chunk_status.h)
+ *   5  Ping and Pong: each end of a rendezvous connection pings the other
+ *      and takes silence for --peer-timeout as the other's loss; a second
+ *      claim to a rank is settled by pinging its holder; refusals that may
+ *      pass say GS_EAGAIN, and the node tries again
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 4
+#define GS_NODE_PROTOCOL_VERSION 5
 
 #endif

@@ -7,6 +7,7 @@
  * communicators are made. The same happens again, under the keys of the
  * new group, whenever the nodes regroup after one went away.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +95,13 @@ int gs_cuda_join(struct gs_backend *b, struct gs_rdv_client *rdv, const char *pr
 			rank_base += nodes[r].local_size;
 		world += nodes[r].local_size;
 	}
-	return gs_backend_cuda_connect(b, uid, rank_base, world, timeout_ms, cancel_fd, why, n);
+	/* Making the communicators waits for every node's: the coordinator's
+	 * pings are answered meanwhile, or it would take this node for lost. */
+	bool parked = gs_rdv_client_park(rdv) == GS_OK;
+	rc = gs_backend_cuda_connect(b, uid, rank_base, world, timeout_ms, cancel_fd, why, n);
+	if (parked)
+		gs_rdv_client_unpark(rdv);
+	return rc;
 }
 
 struct gs_backend *gs_backend_cuda_open(const struct gs_settings *s, char *why, size_t n)

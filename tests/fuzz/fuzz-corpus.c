@@ -3,12 +3,14 @@
  * trainer or a control client would speak them (Hello, RegisterTensors
  * with a memfd buffer, BeginStep, GradientsReady, StatusRequest and the
  * other control requests), whole, split, over the other wire dtypes, and a
- * few broken ones, each behind the two bytes of flags of fuzz-input.h.
+ * few broken ones (the daemons' own Ping and Pong among them), each behind
+ * the two bytes of flags of fuzz-input.h.
  * Built from the protocol's own definitions, so the seeds follow it.
  *
  * Usage: fuzz-corpus DIR
  */
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,6 +205,24 @@ static void request(struct seed *s, Gradsync__Message__BodyCase body)
 	frame(s, &m);
 }
 
+/* A Ping, or a Pong, of seq (messages between daemons). */
+static void liveness(struct seed *s, bool pong, uint64_t seq)
+{
+	Gradsync__Ping ping = GRADSYNC__PING__INIT;
+	Gradsync__Pong answer = GRADSYNC__PONG__INIT;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	if (pong) {
+		answer.seq = seq;
+		m.body_case = GRADSYNC__MESSAGE__BODY_PONG;
+		m.pong = &answer;
+	} else {
+		ping.seq = seq;
+		m.body_case = GRADSYNC__MESSAGE__BODY_PING;
+		m.ping = &ping;
+	}
+	frame(s, &m);
+}
+
 /* A trainer's whole life: hello, registration, two steps (the second
  * clipped, with bucket events, its marks in two frames). A trainer waits
  * for step 1 to end before it begins step 2: split there (FUZZ_SPLIT, the
@@ -320,6 +340,15 @@ int main(int argc, char **argv)
 	static const uint8_t half[] = { 0x10, 0x00 };
 	put(&s, half, sizeof(half));
 	save(&s, dir, "memfd-before-hello");
+
+	/* The daemons' liveness messages on a trainer's socket, where they
+	 * are refused: their fields, for the fuzzer to vary. (The rendezvous
+	 * that serves them is not under this target.) */
+	start(&s, 0);
+	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
+	liveness(&s, false, 1);
+	liveness(&s, true, UINT64_MAX);
+	save(&s, dir, "node-ping-pong");
 
 	/* A whole frame that is not a message. */
 	start(&s, 0);

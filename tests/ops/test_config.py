@@ -36,6 +36,7 @@ RANGES = {
     "gloo-host": ("a text of 0 to 255 bytes", ["g" * 256]),
     "join-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
     "peer-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
+    "auth-timeout": ("an integer in [1, 300]", ["0", "301"]),
     "step-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
     "stall-warning": ("an integer in [1, 86400]", ["0", "86401"]),
     "group": ("a text of 0 to 63 bytes", ["g" * 64]),
