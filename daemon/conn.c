@@ -297,19 +297,16 @@ static void process_frames(struct gs_conn *c)
 	size_t len;
 	int r = 0;
 	while (!c->closing && (r = gs_frame_reader_next(&c->reader, &payload, &len)) > 0) {
-		Gradsync__Message *m = gradsync__message__unpack(NULL, len, payload);
+		Gradsync__Message *m;
+		int err = gs_frame_decode(payload, len, &m);
 		gs_frame_reader_consume(&c->reader);
-		if (!m) {
-			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes is not a valid message", len);
-			return;
-		}
-		/* protobuf-c keeps the low bits of a number too wide for its
-		 * field (a tensor index of 2^40 reads as 0, an enum of 2^32 + 1
-		 * as 1): such a frame no longer encodes to its own length. */
-		if (gradsync__message__get_packed_size(m) != len) {
-			gradsync__message__free_unpacked(m, NULL);
+		if (err == -ERANGE) {
 			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes does not encode back to itself: a number does not fit its field, or the encoding is padded",
 				     len);
+			return;
+		}
+		if (err < 0) {
+			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes is not a valid message", len);
 			return;
 		}
 		c->dispatch(c, m);

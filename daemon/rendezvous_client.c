@@ -190,9 +190,9 @@ static int recv_msg(struct gs_rdv_client *c, int64_t deadline, Gradsync__Message
 		if (r < 0)
 			return GS_EPROTO;
 		if (r > 0) {
-			*out = gradsync__message__unpack(NULL, len, payload);
+			int err = gs_frame_decode(payload, len, out);
 			gs_frame_reader_consume(&c->reader);
-			if (!*out)
+			if (err < 0)
 				return GS_EPROTO;
 			int taken = take_liveness(c, *out, deadline);
 			if (taken == 0)

@@ -20,6 +20,7 @@
 #include "log.h"
 #include "node_protocol.h"
 #include "rendezvous.h"
+#include "server.h"
 #include "rendezvous_server.h"
 
 int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
@@ -475,8 +476,13 @@ static void on_accept(uv_poll_t *p, int status, int events)
 		return;
 	for (int i = 0; i < 16; i++) {
 		struct sockaddr_storage a;
-		socklen_t len = sizeof(a);
-		int fd = accept4(s->fd, (struct sockaddr *)&a, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		/* Out of descriptors, a node is told to come back later. */
+		int fd = gs_server_accept(s->d, s->fd, &a, GS_EAGAIN);
+		if (fd == -EMFILE) {
+			/* Not even the reserve: on_tick listens again. */
+			uv_poll_stop(&s->poll);
+			s->paused = true;
+		}
 		if (fd < 0)
 			return;
 		rdv_admit(s, fd, &a);
@@ -533,6 +539,10 @@ static void on_tick(uv_timer_t *t)
 {
 	struct gs_rdv_server *s = t->data;
 	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
+	if (s->paused) {
+		s->paused = false;
+		uv_poll_start(&s->poll, UV_READABLE, on_accept);
+	}
 }
 
 int gs_rdv_server_start(struct gs_daemon *d)

@@ -94,6 +94,7 @@ struct gs_rdv_server {
 	int fd;
 	uv_poll_t poll;
 	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
+	bool paused;     /* out of descriptors: tick listens again */
 	int handles;     /* poll and tick: the server is freed with the last */
 	uint32_t nodes, joined;
 	uint32_t pending; /* connections not yet authenticated */

@@ -72,26 +72,26 @@ static void resume_accepting(uv_timer_t *t)
 		uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
 }
 
-/* Out of descriptors: the one held in reserve makes room to accept the
- * waiting connection and refuse it with an error that says so, instead of
- * leaving it queued while the listening socket stays readable (a loop that
- * would spin). Without a reserve, listening pauses a moment. */
-static void refuse_for_descriptors(struct gs_daemon *d, int err)
+int gs_server_accept(struct gs_daemon *d, int listen_fd, struct sockaddr_storage *addr,
+		     int refuse_code)
 {
+	socklen_t len = sizeof(*addr);
+	int fd = accept4(listen_fd, (struct sockaddr *)addr, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0)
+		return fd;
+	int err = errno;
+	if (err != EMFILE && err != ENFILE)
+		return err == EAGAIN || err == EINTR || err == ECONNABORTED ? -EAGAIN : -err;
 	gs_warn("accept: %s: refusing connections until some close (%u connections, %zu parked descriptors)",
 		strerror(err), d->nconns, d->frame_budget.fds);
-	if (d->reserve_fd >= 0) {
-		close(d->reserve_fd);
-		d->reserve_fd = -1;
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd >= 0)
-			gs_conn_refuse(fd, GS_ELIMIT, "gradsyncd has run out of file descriptors");
-		d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (fd >= 0 && d->reserve_fd >= 0)
-			return;
-	}
-	uv_poll_stop(&d->listen_poll);
-	uv_timer_start(&d->accept_pause, resume_accepting, ACCEPT_PAUSE_MS, 0);
+	if (d->reserve_fd < 0)
+		return -EMFILE;
+	close(d->reserve_fd);
+	fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd >= 0)
+		gs_conn_refuse(fd, refuse_code, "gradsyncd has run out of file descriptors");
+	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0 && d->reserve_fd >= 0 ? -EAGAIN : -EMFILE;
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)
@@ -101,14 +101,17 @@ static void on_accept(uv_poll_t *p, int status, int events)
 		return;
 	/* Bounded per wake-up, like reads. */
 	for (int i = 0; i < 64; i++) {
-		int fd = accept4(d->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EMFILE || errno == ENFILE)
-				refuse_for_descriptors(d, errno);
-			else if (errno != EAGAIN && errno != EINTR)
-				gs_warn("accept: %s", strerror(errno));
-			return;
+		struct sockaddr_storage addr;
+		int fd = gs_server_accept(d, d->listen_fd, &addr, GS_ELIMIT);
+		if (fd == -EMFILE) {
+			/* No reserve either: listening pauses a moment. */
+			uv_poll_stop(&d->listen_poll);
+			uv_timer_start(&d->accept_pause, resume_accepting, ACCEPT_PAUSE_MS, 0);
+		} else if (fd < 0 && fd != -EAGAIN) {
+			gs_warn("accept: %s", strerror(-fd));
 		}
+		if (fd < 0)
+			return;
 		admit(d, fd);
 	}
 }

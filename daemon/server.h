@@ -2,6 +2,8 @@
 #ifndef GS_SERVER_H
 #define GS_SERVER_H
 
+#include <sys/socket.h>
+
 struct gs_daemon;
 
 /* Binds and listens on settings.socket_path, replacing a stale socket but
@@ -12,6 +14,16 @@ int gs_server_listen(struct gs_daemon *d);
  * small frame limit, no descriptors and the --hello-timeout until its
  * Hello. Returns the connection, or NULL (fd closed). */
 struct gs_conn *gs_server_adopt(struct gs_daemon *d, int fd);
+
+/* accept4 on listen_fd. Out of descriptors (EMFILE, ENFILE), the one the
+ * daemon holds in reserve makes room to accept the waiting connection and
+ * refuse it (refuse_code, "gradsyncd has run out of file descriptors"),
+ * so that the listening socket does not stay readable and the loop spin.
+ * Returns the new descriptor, -EAGAIN when none waits or one was refused,
+ * -EMFILE when not even the reserve helped (stop polling a moment), or
+ * another -errno. */
+int gs_server_accept(struct gs_daemon *d, int listen_fd, struct sockaddr_storage *addr,
+		     int refuse_code);
 
 /* Stops accepting, closes every connection and removes the socket. */
 void gs_server_close(struct gs_daemon *d);

@@ -209,6 +209,20 @@ int gs_frame_reader_take_fds(struct gs_frame_reader *r, int *fds, size_t n)
 	return 0;
 }
 
+int gs_frame_decode(const uint8_t *payload, size_t len, Gradsync__Message **out)
+{
+	Gradsync__Message *m = gradsync__message__unpack(NULL, len, payload);
+	*out = NULL;
+	if (!m)
+		return -EBADMSG;
+	if (gradsync__message__get_packed_size(m) != len) {
+		gradsync__message__free_unpacked(m, NULL);
+		return -ERANGE;
+	}
+	*out = m;
+	return 0;
+}
+
 int gs_frame_encode(const Gradsync__Message *m, uint8_t **out, size_t *len)
 {
 	size_t payload = gradsync__message__get_packed_size(m);

@@ -72,6 +72,13 @@ void gs_frame_reader_consume(struct gs_frame_reader *r);
  * Returns 0, or -EBADMSG (taking nothing) when fewer than n are queued. */
 int gs_frame_reader_take_fds(struct gs_frame_reader *r, int *fds, size_t n);
 
+/* Decodes one payload into *out (the caller frees it). Returns 0,
+ * -EBADMSG when it is not a message, or -ERANGE when it does not encode
+ * back to its own length: protobuf-c keeps the low bits of a number too
+ * wide for its field (a tensor index of 2^40 reads as 0, an enum of
+ * 2^32 + 1 as 1), so such a frame would be read as another. */
+int gs_frame_decode(const uint8_t *payload, size_t len, Gradsync__Message **out);
+
 /* Serialises m with its header into a new buffer the caller frees.
  * Returns 0 or -ENOMEM. */
 int gs_frame_encode(const Gradsync__Message *m, uint8_t **out, size_t *len);

@@ -85,6 +85,7 @@ int main(void)
 	F(gs_status, bytes_reduced); F(gs_status, elements_clipped);
 	F(gs_status, nonfinite); F(gs_status, trainer_count); F(gs_status, trainers);
 	F(gs_status, internode_bytes); F(gs_status, peer_count); F(gs_status, peers);
+	F(gs_status, job_hidden); F(gs_status, hidden_trainers);
 	end();
 	BEGIN(gs_connection_status);
 	F(gs_connection_status, id); F(gs_connection_status, role);
@@ -92,7 +93,7 @@ int main(void)
 	F(gs_connection_status, gid); F(gs_connection_status, self);
 	F(gs_connection_status, local_rank); F(gs_connection_status, state);
 	F(gs_connection_status, tensors); F(gs_connection_status, bytes);
-	F(gs_connection_status, steps);
+	F(gs_connection_status, steps); F(gs_connection_status, hidden);
 	end();
 	BEGIN(gs_trace_status);
 	F(gs_trace_status, active); F(gs_trace_status, events);

@@ -498,6 +498,29 @@ static void test_budget_fds(void **state)
 	close(fds[1]);
 }
 
+/* A number too wide for its field loses its high bits in protobuf-c: the
+ * decoded message no longer encodes to the payload's length, and
+ * gs_frame_decode refuses it; a canonical payload passes. */
+static void test_decode_refuses_truncated_numbers(void **state)
+{
+	(void)state;
+	static const uint8_t wide_enum[] = { 0x0a, 8, 0x08, 0x01, 0x10, 0x82, 0x80, 0x80, 0x80, 0x10 };
+	static const uint8_t wide_rank[] = { 0x0a, 8, 0x18, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01 };
+	static const uint8_t canonical[] = { 0x0a, 4, 0x08, 0x01, 0x10, 0x02 };
+	static const uint8_t junk[] = { 0xff, 0xff, 0xff };
+	Gradsync__Message *m;
+	assert_int_equal(gs_frame_decode(wide_enum, sizeof(wide_enum), &m), -ERANGE);
+	assert_null(m);
+	/* local_rank is 64-bit: 2^42 is kept, and refused later by range. */
+	assert_int_equal(gs_frame_decode(wide_rank, sizeof(wide_rank), &m), 0);
+	assert_int_equal(m->hello->local_rank, UINT64_C(1) << 42);
+	gradsync__message__free_unpacked(m, NULL);
+	assert_int_equal(gs_frame_decode(canonical, sizeof(canonical), &m), 0);
+	assert_int_equal(m->hello->role, GRADSYNC__ROLE__ROLE_CONTROL);
+	gradsync__message__free_unpacked(m, NULL);
+	assert_int_equal(gs_frame_decode(junk, sizeof(junk), &m), -EBADMSG);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -516,6 +539,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_budget_bytes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_no_fds_allowed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget_fds, setup, teardown),
+		cmocka_unit_test(test_decode_refuses_truncated_numbers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
