@@ -528,6 +528,7 @@ static void frames_pile_up(void **state)
 		peak = r > peak ? r : peak;
 		usleep(5000);
 	}
+	free(frame);
 	assert_true(status_seconds(d.socket) < 2.0);
 	unsigned budget = 0, timeout = 0;
 	for (int i = 0; i < ATTACKERS; i++) {
@@ -548,9 +549,10 @@ static void frames_pile_up(void **state)
 	assert_true(took < 5.0);
 	/* The budget and what the allocator keeps around it; all four frames
 	 * held whole would be 16 MiB (two fit in the budget, with room for
-	 * the other clients' reads). */
-	assert_true(peak - rss0 < (BUDGET >> 10) + 3 * 1024);
-	free(frame);
+	 * the other clients' reads). AddressSanitizer's quarantine keeps
+	 * freed buffers resident: there only the daemon's own count holds. */
+	if (!getenv("ASAN_OPTIONS"))
+		assert_true(peak - rss0 < (BUDGET >> 10) + 3 * 1024);
 	one_good_step_of(d.socket, 4);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
