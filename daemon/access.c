@@ -80,10 +80,15 @@ static bool process_in_group(pid_t pid, gid_t gid)
 	return found;
 }
 
+bool gs_access_privileged(uid_t uid)
+{
+	return uid == 0 || uid == geteuid();
+}
+
 bool gs_access_allowed(const struct gs_access *a, const struct ucred *peer,
 		       char *why, size_t n)
 {
-	if (peer->uid == 0 || peer->uid == geteuid())
+	if (gs_access_privileged(peer->uid))
 		return true;
 	for (size_t i = 0; i < a->nuids; i++)
 		if (a->uids[i] == peer->uid)

@@ -32,6 +32,10 @@ void gs_access_init(struct gs_access *a, const struct gs_settings *s);
 void gs_access_protect(const struct gs_access *a, const char *socket_path,
 		       bool made_dir);
 
+/* Root and gradsyncd's own user: let in always, and shown every job and
+ * every connection in full (job.c, control.c). */
+bool gs_access_privileged(uid_t uid);
+
 /* Whether the peer may connect; if not, why names the user and the rule. */
 bool gs_access_allowed(const struct gs_access *a, const struct ucred *peer,
 		       char *why, size_t n);

@@ -33,7 +33,7 @@ static const char *role_name(enum gs_conn_role r)
 static bool shows(const struct gs_conn *asker, const struct gs_conn *c)
 {
 	uid_t uid = asker->cred.uid;
-	return c->role == GS_CONN_NODE || uid == 0 || uid == geteuid() || uid == c->cred.uid;
+	return c->role == GS_CONN_NODE || gs_access_privileged(uid) || uid == c->cred.uid;
 }
 
 static void fill_client(const struct gs_conn *c, const struct gs_conn *asker,
@@ -117,7 +117,7 @@ static void trace_reply(struct gs_conn *c, const struct gs_trace_figures *f)
 static struct gs_trace_viewer viewer_of(const struct gs_conn *c)
 {
 	uid_t uid = c->cred.uid;
-	return (struct gs_trace_viewer){ uid, uid == 0 || uid == geteuid() };
+	return (struct gs_trace_viewer){ uid, gs_access_privileged(uid) };
 }
 
 static void trace_start(struct gs_conn *c)

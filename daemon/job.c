@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "conn.h"
 #include "daemon.h"
@@ -83,14 +82,9 @@ bool gs_job_active(const struct gs_job *j)
 	return j->attached > 0 || j->has_layout || j->in_step;
 }
 
-static bool privileged(uid_t uid)
-{
-	return uid == 0 || uid == geteuid();
-}
-
 bool gs_job_visible_to(const struct gs_job *j, uid_t uid)
 {
-	return !gs_job_active(j) || uid == j->owner || privileged(uid);
+	return !gs_job_active(j) || uid == j->owner || gs_access_privileged(uid);
 }
 
 /* A job id goes into logs, status and other nodes' messages: printable

@@ -8,7 +8,11 @@
 #include "log.h"
 #include "settings.h"
 
-uint64_t gs_limits_own_fds(const struct gs_settings *s)
+/* Descriptors gradsyncd keeps for itself beyond clients and parked ones:
+ * sockets, the loop, timers, the worker's eventfds, log and trace files,
+ * the one held in reserve to refuse connections when the rest are spent,
+ * and per node of the job the rendezvous and Gloo connections. */
+static uint64_t own_fds(const struct gs_settings *s)
 {
 	return 128 + 8 * (uint64_t)s->nodes;
 }
@@ -31,15 +35,14 @@ static void check_mappings(const struct gs_settings *s)
 int gs_limits_check(const struct gs_settings *s)
 {
 	check_mappings(s);
-	uint64_t need = s->max_clients + s->max_parked_fds + gs_limits_own_fds(s);
+	uint64_t need = s->max_clients + s->max_parked_fds + own_fds(s);
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0)
 		return 0;
-	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur >= need)
+	/* RLIM_INFINITY is the largest rlim_t: it passes these as it should. */
+	if (rl.rlim_cur >= need)
 		return 0;
-	if (rl.rlim_cur == RLIM_INFINITY)
-		return 0;
-	if (rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need) {
+	if (rl.rlim_max >= need) {
 		struct rlimit raised = { (rlim_t)need, rl.rlim_max };
 		if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
 			gs_info("raised the soft RLIMIT_NOFILE from %llu to %llu for --max-clients and --max-parked-fds",
@@ -49,8 +52,7 @@ int gs_limits_check(const struct gs_settings *s)
 	}
 	fprintf(stderr, "gradsyncd: --max-clients %llu + --max-parked-fds %llu + %llu descriptors of its own need %llu descriptors, but RLIMIT_NOFILE allows %llu (hard %llu): lower those settings or raise the limit (LimitNOFILE= in the unit, ulimit -n)\n",
 		(unsigned long long)s->max_clients, (unsigned long long)s->max_parked_fds,
-		(unsigned long long)gs_limits_own_fds(s), (unsigned long long)need,
-		(unsigned long long)rl.rlim_cur,
-		rl.rlim_max == RLIM_INFINITY ? 0ull : (unsigned long long)rl.rlim_max);
+		(unsigned long long)own_fds(s), (unsigned long long)need,
+		(unsigned long long)rl.rlim_cur, (unsigned long long)rl.rlim_max);
 	return -1;
 }

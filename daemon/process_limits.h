@@ -8,15 +8,7 @@
 #ifndef GS_PROCESS_LIMITS_H
 #define GS_PROCESS_LIMITS_H
 
-#include <stdint.h>
-
 struct gs_settings;
-
-/* Descriptors gradsyncd keeps for itself beyond clients and parked ones:
- * sockets, the loop, timers, the worker's eventfds, log and trace files,
- * the one held in reserve to refuse connections when the rest are spent,
- * and per node of the job the rendezvous and Gloo connections. */
-uint64_t gs_limits_own_fds(const struct gs_settings *s);
 
 /* Raises the soft RLIMIT_NOFILE to what the settings need when the hard
  * limit allows; returns 0, or -1 having said on stderr which settings do
