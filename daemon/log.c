@@ -18,9 +18,7 @@
 
 struct log_site {
 	const char *fmt;
-	uint64_t window_start;
-	unsigned lines;
-	unsigned long long suppressed;
+	struct gs_log_window window;
 	enum gs_log_level level;
 };
 
@@ -109,19 +107,43 @@ static void emit(enum gs_log_level level, const char *line)
 		tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000, level_name(level), line);
 }
 
-/* Under lock: the line that sums up a site's window, if it dropped any. */
-static void close_window(struct log_site *s)
+/* ---- Windows of lines ------------------------------------------------- */
+
+/* Starts a new window once span_ns has passed since this one began (or
+ * none has); returns how many lines the window that ended held back. */
+static unsigned long long roll_window(struct gs_log_window *w, uint64_t span_ns, uint64_t now)
 {
-	if (s->suppressed > 0) {
-		char line[256];
-		snprintf(line, sizeof(line), "%llu more messages like \"%.160s\" were not logged in the last %g s",
-			 s->suppressed, s->fmt, (double)window_ns / 1e9);
-		char safe[sizeof(line) * 2];
-		escape(line, safe, sizeof(safe));
-		emit(s->level, safe);
+	if (w->start_ns && now - w->start_ns < span_ns)
+		return 0;
+	unsigned long long held = w->held;
+	*w = (struct gs_log_window){ now, 0, 0 };
+	return held;
+}
+
+/* Whether one more line fits the window's burst; if not it is counted. */
+static bool take_line(struct gs_log_window *w, unsigned lines)
+{
+	if (w->lines >= lines) {
+		w->held++;
+		return false;
 	}
-	s->lines = 0;
-	s->suppressed = 0;
+	w->lines++;
+	return true;
+}
+
+/* ---- Call sites ------------------------------------------------------- */
+
+/* Under lock: the line that sums up a site's window, if it held any back. */
+static void tell_held(const struct log_site *s, unsigned long long held)
+{
+	if (held == 0)
+		return;
+	char line[256];
+	snprintf(line, sizeof(line), "%llu more messages like \"%.160s\" were not logged in the last %g s",
+		 held, s->fmt, (double)window_ns / 1e9);
+	char safe[sizeof(line) * 2];
+	escape(line, safe, sizeof(safe));
+	emit(s->level, safe);
 }
 
 /* Under lock: whether this call site may log now. */
@@ -131,25 +153,18 @@ static bool admit(const char *fmt, enum gs_log_level level, uint64_t now)
 	for (size_t i = 0; i < LOG_SITES && !s; i++) {
 		if (sites[i].fmt == fmt)
 			s = &sites[i];
-		else if (sites[i].window_start < oldest->window_start)
+		else if (sites[i].window.start_ns < oldest->window.start_ns)
 			oldest = &sites[i];
 	}
 	if (!s) {
+		/* The least recent site makes room, telling what it held. */
 		s = oldest;
 		if (s->fmt)
-			close_window(s);
-		*s = (struct log_site){ fmt, now, 0, 0, level };
+			tell_held(s, s->window.held);
+		*s = (struct log_site){ fmt, { now, 0, 0 }, level };
 	}
-	if (now - s->window_start >= window_ns) {
-		close_window(s);
-		s->window_start = now;
-	}
-	if (s->lines >= burst) {
-		s->suppressed++;
-		return false;
-	}
-	s->lines++;
-	return true;
+	tell_held(s, roll_window(&s->window, window_ns, now));
+	return take_line(&s->window, burst);
 }
 
 void gs_log_limit(unsigned lines, uint64_t window_ms)
@@ -185,13 +200,9 @@ void gs_log_flush(void)
 {
 	uint64_t now = now_ns();
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < LOG_SITES; i++) {
-		struct log_site *s = &sites[i];
-		if (s->fmt && s->suppressed > 0 && now - s->window_start >= window_ns) {
-			close_window(s);
-			s->window_start = now;
-		}
-	}
+	for (size_t i = 0; i < LOG_SITES; i++)
+		if (sites[i].fmt)
+			tell_held(&sites[i], roll_window(&sites[i].window, window_ns, now));
 	pthread_mutex_unlock(&lock);
 }
 
@@ -201,27 +212,20 @@ void gs_log_flush(void)
  * and starts a new one. */
 static void roll(struct gs_log_group *g, enum gs_log_level level)
 {
-	uint64_t now = now_ns() / 1000000u;
-	if (g->window_ms && now - g->window_ms < GS_LOG_GROUP_WINDOW_MS)
-		return;
-	if (g->held)
-		gs_log(level, "%u more lines about %s held back in %.1f s (at most %d every %d s are logged)",
-		       g->held, g->what, (double)(now - g->window_ms) / 1000.0, GS_LOG_GROUP_BURST,
+	uint64_t now = now_ns(), began = g->window.start_ns;
+	unsigned long long held = roll_window(&g->window, GS_LOG_GROUP_WINDOW_MS * 1000000ull, now);
+	if (held)
+		gs_log(level, "%llu more lines about %s held back in %.1f s (at most %d every %d s are logged)",
+		       held, g->what, (double)(now - began) / 1e9, GS_LOG_GROUP_BURST,
 		       GS_LOG_GROUP_WINDOW_MS / 1000);
-	g->window_ms = now;
-	g->logged = g->held = 0;
 }
 
 void gs_vlog_grouped(struct gs_log_group *g, enum gs_log_level level, const char *fmt,
 		     va_list ap)
 {
 	roll(g, level);
-	if (g->logged >= GS_LOG_GROUP_BURST) {
-		g->held++;
-		return;
-	}
-	g->logged++;
-	gs_vlog(level, fmt, ap);
+	if (take_line(&g->window, GS_LOG_GROUP_BURST))
+		gs_vlog(level, fmt, ap);
 }
 
 void gs_log_grouped(struct gs_log_group *g, enum gs_log_level level, const char *fmt, ...)

@@ -44,10 +44,14 @@ void gs_log_flush(void);
  * from one thread. */
 #define GS_LOG_GROUP_BURST 10
 #define GS_LOG_GROUP_WINDOW_MS 5000
+struct gs_log_window {
+	uint64_t start_ns; /* when it began; 0: none yet */
+	unsigned lines;    /* logged in it */
+	unsigned long long held; /* held back in it */
+};
 struct gs_log_group {
-	const char *what;   /* "unauthenticated connections": for the count's line */
-	uint64_t window_ms; /* when the current window began; 0: none yet */
-	unsigned logged, held;
+	const char *what; /* "unauthenticated connections": for the count's line */
+	struct gs_log_window window;
 };
 
 /* Logs the line unless GS_LOG_GROUP_BURST lines of the group were logged

@@ -88,11 +88,29 @@ static void test_rate_limit(void **state)
 	assert_int_equal(captured(out, sizeof(out)), 8);
 }
 
+/* A group caps lines across call sites: strangers provoking many kinds
+ * of refusal still get GS_LOG_GROUP_BURST lines in a window, in all. */
+static void test_group_spans_call_sites(void **state)
+{
+	(void)state;
+	struct gs_log_group g = { .what = "strangers" };
+	for (int i = 0; i < GS_LOG_GROUP_BURST; i++) {
+		gs_log_grouped(&g, GS_LOG_WARN, "refused one stranger (%d)", i);
+		gs_log_grouped(&g, GS_LOG_WARN, "refused another kind of stranger (%d)", i);
+	}
+	gs_log_group_flush(&g, GS_LOG_WARN); /* the window has not ended */
+	char out[8192];
+	assert_int_equal(captured(out, sizeof(out)), GS_LOG_GROUP_BURST);
+	assert_null(strstr(out, "held back"));
+	assert_int_equal(g.window.held, GS_LOG_GROUP_BURST);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_control_characters, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rate_limit, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_group_spans_call_sites, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
