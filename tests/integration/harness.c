@@ -307,18 +307,23 @@ Gradsync__Message *raw_recv(int fd)
 	return m;
 }
 
-void raw_hello(int fd, uint32_t rank)
+void raw_send_hello(int fd, uint64_t rank, uint64_t version, const char *job)
 {
 	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
-	h.protocol_version = 1;
+	h.protocol_version = version;
 	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
 	h.local_rank = rank;
-	h.pid = (uint32_t)getpid();
-	h.job_id = "";
+	h.pid = (uint64_t)getpid();
+	h.job_id = (char *)job;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
 	m.hello = &h;
 	raw_send(fd, &m, NULL, 0);
+}
+
+void raw_hello(int fd, uint32_t rank)
+{
+	raw_send_hello(fd, rank, GS_PROTOCOL_VERSION, "");
 	Gradsync__Message *r = raw_recv(fd);
 	assert_non_null(r);
 	if (r->body_case == GRADSYNC__MESSAGE__BODY_ERROR)

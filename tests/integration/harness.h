@@ -80,6 +80,10 @@ void raw_send(int fd, const Gradsync__Message *m, const int *fds, size_t nfds);
 void raw_send_bytes(int fd, const void *data, size_t len);
 /* Receives one message; NULL on end of stream or timeout. */
 Gradsync__Message *raw_recv(int fd);
+/* Sends a trainer's Hello (this process's pid) of local rank `rank`,
+ * protocol version `version` and job id `job`, without waiting for the
+ * answer. */
+void raw_send_hello(int fd, uint64_t rank, uint64_t version, const char *job);
 /* Hello as a trainer of local rank `rank`; asserts a Welcome comes back. */
 void raw_hello(int fd, uint32_t rank);
 /* Expects an Error whose message contains `text` with the given code,

@@ -264,14 +264,7 @@ static void wrong_protocol_version(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
-	h.protocol_version = 99;
-	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
-	h.local_rank = 1;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
-	m.hello = &h;
-	raw_send(sock, &m, NULL, 0);
+	raw_send_hello(sock, 1, 99, "");
 	raw_expect_error(sock, GS_EVERSION, "protocol version 99 is not supported");
 	close(sock);
 }
@@ -321,15 +314,7 @@ static void second_job(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
-	h.protocol_version = GS_PROTOCOL_VERSION;
-	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
-	h.local_rank = 1;
-	h.job_id = "another-job";
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
-	m.hello = &h;
-	raw_send(sock, &m, NULL, 0);
+	raw_send_hello(sock, 1, GS_PROTOCOL_VERSION, "another-job");
 	char want[160];
 	snprintf(want, sizeof(want),
 		 "this node is held by an unnamed job (trainer pid %d); job 'another-job' must wait until it ends",
@@ -342,14 +327,7 @@ static void rank_taken(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
-	h.protocol_version = GS_PROTOCOL_VERSION;
-	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
-	h.local_rank = 0;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
-	m.hello = &h;
-	raw_send(sock, &m, NULL, 0);
+	raw_send_hello(sock, 0, GS_PROTOCOL_VERSION, "");
 	raw_expect_error(sock, GS_EREFUSED, "local rank 0 is already taken by pid");
 	close(sock);
 }
@@ -389,14 +367,7 @@ static void huge_tensor_index(void **state)
 static void hello_with(uint64_t rank, uint64_t version, int code, const char *text)
 {
 	int sock = raw_connect(daemon_.socket);
-	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
-	h.protocol_version = version;
-	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
-	h.local_rank = rank;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
-	m.hello = &h;
-	raw_send(sock, &m, NULL, 0);
+	raw_send_hello(sock, rank, version, "");
 	raw_expect_error(sock, code, text);
 	close(sock);
 }

@@ -562,9 +562,10 @@ static void frames_pile_up(void **state)
 #define VICTIM_UID 61001
 #define STRANGER_UID 61002
 
-/* Runs fn in a child as uid (and a gid of the same number); what it
- * writes to its pipe comes back in out. Returns its exit status. */
-static int as_user(uid_t uid, void (*fn)(int out, void *arg), void *arg, char *out, size_t n)
+/* Forks a child that becomes uid (and a gid of the same number) and runs
+ * fn(out, arg), out being the write end of a pipe whose read end comes
+ * back in *from. Returns the child's pid. */
+static pid_t fork_as(uid_t uid, void (*fn)(int out, void *arg), void *arg, int *from)
 {
 	int p[2];
 	assert_int_equal(pipe(p), 0);
@@ -578,13 +579,50 @@ static int as_user(uid_t uid, void (*fn)(int out, void *arg), void *arg, char *o
 		_exit(0);
 	}
 	close(p[1]);
+	*from = p[0];
+	return pid;
+}
+
+/* fork_as, then what the child wrote, in out. Returns its exit status. */
+static int as_user(uid_t uid, void (*fn)(int out, void *arg), void *arg, char *out, size_t n)
+{
+	int from;
+	pid_t pid = fork_as(uid, fn, arg, &from);
 	size_t got = 0;
 	ssize_t r;
-	while (got + 1 < n && (r = read(p[0], out + got, n - 1 - got)) > 0)
+	while (got + 1 < n && (r = read(from, out + got, n - 1 - got)) > 0)
 		got += (size_t)r;
 	out[got] = '\0';
-	close(p[0]);
+	close(from);
 	return harness_wait(pid, 30000);
+}
+
+/* The victim's job: 20 tensors whose names and sizes are its own, all
+ * marked in one batch. */
+#define SECRET_TENSORS 20
+struct secret_layout {
+	struct gs_tensor_spec specs[SECRET_TENSORS];
+	char names[SECRET_TENSORS][32];
+	uint32_t all[SECRET_TENSORS];
+};
+
+static void secret_layout_init(struct secret_layout *l)
+{
+	for (int i = 0; i < SECRET_TENSORS; i++) {
+		snprintf(l->names[i], sizeof(l->names[i]), "secret.layer%d.weight", i);
+		l->specs[i] = (struct gs_tensor_spec){ l->names[i], 1000 + 7 * (uint64_t)i, GS_FLOAT32, -1, 0 };
+		l->all[i] = (uint32_t)i;
+	}
+}
+
+/* Every element of every tensor of c is value. */
+static void secret_fill(gs_client *c, const struct secret_layout *l, float value)
+{
+	for (int t = 0; t < SECRET_TENSORS; t++) {
+		float *p = gs_tensor_data(c, (size_t)t);
+		for (uint64_t i = 0; i < l->specs[t].count; i++)
+			p[i] = value;
+	}
 }
 
 /* The victim: a trainer of uid VICTIM_UID, local rank 0 of job
@@ -600,35 +638,26 @@ struct victim {
 static void victim_main(int out, void *arg)
 {
 	struct victim *v = arg;
+	close(v->cmd[1]); /* the parent's end */
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = v->socket;
 	o.job_id = "victim-job";
-	struct gs_tensor_spec specs[20];
-	char names[20][32];
-	uint32_t all[20];
-	for (int i = 0; i < 20; i++) {
-		snprintf(names[i], sizeof(names[i]), "secret.layer%d.weight", i);
-		specs[i] = (struct gs_tensor_spec){ names[i], 1000 + 7 * (uint64_t)i, GS_FLOAT32, -1, 0 };
-		all[i] = (uint32_t)i;
-	}
+	struct secret_layout l;
+	secret_layout_init(&l);
 	gs_client *c;
-	if (gs_connect(&o, &c) != GS_OK || gs_register(c, specs, 20) != GS_OK) {
+	if (gs_connect(&o, &c) != GS_OK || gs_register(c, l.specs, SECRET_TENSORS) != GS_OK) {
 		dprintf(out, "victim: %s\n", gs_last_error(NULL));
 		return;
 	}
 	dprintf(out, "registered\n");
 	char op;
 	while (read(v->cmd[0], &op, 1) == 1 && op == 's') {
-		for (int t = 0; t < 20; t++) {
-			float *p = gs_tensor_data(c, (size_t)t);
-			for (uint64_t i = 0; i < specs[t].count; i++)
-				p[i] = 1.0f;
-		}
+		secret_fill(c, &l, 1.0f);
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 		struct gs_step_result res;
 		int r = gs_step_begin(c, &so);
 		if (r == GS_OK)
-			r = gs_mark_ready(c, all, 20);
+			r = gs_mark_ready(c, l.all, SECRET_TENSORS);
 		if (r == GS_OK)
 			r = gs_step_wait(c, 30000, &res);
 		dprintf(out, "step %s %g\n", r == GS_OK ? "ok" : gs_last_error(c),
@@ -642,21 +671,8 @@ static void victim_start(struct victim *v, const char *socket)
 {
 	v->socket = socket;
 	assert_int_equal(pipe(v->cmd), 0);
-	int p[2];
-	assert_int_equal(pipe(p), 0);
-	v->pid = fork();
-	assert_true(v->pid >= 0);
-	if (v->pid == 0) {
-		close(p[0]);
-		close(v->cmd[1]);
-		if (setgroups(0, NULL) < 0 || setgid(VICTIM_UID) < 0 || setuid(VICTIM_UID) < 0)
-			_exit(3);
-		victim_main(p[1], v);
-		_exit(0);
-	}
-	close(p[1]);
+	v->pid = fork_as(VICTIM_UID, victim_main, v, &v->report);
 	close(v->cmd[0]);
-	v->report = p[0];
 }
 
 /* The victim's next line, waiting up to 30 s. */
@@ -669,23 +685,10 @@ static void victim_line(struct victim *v, char *out, size_t n)
 	out[k] = '\0';
 }
 
-struct probe {
-	const char *socket;
-	const char *trace_path;
-};
-
 static void hello_as(int out, const char *socket, uint64_t rank, const char *job)
 {
 	int s = raw_connect(socket);
-	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
-	h.protocol_version = GS_PROTOCOL_VERSION;
-	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
-	h.local_rank = rank;
-	h.job_id = (char *)job;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
-	m.hello = &h;
-	raw_send(s, &m, NULL, 0);
+	raw_send_hello(s, rank, GS_PROTOCOL_VERSION, job);
 	Gradsync__Message *r = raw_recv(s);
 	dprintf(out, "hello rank %llu job '%s': %s\n", (unsigned long long)rank, job,
 		!r ? "(closed)"
@@ -696,16 +699,16 @@ static void hello_as(int out, const char *socket, uint64_t rank, const char *job
 }
 
 /* The stranger: tries to join the job as every rank and under every id,
- * then asks what status and clients say. */
+ * then asks what status and clients say; arg is the socket's path. */
 static void stranger_main(int out, void *arg)
 {
-	const struct probe *p = arg;
-	hello_as(out, p->socket, 1, "victim-job");
-	hello_as(out, p->socket, 0, "victim-job");
-	hello_as(out, p->socket, 1, "another-job");
+	const char *socket = arg;
+	hello_as(out, socket, 1, "victim-job");
+	hello_as(out, socket, 0, "victim-job");
+	hello_as(out, socket, 1, "another-job");
 	gs_client *c;
 	struct gs_status *st;
-	if (gs_control_connect(p->socket, 5000, &c) != GS_OK || gs_status_get(c, 5000, &st) != GS_OK) {
+	if (gs_control_connect(socket, 5000, &c) != GS_OK || gs_status_get(c, 5000, &st) != GS_OK) {
 		dprintf(out, "status failed\n");
 		return;
 	}
@@ -774,9 +777,8 @@ static void second_user(void **state)
 	victim_line(&v, line, sizeof(line));
 	assert_string_equal(line, "registered");
 
-	struct probe p = { d.socket, NULL };
 	double t0 = harness_now_s();
-	assert_int_equal(as_user(STRANGER_UID, stranger_main, &p, out, sizeof(out)), 0);
+	assert_int_equal(as_user(STRANGER_UID, stranger_main, d.socket, out, sizeof(out)), 0);
 	print_message("the stranger saw:\n%s(in %.2f s)\n", out, harness_now_s() - t0);
 	/* Refused at Hello, before any registration, in the same words
 	 * whatever it tried; nothing of the job in them. */
@@ -801,19 +803,10 @@ static void second_user(void **state)
 	snprintf(trace, sizeof(trace), "/tmp/gradsync-stranger-%d.trace", (int)getpid());
 	struct tracer tr = { d.socket, trace, { -1, -1 } };
 	assert_int_equal(pipe(tr.go), 0);
-	int tp[2];
-	assert_int_equal(pipe(tp), 0);
-	pid_t tpid = fork();
-	if (tpid == 0) {
-		close(tp[0]);
-		if (setgroups(0, NULL) < 0 || setgid(STRANGER_UID) < 0 || setuid(STRANGER_UID) < 0)
-			_exit(3);
-		tracer_main(tp[1], &tr);
-		_exit(0);
-	}
-	close(tp[1]);
+	int from;
+	pid_t tpid = fork_as(STRANGER_UID, tracer_main, &tr, &from);
 	char tline[256] = "";
-	FILE *tf = fdopen(tp[0], "r");
+	FILE *tf = fdopen(from, "r");
 	assert_non_null(fgets(tline, sizeof(tline), tf));
 	assert_string_equal(tline, "tracing\n");
 
@@ -824,25 +817,15 @@ static void second_user(void **state)
 	co.job_id = "victim-job";
 	gs_client *root;
 	assert_int_equal(gs_connect(&co, &root), GS_OK);
-	struct gs_tensor_spec specs[20];
-	char names[20][32];
-	uint32_t all[20];
-	for (int i = 0; i < 20; i++) {
-		snprintf(names[i], sizeof(names[i]), "secret.layer%d.weight", i);
-		specs[i] = (struct gs_tensor_spec){ names[i], 1000 + 7 * (uint64_t)i, GS_FLOAT32, -1, 0 };
-		all[i] = (uint32_t)i;
-	}
-	assert_int_equal(gs_register(root, specs, 20), GS_OK);
-	for (int t = 0; t < 20; t++) {
-		float *q = gs_tensor_data(root, (size_t)t);
-		for (uint64_t i = 0; i < specs[t].count; i++)
-			q[i] = 2.0f;
-	}
+	struct secret_layout l;
+	secret_layout_init(&l);
+	assert_int_equal(gs_register(root, l.specs, SECRET_TENSORS), GS_OK);
+	secret_fill(root, &l, 2.0f);
 	assert_int_equal(write(v.cmd[1], "s", 1), 1);
 	struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 	struct gs_step_result res;
 	assert_int_equal(gs_step_begin(root, &so), GS_OK);
-	assert_int_equal(gs_mark_ready(root, all, 20), GS_OK);
+	assert_int_equal(gs_mark_ready(root, l.all, SECRET_TENSORS), GS_OK);
 	assert_int_equal(gs_step_wait(root, 30000, &res), GS_OK);
 	victim_line(&v, line, sizeof(line));
 	print_message("victim: %s\n", line);
@@ -887,8 +870,7 @@ static void job_access_any(void **state)
 	char line[256], out[2048];
 	victim_line(&v, line, sizeof(line));
 	assert_string_equal(line, "registered");
-	struct probe p = { d.socket, NULL };
-	assert_int_equal(as_user(STRANGER_UID, stranger_main, &p, out, sizeof(out)), 0);
+	assert_int_equal(as_user(STRANGER_UID, stranger_main, d.socket, out, sizeof(out)), 0);
 	assert_non_null(strstr(out, "hello rank 1 job 'victim-job': WELCOMED"));
 	close(v.cmd[1]);
 	harness_wait(v.pid, 10000);
@@ -931,14 +913,7 @@ static void log_injection(void **state)
 	harness_daemon_start(&d, args);
 	const char *forged = "x\n12:00:00.000 gradsyncd error: FORGED\x1b[2J";
 	int s = raw_connect(d.socket);
-	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
-	h.protocol_version = GS_PROTOCOL_VERSION;
-	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
-	h.job_id = (char *)forged;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
-	m.hello = &h;
-	raw_send(s, &m, NULL, 0);
+	raw_send_hello(s, 0, GS_PROTOCOL_VERSION, forged);
 	raw_expect_error(s, GS_EINVAL, "job id must be at most 63 printable ASCII characters");
 	close(s);
 
