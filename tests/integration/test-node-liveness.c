@@ -126,6 +126,20 @@ static void run_step(const struct node *n0, const struct node *n1)
 	assert_int_equal(failed, 0);
 }
 
+/* Node 0 at `port`, node 1 reaching it at `port1` (a proxy's, or port
+ * itself), both ready, and one step right on both (unless step is false:
+ * a case that must act before any step). */
+static void start_pair(struct node *n0, struct node *n1, int port, int port1,
+		       const char *const *extra, bool step)
+{
+	spawn_node(n0, 0, port, extra);
+	spawn_node(n1, 1, port1, extra);
+	harness_daemon_wait_ready(&n0->d, 30000);
+	harness_daemon_wait_ready(&n1->d, 30000);
+	if (step)
+		run_step(n0, n1);
+}
+
 /* Node `rank`'s state in d's status, which must answer within STATUS_MS. */
 static void peer_state(const struct gs_test_daemon *d, unsigned rank, char *out, size_t n)
 {
@@ -438,11 +452,7 @@ static void node_vanishes_behind_a_frozen_proxy(void **state)
 	int port = harness_free_port(), proxy_port;
 	pid_t proxy = start_proxy(port, &proxy_port);
 	struct node n0, n1, back;
-	spawn_node(&n0, 0, port, extra);
-	spawn_node(&n1, 1, proxy_port, extra);
-	harness_daemon_wait_ready(&n0.d, 30000);
-	harness_daemon_wait_ready(&n1.d, 30000);
-	run_step(&n0, &n1);
+	start_pair(&n0, &n1, port, proxy_port, extra, true);
 
 	kill(proxy, SIGSTOP);
 	kill(n1.d.pid, SIGKILL);
@@ -478,11 +488,7 @@ static void partition_between_nodes_heals(void **state)
 	int port = harness_free_port(), proxy_port;
 	pid_t proxy = start_proxy(port, &proxy_port);
 	struct node n0, n1;
-	spawn_node(&n0, 0, port, extra);
-	spawn_node(&n1, 1, proxy_port, extra);
-	harness_daemon_wait_ready(&n0.d, 30000);
-	harness_daemon_wait_ready(&n1.d, 30000);
-	run_step(&n0, &n1);
+	start_pair(&n0, &n1, port, proxy_port, extra, true);
 
 	kill(proxy, SIGSTOP);
 	double took = wait_state(&n0.d, 1, "lost", PEER_TIMEOUT + SLACK);
@@ -516,11 +522,7 @@ static void second_claim_to_a_frozen_holder(void **state)
 	const char *extra[] = { "--peer-timeout=20", NULL };
 	int port = harness_free_port();
 	struct node n0, n1, back;
-	spawn_node(&n0, 0, port, extra);
-	spawn_node(&n1, 1, port, extra);
-	harness_daemon_wait_ready(&n0.d, 30000);
-	harness_daemon_wait_ready(&n1.d, 30000);
-	run_step(&n0, &n1);
+	start_pair(&n0, &n1, port, port, extra, true);
 
 	kill(n1.d.pid, SIGSTOP);
 	spawn_node(&back, 1, port, extra);
@@ -545,10 +547,7 @@ static void second_claim_to_a_live_holder(void **state)
 	const char *extra[] = { "--peer-timeout=20", NULL };
 	int port = harness_free_port();
 	struct node n0, n1, dup;
-	spawn_node(&n0, 0, port, extra);
-	spawn_node(&n1, 1, port, extra);
-	harness_daemon_wait_ready(&n0.d, 30000);
-	harness_daemon_wait_ready(&n1.d, 30000);
+	start_pair(&n0, &n1, port, port, extra, false);
 	double t0 = harness_now_s();
 	spawn_node(&dup, 1, port, extra);
 	int status = harness_wait(dup.d.pid, 15000);
@@ -583,11 +582,7 @@ static void node_frozen_then_resumed(void **state)
 	const char *extra[] = { pt, NULL };
 	int port = harness_free_port();
 	struct node n0, n1;
-	spawn_node(&n0, 0, port, extra);
-	spawn_node(&n1, 1, port, extra);
-	harness_daemon_wait_ready(&n0.d, 30000);
-	harness_daemon_wait_ready(&n1.d, 30000);
-	run_step(&n0, &n1);
+	start_pair(&n0, &n1, port, port, extra, true);
 
 	kill(n1.d.pid, SIGSTOP);
 	double took = wait_state(&n0.d, 1, "lost", PEER_TIMEOUT + SLACK);
