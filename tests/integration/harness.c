@@ -359,6 +359,20 @@ int make_memfd(size_t size, bool sealed)
 	return fd;
 }
 
+double harness_status_seconds(const char *socket)
+{
+	double t0 = harness_now_s();
+	gs_client *c;
+	if (gs_control_connect(socket, 5000, &c) != GS_OK)
+		fail_msg("status: cannot connect: %s", gs_last_error(NULL));
+	struct gs_status *st;
+	if (gs_status_get(c, 5000, &st) != GS_OK)
+		fail_msg("status: %s", gs_last_error(c));
+	gs_status_free(st);
+	gs_close(c);
+	return harness_now_s() - t0;
+}
+
 void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step)
 {
 	double t0 = harness_now_s();

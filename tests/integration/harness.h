@@ -56,6 +56,10 @@ double harness_wait_for_text(const char *path, const char *text, double limit_s)
  * by the code under test. */
 uint64_t harness_layout_elements(const char *name);
 
+/* Asks the daemon on socket for its status on a new connection; returns
+ * the seconds the answer took. Fails the test when there is none. */
+double harness_status_seconds(const char *socket);
+
 /* Waits (up to 120 s) until the daemon's status says its job is in step
  * `step`; fails the test past that. */
 void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step);

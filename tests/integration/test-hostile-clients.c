@@ -89,24 +89,6 @@ static unsigned log_lines(const struct gs_test_daemon *d)
 	return n;
 }
 
-/* Asks for the status on a new connection; returns the seconds it took,
- * failing the test when there is no answer. */
-static double status_seconds(const char *socket)
-{
-	double t0 = harness_now_s();
-	gs_client *c;
-	int r = gs_control_connect(socket, 5000, &c);
-	if (r != GS_OK)
-		fail_msg("status: cannot connect: %s", gs_last_error(NULL));
-	struct gs_status *st;
-	r = gs_status_get(c, 5000, &st);
-	if (r != GS_OK)
-		fail_msg("status: %s", gs_last_error(c));
-	gs_status_free(st);
-	gs_close(c);
-	return harness_now_s() - t0;
-}
-
 /* ---- Good trainers, in this process ---------------------------------------- */
 
 static const struct gs_tensor_spec layout[] = {
@@ -280,7 +262,7 @@ static void parked_descriptors_bounded(void **state)
 	unsigned during = open_fds(d.pid);
 	print_message("gradsyncd's descriptors: %u before, %u with 128 parked\n", before, during);
 	assert_true(during <= before + 2 + 128);
-	assert_true(status_seconds(d.socket) < 2.0);
+	assert_true(harness_status_seconds(d.socket) < 2.0);
 	close(b);
 	close(c);
 	close(mfd);
@@ -308,7 +290,7 @@ static void descriptor_flood(void **state)
 		socks[i] = raw_connect(d.socket);
 		send_fds(socks[i], mfd, 250, partial, sizeof(partial));
 		if (i % 25 == 0) {
-			double s = status_seconds(d.socket);
+			double s = harness_status_seconds(d.socket);
 			worst = s > worst ? s : worst;
 		}
 	}
@@ -388,7 +370,7 @@ static void out_of_descriptors(void **state)
 	assert_int_equal(prlimit(d.pid, RLIMIT_NOFILE, &old, NULL), 0);
 	gs_close(ctl);
 	usleep(1200000); /* a paused listener resumes within a second */
-	assert_true(status_seconds(d.socket) < 2.0);
+	assert_true(harness_status_seconds(d.socket) < 2.0);
 	one_good_step(d.socket);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
@@ -448,7 +430,7 @@ static void slow_hello(void **state)
 			sent++;
 		else
 			open = false;
-		double s = status_seconds(d.socket);
+		double s = harness_status_seconds(d.socket);
 		worst = s > worst ? s : worst;
 		usleep(200000);
 	}
@@ -529,7 +511,7 @@ static void frames_pile_up(void **state)
 		usleep(5000);
 	}
 	free(frame);
-	assert_true(status_seconds(d.socket) < 2.0);
+	assert_true(harness_status_seconds(d.socket) < 2.0);
 	unsigned budget = 0, timeout = 0;
 	for (int i = 0; i < ATTACKERS; i++) {
 		fcntl(sock[i], F_SETFL, 0);

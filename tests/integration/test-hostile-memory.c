@@ -215,16 +215,18 @@ static void good_expect_ok(struct good *g, unsigned round)
 /* A status query answered within 2 s, as every case asks throughout. */
 static void status_answers(const char *socket)
 {
-	double t0 = harness_now_s();
-	gs_client *ctl;
-	struct gs_status *st;
-	if (gs_control_connect(socket, 5000, &ctl) != GS_OK)
-		fail_msg("status: cannot connect: %s", gs_last_error(NULL));
-	if (gs_status_get(ctl, 5000, &st) != GS_OK)
-		fail_msg("status: %s", gs_last_error(ctl));
-	gs_status_free(st);
-	gs_close(ctl);
-	assert_true(harness_now_s() - t0 < 2.0);
+	assert_true(harness_status_seconds(socket) < 2.0);
+}
+
+/* Both good trainers step `round` right, then leave. */
+static void good_pair_last_step(struct good *g0, struct good *g1, unsigned round)
+{
+	good_begin(g0, 0, round);
+	good_begin(g1, 1, round);
+	good_expect_ok(g0, round);
+	good_expect_ok(g1, round);
+	gs_close(g0->c);
+	gs_close(g1->c);
 }
 
 /* Waits for the step to end aborted within BOUND_S, asking the daemon's
@@ -500,12 +502,7 @@ static void hugetlb_memfd_refused(void **state)
 	/* A good trainer takes the rank, and a step is right. */
 	struct good g1;
 	good_connect(&g1, d.socket, 1);
-	good_begin(&g0, 0, 1);
-	good_begin(&g1, 1, 1);
-	good_expect_ok(&g0, 1);
-	good_expect_ok(&g1, 1);
-	gs_close(g0.c);
-	gs_close(g1.c);
+	good_pair_last_step(&g0, &g1, 1);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -540,13 +537,8 @@ static void attack_one_node(const char *const *args, const struct attack_plan *p
 	/* A new trainer in rank 1: the next step is right. */
 	struct good g1;
 	good_connect(&g1, d.socket, 1);
-	good_begin(&g0, 0, 3);
-	good_begin(&g1, 1, 3);
-	good_expect_ok(&g0, 3);
-	good_expect_ok(&g1, 3);
+	good_pair_last_step(&g0, &g1, 3);
 	status_answers(d.socket);
-	gs_close(g0.c);
-	gs_close(g1.c);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -620,12 +612,7 @@ static void attack_node_1(const char *fusion, const struct attack_plan *plan)
 
 	struct good g1;
 	good_connect(&g1, n[1].socket, 0);
-	good_begin(&g0, 0, 3);
-	good_begin(&g1, 1, 3);
-	good_expect_ok(&g0, 3);
-	good_expect_ok(&g1, 3);
-	gs_close(g0.c);
-	gs_close(g1.c);
+	good_pair_last_step(&g0, &g1, 3);
 	for (unsigned r = 0; r < 2; r++)
 		assert_int_equal(harness_daemon_stop(&n[r]), 0);
 }
