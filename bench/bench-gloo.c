@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "file_store.h"
-#include "gloo_comm.h"
+#include "backend/gloo/gloo_comm.h"
 #include "gradsync.h"
 #include "ranks.h"
 

@@ -6,14 +6,14 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "log.h"
+#include "support/log.h"
 #ifdef GS_HAVE_CUDA
-#include "backend_cuda.h"
+#include "backend/cuda/backend_cuda.h"
 #endif
-#include "notify.h"
-#include "rendezvous.h"
-#include "server.h"
-#include "trace.h"
+#include "support/notify.h"
+#include "cluster/rendezvous.h"
+#include "serve/server.h"
+#include "support/trace.h"
 
 static struct gs_backend *choose_backend(const struct gs_settings *s)
 {

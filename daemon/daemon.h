@@ -8,13 +8,13 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "access.h"
-#include "backend.h"
-#include "cluster.h"
+#include "serve/access.h"
+#include "backend/backend.h"
+#include "cluster/cluster.h"
 #include "frame.h"
-#include "job.h"
-#include "settings.h"
-#include "worker.h"
+#include "engine/job.h"
+#include "support/settings.h"
+#include "support/worker.h"
 
 #define GS_STEP_HISTORY 1024
 /* Upper bounds of the step-time histogram's buckets (metrics). */

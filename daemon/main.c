@@ -10,11 +10,11 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "log.h"
-#include "notify.h"
-#include "process_limits.h"
-#include "server.h"
-#include "shm_guard.h"
+#include "support/log.h"
+#include "support/notify.h"
+#include "support/process_limits.h"
+#include "serve/server.h"
+#include "backend/host/shm_guard.h"
 
 static void on_signal(uv_signal_t *s, int signum)
 {

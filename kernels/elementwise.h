@@ -10,7 +10,7 @@
  * FMA contraction (the project builds with -ffp-contract=off) or on the
  * host/device split. One exception: which NaN comes out of an operation on
  * a NaN. The x86 multiply passes the input NaN's bits on, a GPU returns its
- * own canonical NaN; daemon/cuda/kernels.cu copies the host's behaviour
+ * own canonical NaN; daemon/backend/cuda/kernels.cu copies the host's behaviour
  * explicitly, and the tests compare NaNs as NaNs.
  */
 #ifndef GS_ELEMENTWISE_H

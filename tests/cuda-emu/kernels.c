@@ -1,5 +1,5 @@
 /*
- * The pack and unpack kernels of daemon/cuda/kernels.cu, run on the
+ * The pack and unpack kernels of daemon/backend/cuda/kernels.cu, run on the
  * emulated stream: the same walk of the entry and task tables (read when
  * the stream reaches the launch, as the GPU reads them), elementwise.h's
  * arithmetic, and kernels.cu's NaN rule (a NaN skips the multiply and is
@@ -11,7 +11,7 @@
 
 #include "emu.h"
 #include "elementwise.h"
-#include "kernels.h"
+#include "backend/cuda/kernels.h"
 
 static bool is_nan(float x)
 {

@@ -34,13 +34,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "conn.h"
+#include "serve/conn.h"
 #include "daemon.h"
 #include "frame.h"
 #include "fuzz-input.h"
-#include "log.h"
-#include "server.h"
-#include "session.h"
+#include "support/log.h"
+#include "serve/server.h"
+#include "control/session.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

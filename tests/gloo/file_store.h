@@ -6,7 +6,7 @@
 #ifndef GS_TEST_FILE_STORE_H
 #define GS_TEST_FILE_STORE_H
 
-#include "gloo_comm.h"
+#include "backend/gloo/gloo_comm.h"
 
 /* A store over dir (which must exist); the returned ops point at dir, which
  * must outlive them. */

@@ -26,7 +26,7 @@
 #include <cmocka.h>
 
 #include "file_store.h"
-#include "gloo_comm.h"
+#include "backend/gloo/gloo_comm.h"
 #include "gradsync.h"
 #include "ranks.h"
 #include "wire_ref.h"

@@ -18,9 +18,9 @@
 
 #include "common.h"
 #include "convert.h"
-#include "kernels.h"
-#include "plan.h"
-#include "table.h"
+#include "backend/cuda/kernels.h"
+#include "backend/plan.h"
+#include "backend/cuda/table.h"
 
 #define FUSION (1u << 19)
 

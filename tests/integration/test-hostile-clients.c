@@ -27,7 +27,7 @@
 #include "frame.h"
 #include "gradsync.h"
 #include "harness.h"
-#include "log.h" /* GS_LOG_BURST: lines a call site may log in a window */
+#include "support/log.h" /* GS_LOG_BURST: lines a call site may log in a window */
 
 /* ---- What the daemon process uses, read from /proc ------------------------ */
 

@@ -20,7 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "auth.h"
+#include "cluster/auth.h"
 
 static const uint8_t key[] = "0123456789abcdef0123456789abcdef";
 #define KEYLEN (sizeof(key) - 1)

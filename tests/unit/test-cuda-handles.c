@@ -23,7 +23,7 @@
 
 #include <cmocka.h>
 
-#include "buffer_desc.h"
+#include "backend/cuda/buffer_desc.h"
 #include "frame.h"
 #include "gradsync.h"
 #include "test-cuda-fake-driver.h"

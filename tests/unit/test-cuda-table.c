@@ -16,8 +16,8 @@
 
 #include <cmocka.h>
 
-#include "plan.h"
-#include "table.h"
+#include "backend/plan.h"
+#include "backend/cuda/table.h"
 
 /* Fake device addresses: tensor t at BASE(t), far apart. */
 #define BASE(t) (UINT64_C(0x7f0000000000) + (uint64_t)(t) * (UINT64_C(1) << 32))

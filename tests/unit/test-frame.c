@@ -1,5 +1,5 @@
 /*
- * The framing of proto/frame.c over a socketpair, no daemon needed: whole
+ * The framing of common/frame.c over a socketpair, no daemon needed: whole
  * and split frames, the size limit, descriptors, end of stream, and the
  * limits a daemon puts on its readers (memory, descriptors).
  */

@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "log.h"
+#include "support/log.h"
 
 static FILE *capture;
 static int saved_stderr;

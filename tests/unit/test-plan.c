@@ -9,7 +9,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
-#include "plan.h"
+#include "backend/plan.h"
 
 #define MAX_T 8
 #define END UINT32_MAX

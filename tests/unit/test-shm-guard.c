@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-#include "shm_guard.h"
+#include "backend/host/shm_guard.h"
 
 /* Runs fn in a child; returns its wait status. The child leaves cmocka's
  * crash handlers (it must not report into the parent's run) and starts

@@ -1,0 +1,138 @@
+/*
+ * The interface between the step engine and the place gradients live. The
+ * engine knows buckets and spans; a backend does the four things that touch
+ * memory: import a trainer's buffer handle, pack a chunk of a bucket into a
+ * local rank's fusion buffer (gather, clip, scale, cast), all-reduce the
+ * packed buffers, and unpack the result into every local rank's tensors
+ * (cast, scale, count non-finite values, scatter). pack, allreduce and
+ * unpack run on the worker thread, one chunk at a time; a backend that
+ * does a whole bucket at once (the CUDA backend: one kernel launch per
+ * bucket, not per tensor) provides reduce_bucket instead.
+ */
+#ifndef GS_BACKEND_H
+#define GS_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convert.h"
+#include "backend/plan.h"
+
+struct gs_backend;
+
+/* What a trainer's buffer is, as its RegisterTensors frame says. */
+enum gs_buffer_kind {
+	GS_BUFFER_MEMFD,       /* sealed memfd shared memory (host backend) */
+	GS_BUFFER_CUDA,        /* a device allocation's CUDA IPC handle */
+	GS_BUFFER_CUDA_EVENTS, /* the trainer's CUDA IPC events; holds no tensor */
+};
+
+#define GS_CUDA_IPC_HANDLE_SIZE 64 /* cudaIpcMemHandle_t, cudaIpcEventHandle_t */
+#define GS_CUDA_READY_RING_MAX 64  /* a trainer's ready events, at most */
+
+struct gs_buffer_desc {
+	enum gs_buffer_kind kind;
+	uint32_t rank;       /* local rank of the trainer that hands it over */
+	uint64_t size;       /* bytes, as the trainer claims */
+	int fd;              /* GS_BUFFER_MEMFD; stays the caller's */
+	int32_t device;      /* CUDA: the trainer's device ordinal */
+	const char *pci_bus_id; /* CUDA: that device's PCI bus id, or "" */
+	const uint8_t *handle;  /* GS_BUFFER_CUDA: GS_CUDA_IPC_HANDLE_SIZE bytes */
+	const uint8_t *ready_event, *done_event; /* GS_BUFFER_CUDA_EVENTS: likewise */
+	const uint8_t *ready_ring[GS_CUDA_READY_RING_MAX]; /* and its ready events' ring */
+	size_t nring;                                       /* 0: ready_event alone */
+};
+
+/* One bucket for reduce_bucket: what the chunk-by-chunk path reads, and
+ * where the results go (added to). */
+struct gs_bucket_io {
+	const struct gs_plan *plan;
+	const uint64_t *counts;
+	uint32_t bucket;
+	unsigned nranks;
+	float *const *const *tensors;       /* [rank][tensor] base pointers */
+	const struct gs_pack_params *pack;  /* [rank] */
+	float postscale;
+	uint64_t *clipped;                  /* [rank] */
+	uint64_t *nonfinite;
+	/* Optional, for the trace and the metrics: the backend marks when each
+	 * chunk's pack, all-reduce and unpack begin and when the chunk is done
+	 * (gs_io_mark); ctx is the caller's. */
+	void (*mark)(const struct gs_bucket_io *io, int mark, uint64_t first, uint64_t len);
+	void *ctx;
+	/* CUDA: [rank] the entry of the trainer's ready ring that the
+	 * bucket's last mark recorded; NULL: entry 0. */
+	const uint32_t *ready_event;
+	/* Host: set when the memory of one of this node's trainers lost its
+	 * pages while the bucket read or wrote it (shm_guard.h); the caller
+	 * then finds whose and drops it. */
+	bool *lost;
+};
+
+enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };
+
+static inline void gs_io_mark(const struct gs_bucket_io *io, enum gs_chunk_mark m,
+			      uint64_t first, uint64_t len)
+{
+	if (io->mark)
+		io->mark(io, m, first, len);
+}
+
+struct gs_backend_ops {
+	/* Validates a trainer's buffer and makes it usable here (maps a
+	 * memfd, opens a CUDA IPC handle); *addr is where its bytes are (for
+	 * CUDA, a device address). On failure writes a reason naming what is
+	 * wrong to err and returns a GS_E* code. */
+	int (*import_buffer)(struct gs_backend *b, const struct gs_buffer_desc *desc,
+			     void **addr, char *err, size_t errlen);
+	void (*release_buffer)(struct gs_backend *b, void *addr, uint64_t size);
+	/* Optional: reduces a whole bucket, every chunk of it (pack, all-reduce,
+	 * unpack). When set, the per-chunk calls below are not used. Returns 0
+	 * or a GS_E* code with the reason in error: GS_EBUFFER when a
+	 * trainer's memory (here or on another node) lost its pages while it
+	 * was packed, and so no node unpacked the bucket. */
+	int (*reduce_bucket)(struct gs_backend *b, const struct gs_bucket_io *io);
+	/* Packs spans of local rank `rank` (tensor base pointers `tensors`)
+	 * into its fusion buffer, back to back. Returns elements clipped. */
+	uint64_t (*pack)(struct gs_backend *b, unsigned rank,
+			 float *const *tensors, const struct gs_span *spans,
+			 size_t nspans, const struct gs_pack_params *p);
+	/* Sums the first n elements of the packed buffers of all local ranks
+	 * (and, later, of all nodes). Returns 0 or a GS_E* code. */
+	int (*allreduce)(struct gs_backend *b, size_t n);
+	/* Writes the reduced elements, scaled, into the spans of every local
+	 * rank (tensors[rank] are its base pointers). Returns the number of
+	 * non-finite results. */
+	uint64_t (*unpack)(struct gs_backend *b, float *const *const *tensors,
+			   const struct gs_span *spans, size_t nspans,
+			   float postscale);
+	void (*destroy)(struct gs_backend *b);
+};
+
+struct gs_backend {
+	const char *name;
+	const struct gs_backend_ops *ops;
+	unsigned local_size;
+	enum gs_wire wire;
+	uint64_t fusion_elements; /* capacity of each fusion buffer */
+	_Atomic uint64_t internode_bytes;
+	char error[256]; /* why the last allreduce failed (worker thread) */
+};
+
+/* The host backend: sealed memfd shared memory and the CPU's conversion
+ * kernels; allow_hugetlb accepts huge-page memfds (--allow-hugetlb).
+ * Returns NULL when out of memory. */
+struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
+					  uint64_t fusion_elements, bool allow_hugetlb);
+
+struct gs_gloo;
+/* From now on the host backend's all-reduce also sums across nodes through
+ * this Gloo group (after the local reduce), waiting at most timeout_ms. */
+void gs_backend_host_attach_gloo(struct gs_backend *b, struct gs_gloo *g, int timeout_ms);
+
+/* Bytes this node has sent to other nodes in all-reduces (worker thread
+ * writes, anyone reads). */
+uint64_t gs_backend_internode_bytes(const struct gs_backend *b);
+
+#endif

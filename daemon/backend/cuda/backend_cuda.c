@@ -1,0 +1,149 @@
+/*
+ * The CUDA backend: setting up each local rank's GPU (stream, fusion
+ * buffer, counters) and tearing it all down. The rest is in the files
+ * cuda_private.h names.
+ */
+#include "backend/cuda/backend_cuda.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend/cuda/cuda_private.h"
+#include "gradsync.h"
+#include "support/log.h"
+
+_Static_assert(GS_NCCL_UID_BYTES == NCCL_UNIQUE_ID_BYTES, "NCCL unique id size");
+_Static_assert(GS_CUDA_IPC_HANDLE_SIZE == sizeof(cudaIpcMemHandle_t), "IPC handle size");
+_Static_assert(GS_CUDA_IPC_HANDLE_SIZE == sizeof(cudaIpcEventHandle_t), "IPC handle size");
+
+/* Whether every stream has drained within timeout_ms (shutting down). */
+static bool streams_drained(struct cuda_backend *cb, int timeout_ms)
+{
+	uint64_t deadline = cuda_now_ms() + (uint64_t)timeout_ms;
+	unsigned spins = 0;
+	for (unsigned r = 0; r < cb->n; r++) {
+		while (cb->rank[r].stream && cudaStreamQuery(cb->rank[r].stream) == cudaErrorNotReady) {
+			if (cuda_now_ms() > deadline)
+				return false;
+			cuda_backoff(&spins);
+		}
+	}
+	return true;
+}
+
+#define SHUTDOWN_DRAIN_MS 5000
+
+static void cuda_destroy(struct gs_backend *b)
+{
+	struct cuda_backend *cb = cuda(b);
+	/* Abort rather than destroy: shutting down must not wait for peers.
+	 * Trainers' memory and events are closed, and buffers freed, only
+	 * once nothing queued can touch them; else they are left to the
+	 * process's exit. */
+	gs_backend_cuda_disconnect(b);
+	if (!streams_drained(cb, SHUTDOWN_DRAIN_MS)) {
+		gs_warn("cuda: GPU work still queued after %d s at shutdown: leaving the trainers' mappings to the exit",
+			SHUTDOWN_DRAIN_MS / 1000);
+		return;
+	}
+	while (cb->imports) {
+		struct cuda_import *im = cb->imports;
+		cb->imports = im->next;
+		cuda_close_import(cb, im);
+	}
+	for (unsigned r = 0; r < cb->n; r++) {
+		struct cuda_rank *rk = &cb->rank[r];
+		cudaSetDevice(rk->device);
+		cudaFree(rk->fusion);
+		cudaFree(rk->counters);
+		cudaFree(rk->table);
+		cudaFreeHost(rk->staging);
+		cudaFree(rk->stage);
+		if (rk->stream)
+			cudaStreamDestroy(rk->stream);
+	}
+	cudaFreeHost(cb->host_counters);
+	gs_cuda_bucket_plan_free(&cb->plan);
+	free(cb);
+}
+
+static const struct gs_backend_ops cuda_ops = {
+	.import_buffer = cuda_import_buffer,
+	.release_buffer = cuda_release_buffer,
+	.reduce_bucket = cuda_reduce_bucket,
+	.destroy = cuda_destroy,
+};
+
+bool gs_backend_is_cuda(const struct gs_backend *b)
+{
+	return b && b->ops == &cuda_ops;
+}
+
+static int setup_rank(struct cuda_backend *cb, unsigned r, char *why, size_t n)
+{
+	struct cuda_rank *rk = &cb->rank[r];
+	struct cudaDeviceProp p;
+	rk->device = (int)r;
+	cudaError_t e = cudaSetDevice(rk->device);
+	if (e == cudaSuccess)
+		e = cudaGetDeviceProperties(&p, rk->device);
+	if (e == cudaSuccess)
+		e = cudaDeviceGetPCIBusId(rk->pci, sizeof(rk->pci), rk->device);
+	if (e == cudaSuccess)
+		e = cudaStreamCreateWithFlags(&rk->stream, cudaStreamNonBlocking);
+	if (e == cudaSuccess)
+		e = cudaMalloc(&rk->fusion, cb->base.fusion_elements * sizeof(float));
+	if (e == cudaSuccess)
+		e = cudaMalloc((void **)&rk->counters, 2 * sizeof(*rk->counters));
+	if (e != cudaSuccess) {
+		snprintf(why, n, "setting up GPU %u: %s (%s)", r, cudaGetErrorString(e),
+			 cudaGetErrorName(e));
+		cudaGetLastError();
+		return GS_ESYSTEM;
+	}
+	gs_info("cuda: local rank %u on GPU %d, %s (%s, compute capability %d.%d), fusion buffer of %llu MiB",
+		r, rk->device, p.name, rk->pci, p.major, p.minor,
+		(unsigned long long)(cb->base.fusion_elements * sizeof(float) >> 20));
+	return GS_OK;
+}
+
+struct gs_backend *gs_backend_cuda_create(const struct gs_cuda_options *o, char *why, size_t n)
+{
+	if (o->local_size == 0 || o->local_size > MAX_RANKS) {
+		snprintf(why, n, "--local-size %u is out of range", o->local_size);
+		return NULL;
+	}
+	struct cuda_backend *cb = calloc(1, sizeof(*cb));
+	if (!cb) {
+		snprintf(why, n, "out of memory");
+		return NULL;
+	}
+	cb->base.name = "cuda";
+	cb->base.ops = &cuda_ops;
+	cb->base.local_size = o->local_size;
+	cb->base.wire = o->wire;
+	cb->base.fusion_elements = o->fusion_elements;
+	cb->n = o->local_size;
+	cb->timeout_ms = o->peer_timeout_ms;
+	for (unsigned r = 0; r < cb->n; r++) {
+		if (setup_rank(cb, r, why, n) != GS_OK)
+			goto err;
+	}
+	cudaError_t e = cudaHostAlloc((void **)&cb->host_counters,
+				      2 * cb->n * sizeof(*cb->host_counters), cudaHostAllocPortable);
+	if (e != cudaSuccess) {
+		snprintf(why, n, "allocating pinned memory: %s", cudaGetErrorString(e));
+		goto err;
+	}
+	enum cudaDriverEntryPointQueryResult found;
+	if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", (void **)&cb->mem_range,
+					     12000, cudaEnableDefault, &found) != cudaSuccess ||
+	    found != cudaDriverEntryPointSuccess) {
+		cb->mem_range = NULL;
+		gs_warn("cuda: cuMemGetAddressRange is not available; trainers' allocation sizes are taken on trust");
+	}
+	return &cb->base;
+err:
+	cuda_destroy(&cb->base);
+	return NULL;
+}

@@ -1,0 +1,117 @@
+/*
+ * What the CUDA backend's files share: its state, per local rank and
+ * whole, and the calls between them. backend_cuda.c sets it up and tears
+ * it down, bucket.c runs buckets (worker thread), imports.c opens and
+ * closes trainers' handles (loop thread), comms.c makes and aborts the
+ * NCCL communicators, wait.c waits on streams and communicators within
+ * bounds and words their errors, usable.c says whether a GPU is usable.
+ * Not for use outside daemon/backend/cuda/.
+ */
+#ifndef GS_CUDA_PRIVATE_H
+#define GS_CUDA_PRIVATE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+/* nccl.h declares ncclGroupStart() and others without (void). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+
+#include "backend/cuda/backend_cuda.h"
+#include "backend/cuda/table.h"
+
+#define MAX_RANKS 64
+/* Kernels are built for sm_80 and sm_90 (plus PTX): Ampere or later. */
+#define MIN_CC_MAJOR 8
+
+typedef CUresult (*mem_range_fn)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+
+/* A trainer's handle opened here: a base allocation, or its events. */
+struct cuda_import {
+	struct cuda_import *next;
+	enum gs_buffer_kind kind;
+	unsigned rank;
+	unsigned refs;
+	uint8_t handle[GS_CUDA_IPC_HANDLE_SIZE];
+	void *ptr;
+	uint64_t size;
+	cudaEvent_t ring[GS_CUDA_READY_RING_MAX]; /* ready events: ring[0] alone if no ring */
+	unsigned nring;
+	cudaEvent_t done;
+};
+
+struct cuda_rank {
+	int device;
+	char pci[32];
+	cudaStream_t stream;
+	ncclComm_t comm;
+	void *fusion;                 /* fusion_elements of fp32 at most */
+	unsigned long long *counters; /* device: clipped, non-finite */
+	void *table, *staging;        /* device tables and their pinned source */
+	size_t table_cap;
+	void *stage;                  /* a staged bucket, in the wire dtype */
+	size_t stage_bytes;
+	/* The trainer's events (set on the loop thread, read on the worker). */
+	_Atomic(struct cuda_import *) events;
+	struct cuda_import *bucket_events; /* the ones this bucket waited on */
+	cudaEvent_t bucket_ready;          /* the ready event it waits on */
+};
+
+struct cuda_backend {
+	struct gs_backend base;
+	unsigned n;
+	struct cuda_rank rank[MAX_RANKS];
+	unsigned long long *host_counters; /* pinned: 2 per rank */
+	struct gs_cuda_bucket_plan plan;
+	int timeout_ms;
+	uint32_t world; /* global ranks of the communicators */
+	bool connected;
+	bool broken;
+	char broken_why[200];
+	mem_range_fn mem_range;
+	struct cuda_import *imports; /* loop thread only */
+};
+
+static inline struct cuda_backend *cuda(struct gs_backend *b)
+{
+	return (struct cuda_backend *)b;
+}
+
+/* bucket.c: the backend's reduce_bucket. */
+int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io);
+
+/* imports.c: the backend's import_buffer and release_buffer, and closing
+ * one import (at shutdown). */
+int cuda_import_buffer(struct gs_backend *b, const struct gs_buffer_desc *d, void **addr,
+		       char *err, size_t n);
+void cuda_release_buffer(struct gs_backend *b, void *addr, uint64_t size);
+void cuda_close_import(struct cuda_backend *cb, struct cuda_import *im);
+
+/* comms.c: alone (one node), communicators aborted after a failure made
+ * again with a fresh unique id once the streams have drained. */
+int cuda_reconnect_alone(struct cuda_backend *cb);
+
+/* wait.c */
+uint64_t cuda_now_ms(void);
+/* Spins briefly, then sleeps: for the loops that poll the GPU. */
+void cuda_backoff(unsigned *spins);
+/* Words a CUDA error on local rank r in cb->base.error; GS_ESYSTEM. */
+int cuda_error(struct cuda_backend *cb, const char *what, unsigned r, cudaError_t e);
+/* Words an NCCL error, aborts every communicator; GS_ESYSTEM. */
+int cuda_nccl_error(struct cuda_backend *cb, const char *what, unsigned r, ncclResult_t res);
+/* Aborts every communicator; once connected, the backend is broken (why). */
+void cuda_abort_comms(struct cuda_backend *cb, const char *why);
+/* Until no communicator is ncclInProgress, within timeout_ms (or until
+ * cancel_fd, when >= 0, is readable); on failure the communicators are
+ * aborted. */
+int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, int cancel_fd);
+/* Until every rank's stream has drained, within --peer-timeout, watching
+ * the communicators' errors. */
+int cuda_wait_streams(struct cuda_backend *cb, const char *what);
+
+#endif

@@ -1,0 +1,342 @@
+/*
+ * gs_gloo: Gloo's TCP transport and ring all-reduce behind a C interface.
+ * Every entry point runs its Gloo calls inside guarded(), which turns each
+ * kind of C++ exception into a GS_E* code and a message; nothing is thrown
+ * across extern "C".
+ */
+#include "backend/gloo/gloo_comm.h"
+
+#include <net/if.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <string>
+
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/types.h>
+
+#include "backend/gloo/gloo_store.h"
+#include "gradsync.h"
+
+using std::chrono::milliseconds;
+
+struct gs_gloo {
+	int rank = 0;
+	int size = 0;
+	milliseconds timeout{0};
+	// Declared before the context, so destroyed after it.
+	std::shared_ptr<gloo::transport::Device> device;
+	// Null once a failure broke the group; `broken` then says why.
+	std::shared_ptr<gloo::Context> context;
+	std::string broken;
+};
+
+namespace {
+
+/* ------------------------------------------------------------ errors */
+
+void set_error(char *err, size_t errlen, const std::string &what, const std::string &detail)
+{
+	if (err && errlen > 0)
+		snprintf(err, errlen, "%s: %s", what.c_str(), detail.c_str());
+}
+
+// Gloo starts its messages with "[/path/file.cc:123] "; keep what it says.
+std::string strip_location(const char *msg)
+{
+	const char *end = msg[0] == '[' ? strstr(msg, "] ") : nullptr;
+	return end ? std::string(end + 2) : std::string(msg);
+}
+
+// Gloo reports both timeouts and broken connections as IoException; only
+// the wording tells them apart ("Timed out waiting 1000ms for recv ...",
+// "Connect timeout ...").
+bool says_timeout(std::string msg)
+{
+	std::transform(msg.begin(), msg.end(), msg.begin(),
+		       [](unsigned char c) { return (char)std::tolower(c); });
+	return msg.find("timed out") != std::string::npos ||
+	       msg.find("timeout") != std::string::npos;
+}
+
+// Runs fn; returns GS_OK, or the GS_E* code for the exception it threw,
+// with "what: Gloo's words" in err.
+template <typename F>
+int guarded(F fn, const std::string &what, char *err, size_t errlen, std::string *msg_out)
+{
+	std::string msg;
+	int rc;
+	try {
+		fn();
+		return GS_OK;
+	} catch (const gs::StoreError &e) {
+		msg = e.what();
+		rc = e.code;
+	} catch (const gloo::IoException &e) {
+		msg = strip_location(e.what());
+		rc = says_timeout(msg) ? GS_ETIMEDOUT : GS_EDISCONNECTED;
+	} catch (const gloo::EnforceNotMet &e) {
+		msg = e.what();
+		rc = GS_ESYSTEM;
+	} catch (const std::bad_alloc &) {
+		msg = "out of memory";
+		rc = GS_ENOMEM;
+	} catch (const std::exception &e) {
+		msg = strip_location(e.what());
+		rc = GS_ESYSTEM;
+	} catch (...) {
+		msg = "unknown C++ exception";
+		rc = GS_ESYSTEM;
+	}
+	set_error(err, errlen, what, msg);
+	if (msg_out)
+		*msg_out = msg;
+	return rc;
+}
+
+/* ------------------------------------------------------ reduce functions */
+
+using SumFn = void (*)(void *, const void *, const void *, size_t);
+
+// One hop of the ring: c = round(widen(a) + widen(b)), vectorised. Gloo
+// calls it with c == a (received segment added into the output), but
+// gs_reduce_sum allows only its first source to alias the destination, so
+// put an aliased source first; fp32 addition of two values commutes.
+template <enum gs_wire W>
+void kernel_sum(void *c, const void *a, const void *b, size_t n)
+{
+	const void *srcs[2] = {a, b};
+	if (c == b)
+		std::swap(srcs[0], srcs[1]);
+	gs_reduce_sum(W, c, srcs, 2, n);
+}
+
+// Gloo's own element-wise sum. The cast picks the (void *, ...) overload.
+template <typename T>
+SumFn gloo_sum()
+{
+	return static_cast<SumFn>(&gloo::sum<T>);
+}
+
+// A C caller may pass any int as an enum, but in C++ merely loading an
+// out-of-range value of a C enum is undefined; read the bytes as an int.
+static_assert(sizeof(enum gs_wire) == sizeof(int), "enums are ints");
+static_assert(sizeof(enum gs_gloo_sum) == sizeof(int), "enums are ints");
+int as_int(const void *e)
+{
+	int v;
+	memcpy(&v, e, sizeof(v));
+	return v;
+}
+
+bool known_wire(int w)
+{
+	return w == GS_WIRE_F16 || w == GS_WIRE_BF16 || w == GS_WIRE_F32;
+}
+
+// nullptr when there is no such sum (unknown dtype or choice, Gloo bf16).
+SumFn pick_sum(int wire, int sum)
+{
+	if (sum != GS_GLOO_SUM_KERNELS && sum != GS_GLOO_SUM_GLOO)
+		return nullptr;
+	bool ours = sum == GS_GLOO_SUM_KERNELS;
+	switch (wire) {
+	case GS_WIRE_F32:
+		return gloo_sum<float>();
+	case GS_WIRE_F16:
+		return ours ? kernel_sum<GS_WIRE_F16> : gloo_sum<gloo::float16>();
+	case GS_WIRE_BF16:
+		return ours ? kernel_sum<GS_WIRE_BF16> : nullptr;
+	}
+	return nullptr;
+}
+
+/* ------------------------------------------------------------ Gloo calls */
+
+gloo::transport::tcp::attr device_attr(const char *where)
+{
+	gloo::transport::tcp::attr a;
+	if (where && where[0] != '\0') {
+		if (if_nametoindex(where) != 0)
+			a.iface = where;
+		else
+			a.hostname = where;
+	}
+	return a;
+}
+
+void connect_group(gs_gloo *g, const gs_gloo_store_ops &ops, const char *where)
+{
+	auto deadline = std::chrono::steady_clock::now() + g->timeout;
+	g->device = gloo::transport::tcp::CreateDevice(device_attr(where));
+	auto ctx = std::make_shared<gloo::rendezvous::Context>(g->rank, g->size);
+	ctx->setTimeout(g->timeout);
+	gs::CallbackStore store(ops, deadline);
+	ctx->connectFullMesh(store, g->device);
+
+	// connectFullMesh returns once this rank's own pairs are up; the
+	// barrier makes "created" mean the whole group is.
+	auto left = std::chrono::duration_cast<milliseconds>(deadline -
+							     std::chrono::steady_clock::now());
+	gloo::BarrierOptions barrier(ctx);
+	barrier.setTimeout(std::max(left, milliseconds(1)));
+	gloo::barrier(barrier);
+	g->context = ctx;
+}
+
+// The element type only tells Gloo the element size; fn does the sums.
+// Ring, explicitly: in this Gloo, bcube's waits ignore the per-call timeout.
+template <typename T>
+void ring_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
+		    SumFn fn, milliseconds timeout)
+{
+	gloo::AllreduceOptions opts(ctx);
+	opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+	opts.setOutput(static_cast<T *>(buf), count);
+	opts.setReduceFunction(fn);
+	opts.setTimeout(timeout);
+	gloo::allreduce(opts);
+}
+
+std::string op_name(const gs_gloo *g, int wire, size_t count)
+{
+	char s[160];
+	if (known_wire(wire))
+		snprintf(s, sizeof(s), "gloo all-reduce of %zu %s elements (rank %d of %d)",
+			 count, gs_wire_name(static_cast<enum gs_wire>(wire)), g->rank, g->size);
+	else
+		snprintf(s, sizeof(s), "gloo all-reduce of %zu elements of dtype %d (rank %d of %d)",
+			 count, wire, g->rank, g->size);
+	return s;
+}
+
+int check_allreduce_args(const gs_gloo *g, int wire, int sum, const void *buf, size_t count,
+			 SumFn fn, char *err, size_t errlen)
+{
+	const std::string what = op_name(g, wire, count);
+	if (!known_wire(wire)) {
+		set_error(err, errlen, what, "unknown wire dtype");
+		return GS_EINVAL;
+	}
+	if (!fn) {
+		set_error(err, errlen, what,
+			  sum == GS_GLOO_SUM_GLOO ? "Gloo has no sum for this dtype"
+						  : "unknown sum function");
+		return GS_EINVAL;
+	}
+	if ((count > 0 && !buf) || count > SIZE_MAX / sizeof(float)) {
+		set_error(err, errlen, what, "bad buffer");
+		return GS_EINVAL;
+	}
+	if (!g->context) {
+		set_error(err, errlen, what,
+			  "the group failed earlier (" + g->broken + "); create it anew");
+		return GS_ESTATE;
+	}
+	return GS_OK;
+}
+
+int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int timeout_ms,
+		  char *err, size_t errlen)
+{
+	if (!g) {
+		set_error(err, errlen, "gloo all-reduce", "no group");
+		return GS_EINVAL;
+	}
+	SumFn fn = pick_sum(wire, sum);
+	int rc = check_allreduce_args(g, wire, sum, buf, count, fn, err, errlen);
+	if (rc < 0 || count == 0)
+		return rc;
+	milliseconds timeout = timeout_ms > 0 ? milliseconds(timeout_ms) : g->timeout;
+	std::string msg;
+	rc = guarded(
+		[&] {
+			if (wire == GS_WIRE_F32)
+				ring_allreduce<float>(g->context, buf, count, fn, timeout);
+			else
+				ring_allreduce<uint16_t>(g->context, buf, count, fn, timeout);
+		},
+		op_name(g, wire, count), err, errlen, &msg);
+	if (rc < 0) {
+		// Dropping the context closes every connection, so no late
+		// message can land in buf after we return.
+		g->context.reset();
+		g->broken = msg;
+	}
+	return rc;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------ C interface */
+
+extern "C" int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, int size,
+			      const char *iface_or_host, int timeout_ms, struct gs_gloo **out,
+			      char *err, size_t errlen)
+{
+	char what[96];
+	snprintf(what, sizeof(what), "gloo rendezvous of rank %d of %d", rank, size);
+	if (!out || !store || !store->set || !store->get || size < 1 || rank < 0 ||
+	    rank >= size || timeout_ms <= 0) {
+		set_error(err, errlen, what, "invalid arguments");
+		return GS_EINVAL;
+	}
+	*out = nullptr;
+	gs_gloo *g = nullptr;
+	int rc = guarded(
+		[&] {
+			g = new gs_gloo();
+			g->rank = rank;
+			g->size = size;
+			g->timeout = milliseconds(timeout_ms);
+			connect_group(g, *store, iface_or_host);
+		},
+		what, err, errlen, nullptr);
+	if (rc < 0) {
+		delete g;
+		return rc;
+	}
+	*out = g;
+	return GS_OK;
+}
+
+extern "C" int gs_gloo_allreduce_with(struct gs_gloo *g, enum gs_wire wire, void *buf,
+				      size_t count, enum gs_gloo_sum sum, int timeout_ms,
+				      char *err, size_t errlen)
+{
+	return run_allreduce(g, as_int(&wire), buf, count, as_int(&sum), timeout_ms, err, errlen);
+}
+
+extern "C" int gs_gloo_allreduce(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t count,
+				 int timeout_ms, char *err, size_t errlen)
+{
+	return run_allreduce(g, as_int(&wire), buf, count, GS_GLOO_SUM_KERNELS, timeout_ms, err,
+			     errlen);
+}
+
+extern "C" int gs_gloo_rank(const struct gs_gloo *g)
+{
+	return g->rank;
+}
+
+extern "C" int gs_gloo_size(const struct gs_gloo *g)
+{
+	return g->size;
+}
+
+extern "C" void gs_gloo_destroy(struct gs_gloo *g)
+{
+	delete g;
+}

@@ -1,0 +1,526 @@
+/*
+ * The host backend: gradients in sealed memfd shared memory, reduced by the
+ * CPU's conversion kernels a bucket at a time on the worker thread. Each
+ * chunk of a bucket (at most one fusion buffer) goes in three phases:
+ *
+ *   pack+sum: every local trainer's fp32 spans clipped, scaled, rounded to
+ *     the wire dtype and summed (fp32, one rounding) into the one fusion
+ *     buffer, in a single pass over the trainers' memory (gs_pack_sum);
+ *   all-reduce: that buffer across nodes with Gloo, when there are several,
+ *     followed by the chunk's status (chunk_status.h): whether some node
+ *     lost a trainer's memory while it packed the chunk;
+ *   unpack: widened, scaled and written into every trainer's spans.
+ *
+ * A bucket larger than one fusion buffer is staged: every chunk is packed
+ * and all-reduced first, its result kept in a staging buffer, and only
+ * when all chunks are through is the bucket unpacked. A peer lost between
+ * two chunks, or a trainer's pages vanishing under a chunk's pack (on one
+ * node as on several), then leaves the whole bucket holding the trainers'
+ * own gradients, never part reduced (DESIGN.md, failure model). The
+ * staging buffer holds the largest such bucket in the wire dtype.
+ *
+ * On a node of several trainers, the pack+sum and unpack phases of a large
+ * chunk are cut into slices that up to one thread per local trainer (the
+ * worker thread and helpers of this backend) claim one at a time: the
+ * reduce does M times the memory traffic of one trainer, and the
+ * trainers' own cores wait for it. Claiming, rather than a fixed share per
+ * thread, keeps a thread the scheduler delays (other work on the machine)
+ * from holding up the phase by more than one slice. Every element is
+ * computed by the same kernels whichever thread does it, so the result
+ * does not depend on the split.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "backend/chunk_status.h"
+#include "gradsync.h"
+#include "backend/host/shm.h"
+#include "backend/host/shm_guard.h"
+#ifdef GS_HAVE_GLOO
+#include "backend/gloo/gloo_comm.h"
+#endif
+
+/* Threads of one backend: the worker thread (0) and its helpers. */
+#define HOST_MAX_THREADS 8
+/* Elements of a slice: about 0.1 ms of work for two trainers here. */
+#define HOST_SLICE_ELEMENTS 262144
+
+struct host_backend;
+
+struct host_thread {
+	struct host_backend *h;
+	unsigned index;
+	struct gs_span *spans; /* room for the largest bucket's members */
+	/* Summed over the bucket's slices this thread did. */
+	uint64_t clipped[GS_PACK_SUM_MAX_SOURCES];
+	uint64_t nonfinite;
+};
+
+/* One phase of one chunk, written by the worker thread before it opens
+ * the phase's slices to claims (and not changed until all are done). */
+struct host_phase {
+	const struct gs_bucket_io *io;
+	uint64_t start, len; /* elements of the bucket */
+	bool unpack;         /* unpack, or pack+sum */
+	uint64_t slice;      /* elements per slice */
+	char *wire;          /* the chunk's wire-dtype elements */
+};
+
+struct host_backend {
+	struct gs_backend base;
+	/* fusion_elements elements of the widest wire dtype, and a chunk's
+	 * status after them. */
+	void *fusion;
+	char *staging; /* staged buckets' results */
+	uint64_t staging_elements;
+	struct gs_gloo *gloo; /* NULL on a single node */
+	int gloo_timeout_ms;
+	uint32_t node_rank;
+	bool allow_hugetlb;
+
+	struct host_thread thread[HOST_MAX_THREADS];
+	size_t span_room; /* spans each thread has room for */
+	struct host_phase phase;
+	/* The claim word: round (24 bits), slices (20), next slice (20). A
+	 * slice is claimed by a compare-and-swap of next while the round is
+	 * the one the claimer was woken for. */
+	_Atomic uint64_t claim;
+	_Atomic uint32_t done; /* slices of the round finished */
+	uint32_t round;        /* worker thread only */
+
+	unsigned nthreads;
+	pthread_t helper[HOST_MAX_THREADS];
+	pthread_mutex_t lock;
+	pthread_cond_t go, finished;
+	uint32_t go_round; /* under lock: the round helpers are woken for */
+	bool stopping;
+};
+
+static struct host_backend *host(struct gs_backend *b)
+{
+	return (struct host_backend *)b;
+}
+
+static int host_import(struct gs_backend *b, const struct gs_buffer_desc *desc,
+		       void **addr, char *err, size_t errlen)
+{
+	if (desc->kind != GS_BUFFER_MEMFD) {
+		snprintf(err, errlen, "it is CUDA device memory, but this gradsyncd runs the host backend, which reduces shared memory (see --backend)");
+		return GS_EBUFFER;
+	}
+	return gs_shm_map(desc->fd, desc->size, host(b)->allow_hugetlb, addr, err, errlen);
+}
+
+static void host_release(struct gs_backend *b, void *addr, uint64_t size)
+{
+	gs_shm_unmap(addr, size);
+}
+
+/* ---- One slice of a chunk -------------------------------------------- */
+
+static void slice_pack(struct host_backend *h, struct host_thread *t, const struct gs_span *sp,
+		       size_t nspans, char *dst)
+{
+	const struct gs_bucket_io *io = h->phase.io;
+	size_t esize = gs_wire_size(h->base.wire);
+	const float *srcs[GS_PACK_SUM_MAX_SOURCES];
+	for (size_t i = 0; i < nspans; i++) {
+		for (unsigned r = 0; r < io->nranks; r++)
+			srcs[r] = io->tensors[r][sp[i].tensor] + sp[i].offset;
+		gs_pack_sum(h->base.wire, dst, srcs, io->nranks, sp[i].count, io->pack,
+			    t->clipped);
+		dst += sp[i].count * esize;
+	}
+}
+
+static void slice_unpack(struct host_backend *h, struct host_thread *t,
+			 const struct gs_span *sp, size_t nspans, const char *src)
+{
+	const struct gs_bucket_io *io = h->phase.io;
+	size_t esize = gs_wire_size(h->base.wire);
+	float *dsts[GS_PACK_SUM_MAX_SOURCES];
+	for (size_t i = 0; i < nspans; i++) {
+		for (unsigned r = 0; r < io->nranks; r++)
+			dsts[r] = io->tensors[r][sp[i].tensor] + sp[i].offset;
+		t->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src, sp[i].count,
+					  io->postscale);
+		src += sp[i].count * esize;
+	}
+}
+
+/* Elements [first, first + n) of the chunk in the current phase. */
+static void run_slice(struct host_backend *h, struct host_thread *t, uint64_t first, uint64_t n)
+{
+	const struct host_phase *ph = &h->phase;
+	const struct gs_bucket_io *io = ph->io;
+	size_t nspans = gs_plan_chunk_spans(io->plan, io->counts, io->bucket, ph->start + first, n,
+					    t->spans, h->span_room);
+	char *at = ph->wire + first * gs_wire_size(h->base.wire);
+	if (ph->unpack)
+		slice_unpack(h, t, t->spans, nspans, at);
+	else
+		slice_pack(h, t, t->spans, nspans, at);
+}
+
+/* ---- Claiming slices ---------------------------------------------------- */
+
+#define ROUND_MASK 0xffffffu
+#define SLICE_MASK 0xfffffu
+
+static uint64_t claim_word(uint32_t round, uint32_t slices, uint32_t next)
+{
+	return (uint64_t)round << 40 | (uint64_t)slices << 20 | next;
+}
+
+/* Claims the next slice of `round` into *slice (and its round's slice
+ * count into *slices); false when none is left or the round is over. */
+static bool claim_slice(struct host_backend *h, uint32_t round, uint32_t *slice, uint32_t *slices)
+{
+	uint64_t v = atomic_load(&h->claim);
+	for (;;) {
+		uint32_t r = (uint32_t)(v >> 40), total = (v >> 20) & SLICE_MASK, next = v & SLICE_MASK;
+		if (r != round || next >= total)
+			return false;
+		if (atomic_compare_exchange_weak(&h->claim, &v, v + 1)) {
+			*slice = next;
+			*slices = total;
+			return true;
+		}
+	}
+}
+
+/* Does slices of `round` while there are any; the thread that finishes the
+ * round's last slice wakes the worker if it waits. */
+static void work_round(struct host_backend *h, struct host_thread *t, uint32_t round)
+{
+	uint32_t slice, slices;
+	while (claim_slice(h, round, &slice, &slices)) {
+		uint64_t len = h->phase.len, size = h->phase.slice, first = slice * size;
+		run_slice(h, t, first, len - first < size ? len - first : size);
+		if (atomic_fetch_add(&h->done, 1) + 1 == slices && t->index != 0) {
+			pthread_mutex_lock(&h->lock);
+			pthread_cond_signal(&h->finished);
+			pthread_mutex_unlock(&h->lock);
+		}
+	}
+}
+
+static void *helper_main(void *arg)
+{
+	struct host_thread *t = arg;
+	struct host_backend *h = t->h;
+	uint32_t seen = 0;
+	pthread_mutex_lock(&h->lock);
+	for (;;) {
+		while (h->go_round == seen && !h->stopping)
+			pthread_cond_wait(&h->go, &h->lock);
+		if (h->stopping)
+			break;
+		seen = h->go_round;
+		pthread_mutex_unlock(&h->lock);
+		work_round(h, t, seen);
+		pthread_mutex_lock(&h->lock);
+	}
+	pthread_mutex_unlock(&h->lock);
+	return NULL;
+}
+
+/* Runs h->phase to its end: in one piece on this thread, or in slices that
+ * this thread and the helpers claim. */
+static void run_phase(struct host_backend *h)
+{
+	uint64_t len = h->phase.len, size = len;
+	if (h->nthreads > 1 && len > HOST_SLICE_ELEMENTS) {
+		size = HOST_SLICE_ELEMENTS;
+		if ((len + size - 1) / size > SLICE_MASK) /* a fusion buffer of 2^38 */
+			size = (len + SLICE_MASK - 1) / SLICE_MASK;
+	}
+	uint32_t slices = len ? (uint32_t)((len + size - 1) / size) : 0;
+	h->phase.slice = size;
+	/* Rounds run 1 .. ROUND_MASK: the helpers start having seen round 0. */
+	h->round = h->round % ROUND_MASK + 1;
+	atomic_store(&h->done, 0);
+	atomic_store(&h->claim, claim_word(h->round, slices, 0));
+	if (slices > 1) {
+		pthread_mutex_lock(&h->lock);
+		h->go_round = h->round;
+		pthread_cond_broadcast(&h->go);
+		pthread_mutex_unlock(&h->lock);
+	}
+	work_round(h, &h->thread[0], h->round);
+	if (slices > 1) {
+		pthread_mutex_lock(&h->lock);
+		while (atomic_load(&h->done) < slices)
+			pthread_cond_wait(&h->finished, &h->lock);
+		pthread_mutex_unlock(&h->lock);
+	}
+}
+
+static void stop_helpers(struct host_backend *h)
+{
+	pthread_mutex_lock(&h->lock);
+	h->stopping = true;
+	pthread_cond_broadcast(&h->go);
+	pthread_mutex_unlock(&h->lock);
+	for (unsigned t = 1; t < h->nthreads; t++)
+		pthread_join(h->helper[t], NULL);
+	h->nthreads = 1;
+}
+
+/* Starts want - 1 helpers (fewer if thread creation fails: the slices then
+ * go to fewer threads). */
+static void start_helpers(struct host_backend *h, unsigned want)
+{
+	h->nthreads = 1;
+	for (unsigned t = 1; t < want; t++) {
+		if (pthread_create(&h->helper[t], NULL, helper_main, &h->thread[t]) != 0)
+			break;
+		h->nthreads++;
+	}
+}
+
+/* ---- A bucket ----------------------------------------------------------- */
+
+static int all_nodes(struct host_backend *h, size_t n)
+{
+#ifdef GS_HAVE_GLOO
+	struct gs_backend *b = &h->base;
+	if (h->gloo) {
+		int rc = gs_gloo_allreduce(h->gloo, b->wire, h->fusion, n, h->gloo_timeout_ms,
+					   b->error, sizeof(b->error));
+		if (rc != GS_OK)
+			return rc;
+		/* A ring all-reduce sends 2 (N - 1) / N of the buffer. */
+		uint64_t nodes = (uint64_t)gs_gloo_size(h->gloo);
+		atomic_fetch_add(&b->internode_bytes,
+				 2 * (nodes - 1) * n * gs_wire_size(b->wire) / nodes);
+	}
+#endif
+	return GS_OK;
+}
+
+static int ensure_span_room(struct host_backend *h, size_t members)
+{
+	if (members <= h->span_room)
+		return GS_OK;
+	for (unsigned t = 0; t < HOST_MAX_THREADS; t++) {
+		struct gs_span *s = realloc(h->thread[t].spans, members * sizeof(*s));
+		if (!s)
+			return GS_ENOMEM;
+		h->thread[t].spans = s;
+	}
+	h->span_room = members;
+	return GS_OK;
+}
+
+static int ensure_staging(struct host_backend *h, uint64_t elements)
+{
+	if (elements <= h->staging_elements)
+		return GS_OK;
+	size_t bytes = (elements * gs_wire_size(h->base.wire) + 63) & ~(size_t)63;
+	char *s = aligned_alloc(64, bytes);
+	if (!s)
+		return GS_ENOMEM;
+	free(h->staging);
+	h->staging = s;
+	h->staging_elements = elements;
+	return GS_OK;
+}
+
+/* The first local rank with a tensor of the bucket in memory that lost
+ * its pages (shm_guard.h), or -1. Such memory reads as zeros now: a sum
+ * of it must not reach anyone's tensors. */
+static int lost_rank(const struct gs_bucket_io *io)
+{
+	if (gs_shm_guard_lost_ranges() == 0)
+		return -1;
+	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
+	for (unsigned r = 0; r < io->nranks; r++)
+		for (uint32_t m = 0; m < bk->count; m++)
+			if (gs_shm_guard_lost(io->tensors[r][io->plan->members[bk->first + m]]))
+				return (int)r;
+	return -1;
+}
+
+static void note_lost(const struct gs_bucket_io *io, int rank)
+{
+	if (rank >= 0 && io->lost)
+		*io->lost = true;
+}
+
+/* One chunk's pack+sum and all-reduce, into the fusion buffer, and its
+ * status after it: GS_EBUFFER, before anything of the bucket is unpacked,
+ * when some node lost a trainer's memory while it packed the chunk. Every
+ * node reads the same summed status, so all stop at the same chunk. */
+static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
+			uint64_t len)
+{
+	struct gs_backend *b = &h->base;
+	char *status = (char *)h->fusion + len * gs_wire_size(b->wire);
+	h->phase = (struct host_phase){ io, start, len, false, len, h->fusion };
+	gs_io_mark(io, GS_MARK_PACK, start, len);
+	run_phase(h);
+	int lost = lost_rank(io);
+	note_lost(io, lost);
+	gs_chunk_status_put(b->wire, status, h->node_rank, lost);
+	gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
+	int rc = all_nodes(h, len + GS_CHUNK_STATUS_ELEMENTS);
+	if (rc != GS_OK)
+		return rc;
+	struct gs_chunk_status st;
+	gs_chunk_status_get(b->wire, status, &st);
+	if (st.lost_nodes == 0)
+		return GS_OK;
+	gs_chunk_status_describe(&st, io->bucket, b->error, sizeof(b->error));
+	return GS_EBUFFER;
+}
+
+static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
+			 uint64_t len, char *wire)
+{
+	h->phase = (struct host_phase){ io, start, len, true, len, wire };
+	run_phase(h);
+}
+
+/* Chunk by chunk; a failed all-reduce or a lost pack stops the bucket.
+ * Unstaged (one chunk), the chunk is unpacked as soon as it is reduced.
+ * Staged, a chunk's "unpack" in the trace is its copy into the staging
+ * buffer, and the unpack of the whole bucket follows the last chunk. Pages
+ * that vanish during the unpack take only their trainer's results (the
+ * guard put anonymous memory there); the caller drops that trainer. */
+static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
+{
+	struct host_backend *h = host(b);
+	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
+	size_t esize = gs_wire_size(b->wire);
+	bool staged = bk->elements > b->fusion_elements;
+	if (io->nranks == 0 || io->nranks > GS_PACK_SUM_MAX_SOURCES) {
+		snprintf(b->error, sizeof(b->error), "%u local ranks", io->nranks);
+		return GS_EINVAL;
+	}
+	if (ensure_span_room(h, bk->count) != GS_OK ||
+	    (staged && ensure_staging(h, bk->elements) != GS_OK)) {
+		snprintf(b->error, sizeof(b->error), "out of memory for bucket %u (%llu elements)",
+			 io->bucket, (unsigned long long)bk->elements);
+		return GS_ENOMEM;
+	}
+	for (unsigned t = 0; t < h->nthreads; t++) {
+		memset(h->thread[t].clipped, 0, io->nranks * sizeof(uint64_t));
+		h->thread[t].nonfinite = 0;
+	}
+	int rc = GS_OK;
+	for (uint64_t start = 0; start < bk->elements; start += b->fusion_elements) {
+		uint64_t len = gs_chunk_len(bk->elements, start, b->fusion_elements);
+		rc = reduce_chunk(h, io, start, len);
+		if (rc != GS_OK)
+			break;
+		gs_io_mark(io, GS_MARK_UNPACK, start, len);
+		if (staged)
+			memcpy(h->staging + start * esize, h->fusion, len * esize);
+		else
+			unpack_chunk(h, io, start, len, h->fusion);
+		gs_io_mark(io, GS_MARK_DONE, start, len);
+	}
+	for (uint64_t start = 0; staged && rc == GS_OK && start < bk->elements;
+	     start += b->fusion_elements)
+		unpack_chunk(h, io, start, gs_chunk_len(bk->elements, start, b->fusion_elements),
+			     h->staging + start * esize);
+	if (rc == GS_OK)
+		note_lost(io, lost_rank(io));
+	for (unsigned t = 0; t < h->nthreads; t++) {
+		for (unsigned r = 0; r < io->nranks; r++)
+			io->clipped[r] += h->thread[t].clipped[r];
+		*io->nonfinite += h->thread[t].nonfinite;
+	}
+	return rc;
+}
+
+void gs_backend_host_attach_gloo(struct gs_backend *b, struct gs_gloo *g, int timeout_ms)
+{
+	/* The CUDA backend reduces across nodes with NCCL; there the Gloo
+	 * group only carries the nodes' votes. */
+	if (strcmp(b->name, "host") != 0)
+		return;
+	host(b)->gloo = g;
+	host(b)->gloo_timeout_ms = timeout_ms;
+#ifdef GS_HAVE_GLOO
+	host(b)->node_rank = g ? (uint32_t)gs_gloo_rank(g) : 0; /* NULL: the group is gone */
+#endif
+}
+
+uint64_t gs_backend_internode_bytes(const struct gs_backend *b)
+{
+	return atomic_load(&((struct gs_backend *)b)->internode_bytes);
+}
+
+static void host_destroy(struct gs_backend *b)
+{
+	struct host_backend *h = host(b);
+	stop_helpers(h);
+	pthread_mutex_destroy(&h->lock);
+	pthread_cond_destroy(&h->go);
+	pthread_cond_destroy(&h->finished);
+	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
+		free(h->thread[t].spans);
+	free(h->fusion);
+	free(h->staging);
+	free(h);
+}
+
+static const struct gs_backend_ops host_ops = {
+	.import_buffer = host_import,
+	.release_buffer = host_release,
+	.reduce_bucket = host_reduce_bucket,
+	.destroy = host_destroy,
+};
+
+/* One thread per local trainer, as many as the CPUs allow, at most
+ * HOST_MAX_THREADS. */
+static unsigned thread_count(unsigned local_size)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned n = local_size;
+	if (cpus > 0 && (unsigned long)cpus < n)
+		n = (unsigned)cpus;
+	return n < 1 ? 1 : n > HOST_MAX_THREADS ? HOST_MAX_THREADS : n;
+}
+
+struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
+					  uint64_t fusion_elements, bool allow_hugetlb)
+{
+	if (local_size == 0 || local_size > GS_PACK_SUM_MAX_SOURCES)
+		return NULL;
+	struct host_backend *h = calloc(1, sizeof(*h));
+	if (!h)
+		return NULL;
+	h->base.name = "host";
+	h->base.ops = &host_ops;
+	h->base.local_size = local_size;
+	h->base.wire = wire;
+	h->base.fusion_elements = fusion_elements;
+	h->allow_hugetlb = allow_hugetlb;
+	h->nthreads = 1;
+	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
+		h->thread[t] = (struct host_thread){ .h = h, .index = t };
+	pthread_mutex_init(&h->lock, NULL);
+	pthread_cond_init(&h->go, NULL);
+	pthread_cond_init(&h->finished, NULL);
+	/* Sized for the widest wire dtype, rounded to whole cache lines. */
+	size_t bytes = ((fusion_elements + GS_CHUNK_STATUS_ELEMENTS) * sizeof(float) + 63) &
+		       ~(size_t)63;
+	h->fusion = aligned_alloc(64, bytes);
+	if (!h->fusion)
+		goto err;
+	memset(h->fusion, 0, bytes);
+	start_helpers(h, thread_count(local_size));
+	return &h->base;
+err:
+	host_destroy(&h->base);
+	return NULL;
+}

@@ -1,0 +1,349 @@
+/*
+ * The rendezvous's connections: each accepted one is admitted (limits
+ * first), given --auth-timeout to authenticate, and, when it closes,
+ * forgotten with whatever it held.
+ *
+ * Until a peer has authenticated it is a stranger: it costs a slot of
+ * AUTH_MAX_PENDING, and what is logged about it is limited (quiet), so
+ * that strangers holding connections open, or opening them without end,
+ * can neither keep a node out nor fill the log. When every slot is taken,
+ * the newcomer takes the place of an older stranger (evict) instead of
+ * being turned away: a flood then delays a node's join, which retries,
+ * but cannot lock it out.
+ */
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve/conn.h"
+#include "daemon.h"
+#include "gradsync.h"
+#include "cluster/liveness.h"
+#include "support/log.h"
+#include "cluster/rendezvous_server.h"
+
+void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
+{
+	struct gs_conn *c = p->conn;
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (c->log_group && p->has_rank)
+		gs_log_grouped(c->log_group, GS_LOG_WARN, "rendezvous: refused node %u from %s: %s",
+			       p->rank, c->addr, msg);
+	else if (c->log_group)
+		gs_log_grouped(c->log_group, GS_LOG_WARN, "rendezvous: refused a connection from %s: %s",
+			       c->addr, msg);
+	else
+		gs_warn("rendezvous: refused node %u from %s: %s", p->rank, c->addr, msg);
+	gs_conn_end(c, code, msg);
+}
+
+static void on_auth_timeout(uv_timer_t *t)
+{
+	struct rdv_peer *p = t->data;
+	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
+	rdv_refuse(p, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
+		   (unsigned long long)p->conn->d->settings.auth_timeout);
+}
+
+/* ---- Strangers, in the order they came ---------------------------------- */
+
+static void unlist(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		s->oldest = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	else
+		s->newest = p->prev;
+	p->prev = p->next = NULL;
+	s->pending--;
+}
+
+static void list(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	p->prev = s->newest;
+	if (s->newest)
+		s->newest->next = p;
+	else
+		s->oldest = p;
+	s->newest = p;
+	s->pending++;
+}
+
+/* The same host (the port aside). */
+static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+	if (a->ss_family != b->ss_family)
+		return false;
+	if (a->ss_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+	if (a->ss_family == AF_INET6)
+		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+			      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+	return false;
+}
+
+/* Whose place a newcomer from `from` takes when every slot is taken: the
+ * oldest stranger of its own host if that host holds half the slots or
+ * more (a flood from one host then only displaces itself, never a node
+ * joining from elsewhere), else the oldest of all. */
+static struct rdv_peer *to_evict(struct gs_rdv_server *s, const struct sockaddr_storage *from)
+{
+	struct rdv_peer *own = NULL;
+	uint32_t same = 0;
+	for (struct rdv_peer *p = s->oldest; p; p = p->next)
+		if (same_host(&p->from, from) && same++ == 0)
+			own = p;
+	return own && 2 * same >= s->pending ? own : s->oldest;
+}
+
+static void evict(struct gs_rdv_server *s, const struct sockaddr_storage *from, const char *addr)
+{
+	struct rdv_peer *p = to_evict(s, from);
+	rdv_refuse(p, GS_EAGAIN, "%u connections were authenticating at once; the oldest made room for a newer one (%s); try again",
+		   s->pending, addr);
+}
+
+/* ---- Liveness (liveness.h) ------------------------------------------------ */
+
+static void ping(struct rdv_peer *p)
+{
+	struct gs_liveness_msg lm;
+	gs_liveness_ping(&lm, ++p->ping_seq);
+	gs_conn_send(p->conn, &lm.m);
+}
+
+/* Nothing came from p for --peer-timeout: it is treated as if it had
+ * closed (rdv_peer_closed tells the other nodes, and its rank is free). */
+static void drop_silent(struct rdv_peer *p, uint64_t silent_ms)
+{
+	struct gs_conn *c = p->conn;
+	double s = (double)silent_ms / 1000.0;
+	unsigned long long limit = (unsigned long long)c->d->settings.peer_timeout;
+	if (p->node)
+		gs_warn("rendezvous: node %u (%s) sent nothing for %.1f s (--peer-timeout %llu s): taking it as lost",
+			p->rank, c->addr, s, limit);
+	else
+		gs_warn("rendezvous: a store connection of node %u (%s) sent nothing for %.1f s (--peer-timeout %llu s): closing it",
+			p->rank, c->addr, s, limit);
+	snprintf(p->gone, sizeof(p->gone),
+		 "the coordinator heard nothing from it for %.1f s (--peer-timeout %llu s)", s, limit);
+	char msg[200];
+	snprintf(msg, sizeof(msg), "the coordinator heard nothing from node %u for %.1f s (--peer-timeout %llu s): it is taken as lost",
+		 p->rank, s, limit);
+	gs_conn_end(c, GS_ETIMEDOUT, msg);
+}
+
+static void on_ping_tick(uv_timer_t *t)
+{
+	struct rdv_peer *p = t->data;
+	uint64_t silent = gs_conn_silent_ms(p->conn);
+	if (silent >= p->conn->d->settings.peer_timeout * 1000)
+		drop_silent(p, silent);
+	else
+		ping(p);
+}
+
+static void watch(struct rdv_peer *p)
+{
+	uint64_t every = gs_ping_interval_ms(p->conn->d->settings.peer_timeout);
+	uv_timer_start(&p->timer, on_ping_tick, every, every);
+}
+
+static void claim_refused(struct rdv_node *n);
+
+void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
+{
+	(void)s;
+	if (m->body_case == GRADSYNC__MESSAGE__BODY_PING) {
+		struct gs_liveness_msg lm;
+		gs_liveness_pong(&lm, m->ping->seq);
+		gs_conn_send(p->conn, &lm.m);
+		return;
+	}
+	/* A Pong: its arrival was the point, unless it answers a probe. */
+	struct rdv_node *n = p->node;
+	if (n && n->claimant && n->probe_seq && m->pong->seq >= n->probe_seq)
+		claim_refused(n);
+}
+
+/* ---- Second claims ----------------------------------------------------------
+ * A daemon that says hello for a rank another connection holds is either a
+ * mistake (two daemons started with the same --node-rank) or the holder's
+ * successor, the holder having vanished without closing (power loss,
+ * partition) and --peer-timeout not yet passed. The holder is pinged at
+ * once: a Pong within gs_probe_ms refuses the claim for good; none, and
+ * the holder is dropped as lost and the claimant takes its place. Either
+ * way within a few seconds, never a refusal forever. */
+
+static unsigned rank_of(const struct gs_rdv_server *s, const struct rdv_node *n)
+{
+	return (unsigned)(n - s->node);
+}
+
+static void end_claim(struct rdv_node *n)
+{
+	n->claimant->claim = NULL;
+	n->claimant = NULL;
+	n->probe_seq = 0;
+}
+
+static void claim_refused(struct rdv_node *n)
+{
+	struct rdv_peer *p = n->claimant;
+	struct gs_rdv_server *s = p->conn->d->rdv_server;
+	end_claim(n);
+	gs_conn_fail(p->conn, GS_EREFUSED, "node rank %u has already joined (%s); two daemons claim it",
+		     rank_of(s, n), n->conn->addr);
+}
+
+static void on_probe_timeout(uv_timer_t *t)
+{
+	struct rdv_peer *p = t->data;
+	struct gs_rdv_server *s = p->conn->d->rdv_server;
+	struct rdv_node *n = p->claim;
+	if (!n || !n->conn)
+		return; /* settled meanwhile */
+	struct rdv_peer *holder = n->conn->owner;
+	double waited = (double)gs_probe_ms(s->d->settings.peer_timeout) / 1000.0;
+	gs_warn("rendezvous: node %u at %s did not answer within %.1f s while a daemon at %s claims its rank: taking it as lost",
+		rank_of(s, n), holder->conn->addr, waited, p->conn->addr);
+	snprintf(holder->gone, sizeof(holder->gone),
+		 "it did not answer the coordinator within %.1f s when another daemon claimed its rank",
+		 waited);
+	char msg[200];
+	snprintf(msg, sizeof(msg), "another daemon claims node rank %u and this one did not answer the coordinator within %.1f s: it is taken as lost",
+		 rank_of(s, n), waited);
+	/* Its closing grants the claim (rdv_claim_granted). */
+	gs_conn_end(holder->conn, GS_ETIMEDOUT, msg);
+}
+
+void rdv_claim(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	       uint32_t local_size, const char *host)
+{
+	if (n->claimant) {
+		gs_conn_fail(p->conn, GS_EAGAIN, "node rank %u is being checked: another daemon claims it too; try again",
+			     rank_of(s, n));
+		return;
+	}
+	struct rdv_peer *holder = n->conn->owner;
+	n->claimant = p;
+	n->claim_local_size = local_size;
+	snprintf(n->claim_host, sizeof(n->claim_host), "%s", host);
+	p->claim = n;
+	n->probe_seq = holder->ping_seq + 1;
+	uint64_t bound = gs_probe_ms(s->d->settings.peer_timeout);
+	uv_timer_stop(&p->timer);
+	uv_timer_start(&p->timer, on_probe_timeout, bound, 0);
+	gs_info("rendezvous: a daemon at %s claims node rank %u, which %s holds: asking the holder whether it is alive (up to %.1f s)",
+		p->conn->addr, rank_of(s, n), holder->conn->addr, (double)bound / 1000.0);
+	/* Last: a holder whose socket fails now closes at once, which grants
+	 * the claim (rdv_claim_granted). */
+	ping(holder);
+}
+
+void rdv_claim_withdrawn(struct rdv_peer *p)
+{
+	if (p->claim)
+		end_claim(p->claim);
+}
+
+void rdv_claim_granted(struct gs_rdv_server *s, struct rdv_node *n)
+{
+	struct rdv_peer *p = n->claimant;
+	if (!p)
+		return;
+	end_claim(n);
+	uv_timer_stop(&p->timer);
+	watch(p);
+	rdv_join(s, n, p, n->claim_local_size, n->claim_host);
+}
+
+/* ---- Admission and authentication ---------------------------------------- */
+
+void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	p->state = PEER_AUTHED;
+	unlist(s, p);
+	p->conn->reader.max_frame = NODE_MAX_FRAME;
+	p->conn->log_group = NULL;
+	watch(p);
+	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
+}
+
+static void free_peer(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void node_closed(struct gs_conn *c)
+{
+	struct gs_rdv_server *s = c->d->rdv_server;
+	struct rdv_peer *p = c->owner;
+	if (!p)
+		return;
+	/* The record goes with the connection; its timer is closed first. */
+	uv_timer_stop(&p->timer);
+	uv_close((uv_handle_t *)&p->timer, free_peer);
+	if (!s)
+		return; /* shutting down */
+	if (p->state != PEER_AUTHED)
+		unlist(s, p);
+	else
+		rdv_peer_closed(s, p);
+}
+
+static void format_addr(const struct sockaddr_storage *a, char *out, size_t n)
+{
+	char host[48], port[8]; /* INET6_ADDRSTRLEN, "65535" */
+	if (getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), port,
+			sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+		snprintf(out, n, "an unknown address");
+	else if (a->ss_family == AF_INET6)
+		snprintf(out, n, "[%s]:%s", host, port);
+	else
+		snprintf(out, n, "%s:%s", host, port);
+}
+
+/* Limits first, before anything is allocated; the peer's record and the
+ * timer that bounds its authentication then come with the connection. */
+void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a)
+{
+	char addr[64];
+	format_addr(a, addr, sizeof(addr));
+	if (s->pending >= AUTH_MAX_PENDING(s->nodes))
+		evict(s, a, addr);
+	struct rdv_peer *p = calloc(1, sizeof(*p));
+	if (!p) {
+		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
+		return;
+	}
+	if (gs_tcp_liveness(fd, s->d->settings.peer_timeout) < 0)
+		gs_debug("rendezvous: cannot set TCP keepalive on the connection from %s", addr);
+	struct gs_conn *c = gs_conn_create(s->d, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
+	if (!c) {
+		free(p);
+		return;
+	}
+	c->role = GS_CONN_NODE;
+	c->log_group = &s->quiet;
+	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	p->conn = c;
+	p->from = *a;
+	uv_timer_init(s->d->loop, &p->timer);
+	p->timer.data = p;
+	uv_timer_start(&p->timer, on_auth_timeout, s->d->settings.auth_timeout * 1000, 0);
+	c->owner = p;
+	list(s, p);
+	gs_debug("rendezvous: connection from %s", addr);
+}

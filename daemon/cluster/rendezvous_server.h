@@ -1,0 +1,151 @@
+/*
+ * The rendezvous server's own parts, shared by its files and by nothing
+ * else (rendezvous.h is what the rest of the daemon sees):
+ *
+ *   rendezvous_server.c  joining, the key-value store, layout agreement,
+ *                        what an authenticated peer says
+ *   rendezvous_peers.c   connections: admission, the authentication
+ *                        deadline, closing
+ *   rendezvous_auth.c    the secret exchange before anything else
+ *
+ * Names here start with rdv_: internal to the server, as libuv's uv__.
+ */
+#ifndef GS_RENDEZVOUS_SERVER_H
+#define GS_RENDEZVOUS_SERVER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <uv.h>
+
+#include "cluster/auth.h"
+#include "gradsync.pb-c.h"
+#include "engine/layout.h"
+#include "support/log.h"
+
+struct gs_conn;
+struct gs_daemon;
+
+/* Layouts of large models exceed a trainer's frame limit. */
+#define NODE_MAX_FRAME (64u << 20)
+/* Until a peer has authenticated, its frames are small (NodeAuth,
+ * NodeProof), and only so many such peers are held at once: room for
+ * every node joining at the same moment, a few times over. Past that a
+ * newcomer takes the place of an older one (rendezvous_peers.c), so that
+ * strangers who hold connections open can delay a node but not keep it
+ * out, and memory stays bounded. */
+#define AUTH_MAX_FRAME 4096u
+#define AUTH_MAX_PENDING(nodes) (4u * (nodes) + 64u)
+
+enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
+
+/* One connection to the rendezvous: how far it has authenticated, and the
+ * node it joined as (NULL: not yet, or a connection for the store alone). */
+struct rdv_peer {
+	struct gs_conn *conn;
+	struct rdv_peer *prev, *next; /* unauthenticated: gs_rdv_server.oldest */
+	struct sockaddr_storage from;
+	struct rdv_node *node;
+	enum peer_state state;
+	bool has_rank;
+	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
+	uint8_t node_nonce[GS_AUTH_NONCE];
+	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
+	/* Until it has authenticated, the peer's deadline (--auth-timeout);
+	 * then its pings, and the check that it is not silent. */
+	uv_timer_t timer;
+	uint64_t ping_seq; /* of the last Ping sent */
+	struct rdv_node *claim; /* the node whose rank it claims (rdv_claim) */
+	char gone[160];    /* why it was dropped, for the other nodes; "": it closed */
+};
+
+struct rdv_node {
+	struct gs_conn *conn; /* NULL until joined, and after it leaves */
+	bool welcomed;        /* is in the current Gloo group */
+	uint32_t local_size;
+	char host[256];
+	bool has_job;         /* offered a layout, not withdrawn */
+	struct gs_layout offer;
+	uint64_t offer_round; /* 0: none pending */
+	/* A second daemon's claim to the rank while conn holds it, held until
+	 * the holder answers a Ping (the claim is refused) or has not within
+	 * gs_probe_ms (the holder is dropped and the claimant joins). */
+	struct rdv_peer *claimant;
+	uint32_t claim_local_size;
+	char claim_host[256];
+	uint64_t probe_seq; /* the holder's Ping whose Pong settles it */
+};
+
+struct rdv_entry {
+	struct rdv_entry *next;
+	char *key;
+	size_t len;
+	uint8_t value[];
+};
+
+struct rdv_wait {
+	struct rdv_wait *next;
+	struct gs_conn *conn;
+	char *key;
+};
+
+struct gs_rdv_server {
+	struct gs_daemon *d;
+	int fd;
+	uv_poll_t poll;
+	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
+	bool paused;     /* out of descriptors: tick listens again */
+	int handles;     /* poll and tick: the server is freed with the last */
+	uint32_t nodes, joined;
+	uint32_t pending; /* connections not yet authenticated */
+	struct rdv_peer *oldest, *newest; /* those, in the order they came */
+	struct gs_log_group quiet;        /* lines about them */
+	struct rdv_node *node;
+	bool formed;          /* the group has been built once */
+	uint64_t generation;  /* of the current group */
+	uint64_t incarnation; /* drawn at start: this coordinator's store keys */
+	bool has_agreed;      /* the job's layout, once every node agreed */
+	struct gs_layout agreed;
+	char settings[512];
+	struct rdv_entry *store;
+	struct rdv_wait *waits;
+};
+
+/* ---- rendezvous_peers.c ----------------------------------------------- */
+
+/* Takes over an accepted connection, or turns it away (limits first). */
+void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a);
+/* Logs why a peer is turned away, with its address, tells it the same
+ * words and closes the connection. */
+void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* The peer has proven itself: it may say anything now, and is pinged. */
+void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p);
+/* A Ping or a Pong from an authenticated peer. */
+void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m);
+/* p says hello for node n's rank, which another connection holds: the
+ * holder is asked whether it is alive, and the claim waits (bounded). */
+void rdv_claim(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	       uint32_t local_size, const char *host);
+/* p is going: a claim it made goes with it. */
+void rdv_claim_withdrawn(struct rdv_peer *p);
+/* n's holder has gone: a daemon that claimed n's rank joins as it. */
+void rdv_claim_granted(struct gs_rdv_server *s, struct rdv_node *n);
+
+/* ---- rendezvous_auth.c ------------------------------------------------ */
+
+/* What a peer says before it has authenticated. */
+void rdv_authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m);
+
+/* ---- rendezvous_server.c ---------------------------------------------- */
+
+/* Every message of a node connection (conn.c's dispatch). */
+void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m);
+/* An authenticated peer's connection has closed: its waits go, and the
+ * node it joined as is free again, which the other nodes are told. */
+void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p);
+/* p joins as node n (its hello said local_size trainers and host). */
+void rdv_join(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
+	      uint32_t local_size, const char *host);
+
+#endif

@@ -1,0 +1,131 @@
+/*
+ * The step engine of the node's job: which trainer holds which local rank,
+ * the layout they all registered and its bucket plan, and the step in
+ * progress: readiness per bucket, launching buckets in plan order once
+ * every local trainer has marked all of a bucket's tensors, and step done.
+ * It knows nothing of memfds, CUDA or Gloo: buckets run through the
+ * backend on the worker thread (reduce.c).
+ */
+#ifndef GS_JOB_H
+#define GS_JOB_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <uv.h>
+
+#include "gradsync.pb-c.h"
+#include "engine/layout.h"
+#include "backend/plan.h"
+
+#define GS_MAX_LOCAL 64
+
+struct gs_conn;
+struct gs_daemon;
+struct gs_trainer;
+
+/* A registered trainer whose connection went: a step cannot complete
+ * until another takes its local rank. */
+struct gs_departure {
+	bool gone;
+	pid_t pid;
+	uint64_t last_step; /* the trainer's own step number */
+};
+
+struct gs_job {
+	struct gs_daemon *d;
+	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
+	unsigned attached;
+	char id[64];
+	/* The user whose trainer began the job: only that user (and root)
+	 * may join it or see more of it than that it exists. */
+	uid_t owner;
+	struct gs_departure departed[GS_MAX_LOCAL];
+
+	/* The layout, fixed by the first trainer to register. */
+	bool has_layout;
+	struct gs_layout layout;
+	uint64_t layout_hash;
+	uint32_t layout_rank;
+	struct gs_plan plan;
+	float prescale, postscale;
+	/* With several nodes, a layout is used only once every node has
+	 * registered the same one (one agreement round per layout). */
+	uint64_t layout_round;
+	bool agreed;
+
+	/* The step in progress. */
+	uint64_t step;        /* an internal counter of the job's steps, never shown */
+	uint64_t step_number; /* the step as its trainers number it (BeginStep) */
+	bool in_step;
+	bool aborting;
+	char abort_reason[768];
+	uint32_t *bucket_marks; /* (trainer, tensor) marks per bucket */
+	uint32_t next_launch;
+	uint32_t buckets_done;
+	uint64_t step_start_ns;
+	uint64_t step_nonfinite;
+	uint64_t step_wire_bytes;
+	unsigned inflight; /* buckets on the worker */
+	uv_timer_t stall_timer; /* warns, then aborts a step that waits too long */
+	uv_timer_t failure_timer; /* holds a failed collective's abort briefly */
+	bool holding_failure;
+	bool failure_renames;        /* the node's word names the step's abort */
+	uint64_t failure_generation; /* of the group the held failure broke */
+	char failure_why[200];      /* its words, for the request */
+	/* Worker thread only: the step whose buckets stopped; later buckets
+	 * of it already queued skip their collectives, as every node does. */
+	uint64_t worker_stopped_step;
+	bool stall_warned;
+
+	/* Trainers gone while buckets that read their memory are in flight. */
+	struct gs_trainer *retired;
+};
+
+void gs_job_init(struct gs_job *j, struct gs_daemon *d);
+/* The world is known (after joining): fixes the scale factors. */
+void gs_job_set_world(struct gs_job *j);
+/* Closes the job's timers (shutdown, on the loop). */
+void gs_job_close(struct gs_job *j);
+void gs_job_destroy(struct gs_job *j);
+/* A node of the job went away (the coordinator said so, or is gone). */
+void gs_job_peer_lost(struct gs_job *j, const char *why);
+/* The group of nodes is whole again: buckets may launch. */
+void gs_job_resume(struct gs_job *j);
+
+uint32_t gs_job_world_size(const struct gs_job *j);
+/* Whether the job has trainers or work left (then it has an owner). */
+bool gs_job_active(const struct gs_job *j);
+/* Whether a client of uid may see the job's identity and shape (its id,
+ * trainers, layout): its owner, root and gradsyncd's own user. */
+bool gs_job_visible_to(const struct gs_job *j, uid_t uid);
+const char *gs_job_state(const struct gs_job *j);
+
+/* A trainer said hello: gives it a local rank slot, or drops it with an
+ * Error (rank out of range or taken, another job holds the node). */
+int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h);
+/* The trainer's client is gone: frees its slot, aborts a step it was part
+ * of, and frees it once no bucket uses its memory. */
+void gs_job_detach(struct gs_job *j, struct gs_trainer *t);
+/* Frees retired trainers when no bucket is in flight. */
+void gs_job_reap(struct gs_job *j);
+
+/* A trainer's registration is complete: adopt its layout as the job's, or
+ * compare it with the job's. Returns GS_OK or a GS_E* code with why. */
+int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why,
+			size_t n);
+
+/* The other nodes' verdict on layout round `round`: answers the trainers
+ * waiting for it with Registered, or drops them with why. */
+void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char *why);
+
+void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b);
+void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r);
+
+/* Worker side (reduce.c): one bucket of one step, run chunk by chunk. */
+struct gs_bucket_run;
+struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket);
+/* Called on the loop thread when the worker has finished it. */
+void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run);
+
+#endif

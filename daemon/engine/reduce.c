@@ -1,0 +1,219 @@
+#include "engine/reduce.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "gradsync.h"
+#include "support/trace.h"
+#include "engine/trainer.h"
+
+static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
+{
+	struct gs_backend *b = run->backend;
+	const struct gs_bucket *bk = &run->plan->buckets[run->bucket];
+	size_t nspans = gs_plan_chunk_spans(run->plan, run->counts, run->bucket,
+					    start, len, run->spans, bk->count);
+	uint64_t ns[4] = { gs_now_ns(), 0, 0, 0 }; /* phase starts, for the trace */
+	for (unsigned r = 0; r < run->nranks; r++)
+		run->clipped[r] += b->ops->pack(b, r, run->tensors[r], run->spans,
+						nspans, &run->pack[r]);
+	ns[1] = gs_now_ns();
+	int err = b->ops->allreduce(b, len);
+	ns[2] = gs_now_ns();
+	if (err != GS_OK) {
+		run->status = err;
+		snprintf(run->error, sizeof(run->error), "%s", b->error);
+		gs_trace_chunk(run, start, len, ns);
+		return;
+	}
+	run->nonfinite += b->ops->unpack(b, (float *const *const *)run->tensors,
+					 run->spans, nspans, run->postscale);
+	ns[3] = gs_now_ns();
+	gs_trace_chunk(run, start, len, ns);
+}
+
+/* The backend's marks, turned into the trace's phases chunk by chunk. */
+static void on_mark(const struct gs_bucket_io *io, int mark, uint64_t first, uint64_t len)
+{
+	struct gs_bucket_run *run = io->ctx;
+	run->marked = true;
+	run->mark_ns[mark] = gs_now_ns();
+	run->mark_first = first;
+	run->mark_len = len;
+	if (mark == GS_MARK_DONE) {
+		gs_trace_chunk(run, first, len, run->mark_ns);
+		memset(run->mark_ns, 0, sizeof(run->mark_ns));
+	}
+}
+
+/* A backend that reduces a bucket at once (CUDA: one kernel launch per
+ * bucket, chunked only where the bucket passes the fusion buffer). */
+static void run_whole(struct gs_bucket_run *run)
+{
+	struct gs_backend *b = run->backend;
+	struct gs_bucket_io io = {
+		run->plan, run->counts, run->bucket, run->nranks,
+		(float *const *const *)run->tensors, run->pack, run->postscale,
+		run->clipped, &run->nonfinite, on_mark, run, run->ready_event,
+		&run->lost,
+	};
+	uint64_t start = gs_now_ns();
+	int err = b->ops->reduce_bucket(b, &io);
+	if (err != GS_OK) {
+		run->status = err;
+		snprintf(run->error, sizeof(run->error), "%s", b->error);
+	}
+	if (run->mark_ns[0]) { /* a chunk that failed: the phase it failed in ends now */
+		int m = 1;
+		while (m < 3 && run->mark_ns[m])
+			m++;
+		run->mark_ns[m] = gs_now_ns();
+		gs_trace_chunk(run, run->mark_first, run->mark_len, run->mark_ns);
+	} else if (!run->marked)
+		gs_trace_whole(run, start, gs_now_ns());
+}
+
+/* Every node says whether it goes on with this bucket; one vote to abort
+ * ends the step on all nodes at the same bucket. The vote is an fp32 sum,
+ * exact for these small integers. */
+static void vote(struct gs_bucket_run *run)
+{
+	float v[4] = { 0, 0, 0, 0 };
+	if (run->abort_reason) {
+		v[0] = 1;
+		v[1] = (float)run->node_rank;
+		v[2] = (float)run->abort_rank;
+		v[3] = (float)run->abort_reason;
+	}
+	char err[256];
+	int rc = gs_cluster_vote(run->job->d, v, 4, err, sizeof(err));
+	if (rc != GS_OK) {
+		run->status = rc;
+		snprintf(run->error, sizeof(run->error), "%s", err);
+		return;
+	}
+	if (v[0] == 0)
+		return;
+	run->status = GS_EABORTED;
+	unsigned node = (unsigned)v[1], rank = (unsigned)v[2];
+	if (v[0] > 1)
+		snprintf(run->error, sizeof(run->error), "%u nodes aborted step %llu",
+			 (unsigned)v[0], (unsigned long long)run->step_number);
+	else if ((int)v[3] == GS_ABORT_TRAINER_GONE)
+		snprintf(run->error, sizeof(run->error),
+			 "trainer local rank %u of node %u went away during step %llu", rank, node,
+			 (unsigned long long)run->step_number);
+	else if ((int)v[3] == GS_ABORT_MEMORY)
+		snprintf(run->error, sizeof(run->error),
+			 "trainer local rank %u of node %u lost the pages of its shared memory while gradsyncd read it (SIGBUS) during step %llu",
+			 rank, node, (unsigned long long)run->step_number);
+	else if ((int)v[3] == GS_ABORT_TIMEOUT)
+		snprintf(run->error, sizeof(run->error),
+			 "step %llu timed out on node %u waiting for gradients (its log names them)",
+			 (unsigned long long)run->step_number, node);
+	else
+		snprintf(run->error, sizeof(run->error), "node %u aborted step %llu", node,
+			 (unsigned long long)run->step_number);
+}
+
+static void bucket_work(struct gs_work *w)
+{
+	struct gs_bucket_run *run = (struct gs_bucket_run *)w;
+	struct gs_job *j = run->job;
+	if (j->worker_stopped_step == run->step) {
+		run->status = GS_EABORTED;
+		snprintf(run->error, sizeof(run->error), "step %llu was aborted",
+			 (unsigned long long)run->step_number);
+		return;
+	}
+	if (run->nodes > 1)
+		vote(run);
+	if (run->abort_reason && run->status == GS_OK)
+		run->status = GS_EABORTED;
+	if (run->status != GS_OK) {
+		j->worker_stopped_step = run->step;
+		return;
+	}
+	uint64_t total = run->plan->buckets[run->bucket].elements;
+	uint64_t chunk = run->backend->fusion_elements;
+	gs_trace_bucket_start(run, gs_now_ns());
+	/* A failed chunk stops the bucket: later chunks keep the trainers'
+	 * own gradients, and the step reports the bucket as not done. */
+	if (run->backend->ops->reduce_bucket)
+		run_whole(run);
+	else
+		for (uint64_t start = 0; start < total && run->status == GS_OK; start += chunk)
+			run_chunk(run, start, gs_chunk_len(total, start, chunk));
+	if (run->status != GS_OK)
+		j->worker_stopped_step = run->step;
+}
+
+static void bucket_done(struct gs_work *w)
+{
+	struct gs_bucket_run *run = (struct gs_bucket_run *)w;
+	gs_job_bucket_finished(run->job, run);
+}
+
+/* What every run of bucket `bucket` of the job's current step knows. */
+static struct gs_bucket_run *run_alloc(struct gs_job *j, uint32_t bucket)
+{
+	struct gs_bucket_run *run = calloc(1, sizeof(*run));
+	if (!run)
+		return NULL;
+	run->work.run = bucket_work;
+	run->work.done = bucket_done;
+	run->job = j;
+	run->backend = j->d->backend;
+	run->plan = &j->plan;
+	run->counts = j->layout.counts;
+	run->bucket = bucket;
+	run->step = j->step;
+	run->step_number = j->step_number;
+	run->owner = j->owner;
+	run->nodes = j->d->cluster.nodes;
+	run->node_rank = j->d->cluster.node_rank;
+	return run;
+}
+
+struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
+{
+	struct gs_bucket_run *run = run_alloc(j, bucket);
+	if (!run)
+		return NULL;
+	const struct gs_bucket *bk = &j->plan.buckets[bucket];
+	run->spans = calloc(bk->count, sizeof(*run->spans));
+	if (!run->spans) {
+		free(run);
+		return NULL;
+	}
+	run->nranks = j->d->settings.local_size;
+	run->postscale = j->postscale;
+	run->ready_ns = j->step_start_ns;
+	run->launch_ns = gs_now_ns();
+	for (unsigned r = 0; r < run->nranks; r++) {
+		struct gs_trainer *t = j->slots[r];
+		run->tensors[r] = t->tensors;
+		run->pack[r] = t->pack;
+		run->ready_event[r] = t->bucket_event ? t->bucket_event[bucket] : 0;
+	}
+	return run;
+}
+
+struct gs_bucket_run *gs_bucket_run_create_abort(struct gs_job *j, uint32_t bucket,
+						 int reason, uint32_t rank)
+{
+	struct gs_bucket_run *run = run_alloc(j, bucket);
+	if (!run)
+		return NULL;
+	run->abort_reason = reason;
+	run->abort_rank = rank;
+	return run;
+}
+
+void gs_bucket_run_free(struct gs_bucket_run *run)
+{
+	free(run->spans);
+	free(run);
+}

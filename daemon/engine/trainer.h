@@ -1,0 +1,79 @@
+/*
+ * A trainer of the node's job: its connection, its registered tensors
+ * (mapped shared memory) and where it stands in the current step.
+ */
+#ifndef GS_TRAINER_H
+#define GS_TRAINER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "convert.h"
+#include "gradsync.pb-c.h"
+#include "engine/layout.h"
+
+struct gs_conn;
+struct gs_job;
+
+struct gs_trainer_buffer {
+	void *addr;
+	uint64_t size;
+};
+
+struct gs_trainer {
+	struct gs_job *job;
+	struct gs_conn *conn; /* NULL once the client is gone */
+	struct gs_trainer *next_retired;
+	uint32_t rank;
+	pid_t pid;
+	uid_t uid;
+
+	/* Registration, possibly over several frames. */
+	bool layout_checked; /* matches the job's; Registered may wait for the nodes */
+	bool registered;     /* Registered sent: steps may begin */
+	struct gs_trainer_buffer *buffers;
+	uint32_t nbuffers;
+	uint64_t buffer_bytes;
+	struct gs_layout layout;
+	uint32_t *tensor_buffer;  /* per tensor, while registering */
+	uint64_t *tensor_offset;
+	float **tensors;          /* per tensor, once registered */
+	uint64_t bytes;           /* registered gradient bytes */
+
+	/* The step. */
+	uint64_t seq;             /* the trainer's own step number */
+	uint64_t aborted_seq;     /* its last step that was aborted */
+	bool owes_abort;          /* the job aborted a step it had not begun */
+	bool in_step;
+	struct gs_pack_params pack;
+	bool bucket_events;
+	uint64_t *marked;         /* per tensor: job step it was marked in */
+	uint32_t *bucket_event;   /* per bucket: ready-ring entry of its last mark */
+	uint64_t clipped;         /* this step */
+	uint64_t steps;           /* completed */
+};
+
+struct gs_trainer *gs_trainer_create(struct gs_job *job, struct gs_conn *conn,
+				     uint32_t rank);
+/* Unmaps its buffers and frees it. */
+void gs_trainer_destroy(struct gs_trainer *t);
+
+uint32_t gs_trainer_rank(const struct gs_trainer *t);
+const char *gs_trainer_state(const struct gs_trainer *t);
+
+/* Handles one RegisterTensors frame; answers Registered after the last,
+ * or drops the client with an Error naming what is wrong. */
+void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *r);
+
+/* Tells the trainer its registration is accepted. */
+void gs_trainer_send_registered(struct gs_trainer *t);
+
+/* The first of its buffers whose pages vanished under the daemon (the
+ * fault guard caught a SIGBUS there, shm_guard.h), or -1. */
+int gs_trainer_lost_buffer(const struct gs_trainer *t);
+
+/* The client went away: the job decides what that means for the step. */
+void gs_trainer_disconnected(struct gs_trainer *t);
+
+#endif

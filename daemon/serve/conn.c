@@ -1,0 +1,369 @@
+#include "serve/conn.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "gradsync.h"
+#include "support/log.h"
+#include "engine/trainer.h"
+
+static void on_poll(uv_poll_t *p, int status, int events);
+
+static void update_poll(struct gs_conn *c)
+{
+	if (c->closing)
+		return;
+	int events = UV_READABLE | UV_DISCONNECT;
+	if (c->out_head)
+		events |= UV_WRITABLE;
+	uv_poll_start(&c->poll, events, on_poll);
+}
+
+struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
+			       void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m),
+			       void (*closed)(struct gs_conn *c))
+{
+	struct gs_conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->d = d;
+	c->fd = fd;
+	c->id = ++d->next_conn_id;
+	c->dispatch = dispatch;
+	c->closed = closed;
+	gs_frame_reader_init(&c->reader, max_frame);
+	/* No descriptors before the client is identified; its role's own
+	 * allowance comes with its Hello (gs_conn_identified). */
+	c->reader.max_fds = 0;
+	c->reader.budget = &d->frame_budget;
+	socklen_t len = sizeof(c->cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
+		c->cred = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
+	int r = uv_poll_init(d->loop, &c->poll, fd);
+	if (r < 0) {
+		gs_warn("cannot watch a new connection: %s", uv_strerror(r));
+		gs_frame_reader_destroy(&c->reader);
+		close(fd);
+		free(c);
+		return NULL;
+	}
+	c->poll.data = c;
+	c->last_rx_ms = uv_now(d->loop);
+	d->nconns++;
+	c->next = d->conns;
+	if (d->conns)
+		d->conns->prev = c;
+	d->conns = c;
+	update_poll(c);
+	return c;
+}
+
+void gs_conn_identified(struct gs_conn *c, enum gs_conn_role role)
+{
+	const struct gs_settings *s = &c->d->settings;
+	c->role = role;
+	c->hello_deadline_ns = 0;
+	if (role == GS_CONN_TRAINER) {
+		c->reader.max_frame = s->max_frame;
+		c->reader.max_fds = GS_CONN_TRAINER_FDS;
+	} else if (role == GS_CONN_CONTROL) {
+		c->reader.max_fds = GS_CONN_CONTROL_FDS;
+	}
+}
+
+void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now)
+{
+	const struct gs_settings *s = &c->d->settings;
+	if (c->closing || !c->timed)
+		return;
+	if (c->hello_deadline_ns && now >= c->hello_deadline_ns) {
+		gs_conn_fail(c, GS_ETIMEDOUT, "no Hello within %llu s of connecting (--hello-timeout)",
+			     (unsigned long long)s->hello_timeout);
+		return;
+	}
+	if (c->frame_start_ns && now - c->frame_start_ns >= s->frame_timeout * 1000000000ull) {
+		size_t need = GS_FRAME_HEADER_SIZE;
+		if (c->reader.len >= GS_FRAME_HEADER_SIZE)
+			need += gs_frame_get_len(c->reader.buf);
+		gs_conn_fail(c, GS_ETIMEDOUT, "a frame begun %llu s ago is still incomplete: %zu of %zu bytes (--frame-timeout)",
+			     (unsigned long long)s->frame_timeout, c->reader.len, need);
+	}
+}
+
+void gs_conn_refuse(int fd, int code, const char *message)
+{
+	Gradsync__Error err = GRADSYNC__ERROR__INIT;
+	err.code = code;
+	err.message = (char *)message;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
+	m.error = &err;
+	uint8_t *buf;
+	size_t len;
+	if (gs_frame_encode(&m, &buf, &len) == 0) {
+		gs_frame_write_some(fd, buf, len, NULL, 0);
+		free(buf);
+	}
+	close(fd);
+}
+
+uint64_t gs_conn_silent_ms(const struct gs_conn *c)
+{
+	int unread = 0;
+	if (ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0)
+		return 0;
+	uint64_t now = uv_now(c->d->loop);
+	return now > c->last_rx_ms ? now - c->last_rx_ms : 0;
+}
+
+const char *gs_conn_name(const struct gs_conn *c)
+{
+	static char name[96];
+	if (c->addr[0])
+		snprintf(name, sizeof(name), "%s", c->addr);
+	else if (c->trainer)
+		snprintf(name, sizeof(name), "pid %d uid %u (local rank %u)",
+			 (int)c->cred.pid, (unsigned)c->cred.uid,
+			 gs_trainer_rank(c->trainer));
+	else
+		snprintf(name, sizeof(name), "pid %d uid %u", (int)c->cred.pid,
+			 (unsigned)c->cred.uid);
+	return name;
+}
+
+static int flush(struct gs_conn *c)
+{
+	while (c->out_head) {
+		struct gs_out_frame *f = c->out_head;
+		ssize_t n = gs_frame_write_some(c->fd, f->data + f->off,
+						f->len - f->off, NULL, 0);
+		if (n == -EAGAIN)
+			return 0;
+		if (n < 0)
+			return (int)n;
+		f->off += (size_t)n;
+		if (f->off < f->len)
+			continue;
+		c->out_head = f->next;
+		if (!c->out_head)
+			c->out_tail = NULL;
+		free(f);
+	}
+	return 0;
+}
+
+void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
+{
+	if (c->closing)
+		return;
+	size_t payload = gradsync__message__get_packed_size(m);
+	struct gs_out_frame *f = malloc(sizeof(*f) + GS_FRAME_HEADER_SIZE + payload);
+	if (!f) {
+		gs_error("out of memory queueing a frame for %s", gs_conn_name(c));
+		gs_conn_close(c);
+		return;
+	}
+	f->next = NULL;
+	f->off = 0;
+	f->len = GS_FRAME_HEADER_SIZE + payload;
+	gs_frame_put_len(f->data, (uint32_t)payload);
+	gradsync__message__pack(m, f->data + GS_FRAME_HEADER_SIZE);
+	if (c->out_tail)
+		c->out_tail->next = f;
+	else
+		c->out_head = f;
+	c->out_tail = f;
+	if (flush(c) < 0) {
+		gs_debug("write to %s failed; closing", gs_conn_name(c));
+		gs_conn_close(c);
+		return;
+	}
+	update_poll(c);
+}
+
+/* A warning about c, limited while c is a stranger (log_group). */
+static void conn_warn(struct gs_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void conn_warn(struct gs_conn *c, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	if (c->log_group)
+		gs_vlog_grouped(c->log_group, GS_LOG_WARN, fmt, ap);
+	else
+		gs_vlog(GS_LOG_WARN, fmt, ap);
+	va_end(ap);
+}
+
+void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	conn_warn(c, "dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
+	gs_conn_end(c, code, msg);
+}
+
+void gs_conn_end(struct gs_conn *c, int code, const char *message)
+{
+	Gradsync__Error err = GRADSYNC__ERROR__INIT;
+	err.code = code;
+	err.message = (char *)message;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
+	m.error = &err;
+	gs_conn_send(c, &m);
+	/* Best effort: the error frame is small and the socket buffer empty
+	 * in all but hostile cases; we do not wait for a peer that won't read. */
+	gs_conn_close(c);
+}
+
+static void on_closed(uv_handle_t *h)
+{
+	struct gs_conn *c = h->data;
+	while (c->out_head) {
+		struct gs_out_frame *f = c->out_head;
+		c->out_head = f->next;
+		free(f);
+	}
+	gs_frame_reader_destroy(&c->reader);
+	close(c->fd);
+	/* A trainer this connection had is freed now that no callback holds it. */
+	gs_job_reap(&c->d->job);
+	free(c);
+}
+
+void gs_conn_close(struct gs_conn *c)
+{
+	if (c->closing)
+		return;
+	c->closing = true;
+	struct gs_daemon *d = c->d;
+	d->nconns--;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		d->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	if (c->closed)
+		c->closed(c);
+	gs_debug("client pid %d closed", (int)c->cred.pid);
+	uv_poll_stop(&c->poll);
+	uv_close((uv_handle_t *)&c->poll, on_closed);
+}
+
+/* Why a fill failed, in words that name the limit. */
+static void fail_fill(struct gs_conn *c, ssize_t err)
+{
+	const struct gs_frame_budget *b = &c->d->frame_budget;
+	if (err == -EMSGSIZE && (c->role == GS_CONN_NEW || c->role == GS_CONN_CONTROL))
+		gs_conn_fail(c, GS_ELIMIT, "frame longer than %zu bytes from a %s",
+			     c->reader.max_frame,
+			     c->role == GS_CONN_NEW ? "client that has not said Hello" : "control client");
+	else if (err == -EMSGSIZE)
+		gs_conn_fail(c, GS_ELIMIT, "frame longer than the %zu-byte maximum (--max-frame)",
+			     c->reader.max_frame);
+	else if (err == -EMFILE && b->fds >= b->max_fds)
+		gs_conn_fail(c, GS_ELIMIT, "gradsyncd already holds %zu descriptors that clients sent and no message claimed (--max-parked-fds)",
+			     b->fds);
+	else if (err == -EMFILE && c->role == GS_CONN_NEW)
+		gs_conn_fail(c, GS_ELIMIT, "descriptors sent before Hello");
+	else if (err == -EMFILE)
+		gs_conn_fail(c, GS_ELIMIT, "more than %zu descriptors sent without a message claiming them",
+			     c->reader.max_fds);
+	else if (err == -ENOBUFS)
+		gs_conn_fail(c, GS_ELIMIT, "gradsyncd already holds %zu bytes of frames not yet whole from its clients (--max-pending-bytes)",
+			     b->bytes);
+	else {
+		gs_debug("read from %s: %s", gs_conn_name(c), strerror((int)-err));
+		gs_conn_close(c);
+	}
+}
+
+/* Decodes and dispatches every whole frame that is buffered. */
+static void process_frames(struct gs_conn *c)
+{
+	const uint8_t *payload;
+	size_t len;
+	int r = 0;
+	while (!c->closing && (r = gs_frame_reader_next(&c->reader, &payload, &len)) > 0) {
+		Gradsync__Message *m;
+		int err = gs_frame_decode(payload, len, &m);
+		gs_frame_reader_consume(&c->reader);
+		if (err == -ERANGE) {
+			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes does not encode back to itself: a number does not fit its field, or the encoding is padded",
+				     len);
+			return;
+		}
+		if (err < 0) {
+			gs_conn_fail(c, GS_EPROTO, "frame of %zu bytes is not a valid message", len);
+			return;
+		}
+		c->dispatch(c, m);
+		gradsync__message__free_unpacked(m, NULL);
+	}
+	if (r < 0 && !c->closing)
+		fail_fill(c, r);
+}
+
+/* A local client's frame is timed from its first byte until it is whole. */
+static void note_frame_start(struct gs_conn *c)
+{
+	if (c->reader.len == 0)
+		c->frame_start_ns = 0;
+	else if (c->frame_start_ns == 0)
+		c->frame_start_ns = gs_now_ns();
+}
+
+static void on_readable(struct gs_conn *c)
+{
+	/* Bounded per wake-up so one client cannot starve the others. */
+	for (int i = 0; i < 16 && !c->closing; i++) {
+		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
+		if (n == -EAGAIN)
+			return;
+		if (n > 0)
+			c->last_rx_ms = uv_now(c->d->loop);
+		if (n < 0) {
+			fail_fill(c, n);
+			return;
+		}
+		if (n == 0) {
+			if (c->reader.len > 0)
+				conn_warn(c, "client %s closed mid-frame (%zu bytes unread)",
+					  gs_conn_name(c), c->reader.len);
+			gs_conn_close(c);
+			return;
+		}
+		process_frames(c);
+		note_frame_start(c);
+	}
+}
+
+static void on_poll(uv_poll_t *p, int status, int events)
+{
+	struct gs_conn *c = p->data;
+	if (status < 0) {
+		gs_conn_close(c);
+		return;
+	}
+	if (events & UV_WRITABLE) {
+		if (flush(c) < 0) {
+			gs_conn_close(c);
+			return;
+		}
+	}
+	if (events & (UV_READABLE | UV_DISCONNECT))
+		on_readable(c);
+	update_poll(c);
+}

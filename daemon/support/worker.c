@@ -1,0 +1,95 @@
+#include "support/worker.h"
+
+#include <errno.h>
+#include <stddef.h>
+
+static void push(struct gs_work **head, struct gs_work **tail, struct gs_work *w)
+{
+	w->next = NULL;
+	if (*tail)
+		(*tail)->next = w;
+	else
+		*head = w;
+	*tail = w;
+}
+
+static void *worker_main(void *arg)
+{
+	struct gs_worker *w = arg;
+	pthread_mutex_lock(&w->lock);
+	for (;;) {
+		while (!w->todo_head && !w->stopping)
+			pthread_cond_wait(&w->wake, &w->lock);
+		struct gs_work *work = w->todo_head;
+		if (!work)
+			break; /* stopping, and nothing left to do */
+		w->todo_head = work->next;
+		if (!w->todo_head)
+			w->todo_tail = NULL;
+		pthread_mutex_unlock(&w->lock);
+
+		work->run(work);
+
+		pthread_mutex_lock(&w->lock);
+		push(&w->done_head, &w->done_tail, work);
+		uv_async_send(&w->async);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+static void drain_done(struct gs_worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	struct gs_work *work = w->done_head;
+	w->done_head = w->done_tail = NULL;
+	pthread_mutex_unlock(&w->lock);
+	while (work) {
+		struct gs_work *next = work->next;
+		w->inflight--;
+		work->done(work);
+		work = next;
+	}
+}
+
+static void on_async(uv_async_t *a)
+{
+	drain_done(a->data);
+}
+
+int gs_worker_start(struct gs_worker *w, uv_loop_t *loop)
+{
+	*w = (struct gs_worker){ 0 };
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->wake, NULL);
+	int r = uv_async_init(loop, &w->async, on_async);
+	if (r < 0)
+		return r;
+	w->async.data = w;
+	r = pthread_create(&w->thread, NULL, worker_main, w);
+	if (r != 0) {
+		uv_close((uv_handle_t *)&w->async, NULL);
+		return -r;
+	}
+	return 0;
+}
+
+void gs_worker_submit(struct gs_worker *w, struct gs_work *work)
+{
+	w->inflight++;
+	pthread_mutex_lock(&w->lock);
+	push(&w->todo_head, &w->todo_tail, work);
+	pthread_cond_signal(&w->wake);
+	pthread_mutex_unlock(&w->lock);
+}
+
+void gs_worker_stop(struct gs_worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	w->stopping = true;
+	pthread_cond_signal(&w->wake);
+	pthread_mutex_unlock(&w->lock);
+	pthread_join(w->thread, NULL);
+	drain_done(w);
+	uv_close((uv_handle_t *)&w->async, NULL);
+}
