@@ -12,7 +12,7 @@
 #endif
 #include "support/notify.h"
 #include "cluster/rendezvous.h"
-#include "serve/server.h"
+#include "control/session.h"
 #include "support/trace.h"
 
 static struct gs_backend *choose_backend(const struct gs_settings *s)
@@ -50,14 +50,22 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 	return b;
 }
 
+/* A connection is gone: a trainer it had may be freed now. */
+static void conn_freed(void *job)
+{
+	gs_job_reap(job);
+}
+
 int gs_daemon_init(struct gs_daemon *d, uv_loop_t *loop)
 {
 	int r;
+	const struct gs_settings *s = &d->settings;
 	d->loop = loop;
-	d->listen_fd = -1;
-	d->reserve_fd = -1;
-	d->frame_budget.max_fds = d->settings.max_parked_fds;
-	d->frame_budget.max_bytes = d->settings.max_pending_bytes;
+	gs_conn_set_init(&d->conns, loop, s->max_frame, s->hello_timeout, s->frame_timeout,
+			 s->max_parked_fds, s->max_pending_bytes);
+	d->conns.freed = conn_freed;
+	d->conns.ctx = &d->job;
+	gs_server_init(&d->server, &d->conns, &d->settings, &d->access, gs_session_accept, d);
 	d->start_ns = gs_now_ns();
 	d->cluster.cancel_fd = -1;
 	d->backend = choose_backend(&d->settings);
@@ -95,7 +103,7 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	/* systemd owns an activated socket's file: it must outlive us. */
 	if (gs_notify_socket_activated())
 		d->settings.socket_path[0] = '\0';
-	gs_server_close(d);
+	gs_server_close(&d->server);
 	gs_rdv_server_stop(d);
 	gs_cluster_cancel(d);
 	gs_job_close(&d->job);

@@ -5,6 +5,7 @@
 #ifndef GS_DAEMON_H
 #define GS_DAEMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
@@ -15,10 +16,11 @@
 #include "frame.h"
 #include "engine/job.h"
 #include "engine/stats.h"
+#include "serve/conn.h"
+#include "serve/server.h"
 #include "support/settings.h"
 #include "support/worker.h"
 
-struct gs_conn;
 struct gs_notifier;
 struct gs_trace;
 
@@ -31,26 +33,23 @@ struct gs_daemon {
 	struct gs_cluster cluster;
 	struct gs_rdv_server *rdv_server; /* node rank 0 only */
 	struct gs_stats stats;
-	int listen_fd;
-	uv_poll_t listen_poll;
-	/* Held open so that, out of descriptors, gradsyncd can still accept
-	 * a connection to refuse it (server.c). -1: spent or none. */
-	int reserve_fd;
-	uv_timer_t accept_pause; /* listening paused after running out */
-	uv_timer_t sweep;        /* clients' deadlines, the log's summaries */
-	struct gs_frame_budget frame_budget; /* every client's reader together */
+	struct gs_conn_set conns;  /* local clients and nodes */
+	struct gs_server server;   /* the listening socket */
 	uint64_t mappings;       /* trainers' buffers mapped, all together */
 	uv_signal_t sigint, sigterm;
-	struct gs_conn *conns; /* doubly linked through gs_conn.next/prev */
-	unsigned nconns;
 	struct gs_access access;
 	struct gs_trace *trace;       /* bucket phases: trace file, metrics */
 	struct gs_notifier *notifier; /* under systemd: status lines */
 	uint64_t start_ns;
-	uint64_t next_conn_id;
 	int stopping;
 	int exit_code;
 };
+
+/* The daemon a connection of its set belongs to. */
+static inline struct gs_daemon *gs_daemon_of(const struct gs_conn *c)
+{
+	return (struct gs_daemon *)((char *)c->set - offsetof(struct gs_daemon, conns));
+}
 
 /* Sets up d (its settings already loaded) on loop: the backend the
  * settings ask for, the job, access rules, trace, systemd notifier and

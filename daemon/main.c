@@ -34,7 +34,7 @@ static void on_ready(struct gs_daemon *d, bool ok)
 	if (d->cluster.gloo)
 		gs_backend_host_attach_gloo(d->backend, d->cluster.gloo,
 					    (int)(d->settings.peer_timeout * 1000));
-	if (gs_server_listen(d) < 0) {
+	if (gs_server_listen(&d->server) < 0) {
 		gs_daemon_shutdown(d, 1);
 		return;
 	}

@@ -67,9 +67,9 @@ static void fill_client(const struct gs_conn *c, const struct gs_conn *asker,
 
 static void clients_reply(struct gs_conn *asker)
 {
-	const struct gs_daemon *d = asker->d;
+	const struct gs_daemon *d = asker->owner;
 	size_t n = 0;
-	for (const struct gs_conn *c = d->conns; c; c = c->next)
+	for (const struct gs_conn *c = d->conns.head; c; c = c->next)
 		n++;
 	Gradsync__ClientInfo *infos = calloc(n ? n : 1, sizeof(*infos));
 	Gradsync__ClientInfo **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
@@ -81,7 +81,7 @@ static void clients_reply(struct gs_conn *asker)
 	}
 	/* Oldest first: the list is kept newest first. */
 	size_t i = n;
-	for (const struct gs_conn *c = d->conns; c; c = c->next) {
+	for (const struct gs_conn *c = d->conns.head; c; c = c->next) {
 		i--;
 		fill_client(c, asker, &infos[i]);
 		ptrs[i] = &infos[i];
@@ -122,7 +122,7 @@ static struct gs_trace_viewer viewer_of(const struct gs_conn *c)
 
 static void trace_start(struct gs_conn *c)
 {
-	struct gs_daemon *d = c->d;
+	struct gs_daemon *d = c->owner;
 	int fd;
 	if (gs_frame_reader_take_fds(&c->reader, &fd, 1) < 0) {
 		gs_conn_fail(c, GS_EPROTO, "TraceStart carries no descriptor of the file to write");
@@ -152,7 +152,7 @@ static void trace_stop(struct gs_conn *c)
 {
 	struct gs_trace_figures f;
 	char why[160] = "no trace is being written (gradsyncctl trace start FILE)";
-	int r = c->d->trace ? gs_trace_end(c->d->trace, viewer_of(c), &f, why, sizeof(why))
+	int r = ((struct gs_daemon *)c->owner)->trace ? gs_trace_end(((struct gs_daemon *)c->owner)->trace, viewer_of(c), &f, why, sizeof(why))
 			    : GS_ESTATE;
 	if (r != GS_OK) {
 		gs_conn_fail(c, r, "%s", why);

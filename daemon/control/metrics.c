@@ -101,7 +101,7 @@ static void job(struct text *t, const struct gs_daemon *d)
 {
 	const struct gs_job *j = &d->job;
 	scalar(t, "gradsync_connections", "gauge", "Client connections open (trainers, control clients, nodes).",
-	       d->nconns);
+	       d->conns.count);
 	scalar(t, "gradsync_trainers", "gauge", "Trainers connected to this node's job.", j->attached);
 	scalar(t, "gradsync_buckets", "gauge", "Buckets in the bucket plan of the current job (0 without a job).",
 	       j->has_layout ? j->plan.nbuckets : 0);
@@ -205,7 +205,7 @@ char *gs_metrics_text(const struct gs_daemon *d, size_t *len)
 void gs_metrics_reply(struct gs_conn *c)
 {
 	size_t len;
-	char *text = gs_metrics_text(c->d, &len);
+	char *text = gs_metrics_text(c->owner, &len);
 	if (!text) {
 		gs_conn_fail(c, GS_ENOMEM, "out of memory formatting the metrics");
 		return;

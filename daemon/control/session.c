@@ -1,5 +1,7 @@
 #include "control/session.h"
 
+#include <stdio.h>
+
 #include "control/control.h"
 #include "daemon.h"
 #include "gradsync.h"
@@ -40,7 +42,7 @@ static const char *message_name(Gradsync__Message__BodyCase body)
 
 static void send_welcome(struct gs_conn *c, uint32_t local_rank)
 {
-	struct gs_daemon *d = c->d;
+	struct gs_daemon *d = c->owner;
 	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
 	gs_status_fill_settings(d, &settings);
 	Gradsync__Welcome w = GRADSYNC__WELCOME__INIT;
@@ -69,8 +71,9 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 	}
 	switch (h->role) {
 	case GRADSYNC__ROLE__ROLE_TRAINER:
-		if (gs_job_attach(&c->d->job, c, h) < 0)
+		if (gs_job_attach(&((struct gs_daemon *)c->owner)->job, c, h) < 0)
 			return; /* the job has answered with an Error */
+		snprintf(c->label, sizeof(c->label), "local rank %u", (unsigned)h->local_rank);
 		gs_conn_identified(c, GS_CONN_TRAINER);
 		break;
 	case GRADSYNC__ROLE__ROLE_CONTROL:
@@ -102,7 +105,7 @@ static void dispatch_trainer(struct gs_conn *c, const Gradsync__Message *m)
 	}
 }
 
-void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m)
+static void dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	switch (c->role) {
 	case GS_CONN_NEW:
@@ -126,11 +129,20 @@ void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	}
 }
 
-void gs_session_closed(struct gs_conn *c)
+/* A client's connection closed: a trainer leaves its job. */
+static void closed(struct gs_conn *c)
 {
 	struct gs_trainer *t = c->trainer;
 	if (!t)
 		return;
 	c->trainer = NULL;
+	c->label[0] = '\0';
 	gs_trainer_disconnected(t);
+}
+
+void gs_session_accept(struct gs_conn *c, void *view)
+{
+	c->dispatch = dispatch;
+	c->closed = closed;
+	c->owner = view;
 }

@@ -35,7 +35,7 @@ static void fill_trainer(const struct gs_trainer *t, Gradsync__TrainerStatus *ts
 
 void gs_status_reply(struct gs_conn *c)
 {
-	const struct gs_daemon *d = c->d;
+	const struct gs_daemon *d = c->owner;
 	const struct gs_job *j = &d->job;
 	const struct gs_stats *st = &d->stats;
 	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;

@@ -148,7 +148,7 @@ static size_t drain(int client)
 static bool daemon_has_unread(const struct gs_daemon *d)
 {
 	int unread = 0;
-	return d->conns && ioctl(d->conns->fd, FIONREAD, &unread) == 0 && unread > 0;
+	return d->conns.head && ioctl(d->conns.head->fd, FIONREAD, &unread) == 0 && unread > 0;
 }
 
 /* Runs the loop without blocking until nothing moves: no work on the
@@ -284,7 +284,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();
 	/* As a client the server accepts; the connection owns sv[0] from here. */
-	gs_server_adopt(d, sv[0]);
+	gs_server_adopt(&d->server, sv[0]);
 	int client = sv[1];
 	int memfd = flags & FUZZ_MEMFD ? make_memfd(flags) : -1;
 
