@@ -1,27 +1,30 @@
 /*
- * The daemon's top-level state, shared by its parts: the loop, settings,
- * backend, worker, the job of the node, connections and running figures.
+ * The daemon's top-level state: every part of the node, owned here and
+ * wired together by daemon.c. Only main.c and daemon.c (and the fuzz
+ * target) see it; each part below is given what it needs.
  */
 #ifndef GS_DAEMON_H
 #define GS_DAEMON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
 
-#include "serve/access.h"
 #include "backend/backend.h"
-#include "cluster/cluster.h"
 #include "clock.h"
-#include "frame.h"
+#include "cluster/cluster.h"
+#include "control/view.h"
 #include "engine/job.h"
 #include "engine/stats.h"
+#include "frame.h"
+#include "serve/access.h"
 #include "serve/conn.h"
 #include "serve/server.h"
+#include "support/notify.h"
 #include "support/settings.h"
 #include "support/worker.h"
 
-struct gs_notifier;
 struct gs_trace;
 
 struct gs_daemon {
@@ -39,8 +42,9 @@ struct gs_daemon {
 	uv_signal_t sigint, sigterm;
 	struct gs_access access;
 	struct gs_trace *trace;       /* bucket phases: trace file, metrics */
-	struct gs_notifier *notifier; /* under systemd: status lines */
-	uint64_t start_ns;
+	struct gs_notifier notifier;  /* under systemd: status lines */
+	struct gs_node_view view;     /* what the control layer reads */
+	bool serve; /* listens, watches signals, tells systemd (not so in the fuzz target) */
 	int stopping;
 	int exit_code;
 };
@@ -51,17 +55,20 @@ static inline struct gs_daemon *gs_daemon_of(const struct gs_conn *c)
 	return (struct gs_daemon *)((char *)c->set - offsetof(struct gs_daemon, conns));
 }
 
-/* Sets up d (its settings already loaded) on loop: the backend the
- * settings ask for, the job, access rules, trace, systemd notifier and
- * worker thread. Joining the other nodes (gs_cluster_start), signals and
- * the listening socket are the caller's. Returns 0, or -1 having logged
- * why; the caller should then exit. */
-int gs_daemon_init(struct gs_daemon *d, uv_loop_t *loop);
+/* Starts d (its settings already loaded) on loop: the backend the settings
+ * ask for, the job, access rules, trace, systemd notifier and worker
+ * thread, then joining the other nodes. With serve, it watches SIGINT and
+ * SIGTERM and, once the node has joined, listens on the socket and tells
+ * systemd it is ready; without (the fuzz target), clients come only
+ * through gs_server_adopt. Returns 0, after which the caller runs the loop
+ * (a failure to join shuts the daemon down from there, with exit code 1),
+ * or -1 having logged why: the caller should then exit. */
+int gs_daemon_start(struct gs_daemon *d, uv_loop_t *loop, bool serve);
 
 /* Stops serving, finishes the work in flight and leaves the loop. */
 void gs_daemon_shutdown(struct gs_daemon *d, int exit_code);
 
-/* Frees what gs_daemon_init and the cluster made, once gs_daemon_shutdown
+/* Frees what gs_daemon_start and the cluster made, once gs_daemon_shutdown
  * has run and the loop has run dry. The loop stays the caller's to close. */
 void gs_daemon_free(struct gs_daemon *d);
 

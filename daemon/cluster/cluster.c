@@ -756,9 +756,8 @@ void gs_cluster_request_regroup(struct gs_daemon *d, uint64_t generation, const 
 	gs_conn_send(c->conn, &m);
 }
 
-const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank)
+const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank)
 {
-	const struct gs_cluster *c = &d->cluster;
 	if (rank == c->node_rank)
 		return "this node";
 	if (!c->joined)
