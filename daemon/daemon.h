@@ -49,7 +49,8 @@ struct gs_daemon {
 	int exit_code;
 };
 
-/* The daemon a connection of its set belongs to. */
+/* The daemon a connection of its set belongs to: how cluster/ finds it
+ * from a connection's callbacks, until cluster/ is given what it needs. */
 static inline struct gs_daemon *gs_daemon_of(const struct gs_conn *c)
 {
 	return (struct gs_daemon *)((char *)c->set - offsetof(struct gs_daemon, conns));

@@ -72,7 +72,9 @@ struct gs_conn {
 	struct gs_out_frame *out_head, *out_tail;
 	struct ucred cred;
 	enum gs_conn_role role;
-	struct gs_trainer *trainer; /* the engine's, for a trainer */
+	/* The engine's trainer on this connection; set and read above,
+	 * never used here. */
+	struct gs_trainer *trainer;
 	/* The layer above's, for its callbacks: the node's view for a local
 	 * client (session.c), the rendezvous's record of a peer. */
 	void *owner;
