@@ -1,8 +1,12 @@
 /*
  * The daemon's start-up and shutdown order, in one place: gradsyncd's
  * main.c and the fuzz target both run a daemon through these, so the
- * target exercises the order the real daemon keeps.
+ * target exercises the order the real daemon keeps. This is where the
+ * layers are wired together: the connections' set to the job, the
+ * listener to the session, the control layer's view to the parts it
+ * reads, systemd's status lines to the status.
  */
+#include <signal.h>
 #include <string.h>
 
 #include "daemon.h"
@@ -10,9 +14,9 @@
 #ifdef GS_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
 #endif
-#include "support/notify.h"
 #include "cluster/rendezvous.h"
-#include "serve/server.h"
+#include "control/session.h"
+#include "control/status.h"
 #include "support/trace.h"
 
 static struct gs_backend *choose_backend(const struct gs_settings *s)
@@ -50,15 +54,30 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 	return b;
 }
 
-int gs_daemon_init(struct gs_daemon *d, uv_loop_t *loop)
+/* A connection is gone: a trainer it had may be freed now. */
+static void conn_freed(void *job)
+{
+	gs_job_reap(job);
+}
+
+static void status_line(void *view, char *out, size_t n)
+{
+	gs_status_line(view, out, n);
+}
+
+/* Sets up d on loop: everything but joining, signals and the socket. */
+static int init(struct gs_daemon *d, uv_loop_t *loop)
 {
 	int r;
+	const struct gs_settings *s = &d->settings;
 	d->loop = loop;
-	d->listen_fd = -1;
-	d->reserve_fd = -1;
-	d->frame_budget.max_fds = d->settings.max_parked_fds;
-	d->frame_budget.max_bytes = d->settings.max_pending_bytes;
-	d->start_ns = gs_now_ns();
+	d->view.start_ns = gs_now_ns();
+	gs_conn_set_init(&d->conns, loop, s->max_frame, s->hello_timeout, s->frame_timeout,
+			 s->max_parked_fds, s->max_pending_bytes);
+	d->conns.freed = conn_freed;
+	d->conns.ctx = &d->job;
+	gs_server_init(&d->server, &d->conns, &d->settings, &d->access, gs_session_accept,
+		       &d->view);
 	d->cluster.cancel_fd = -1;
 	d->backend = choose_backend(&d->settings);
 	if (!d->backend)
@@ -66,10 +85,21 @@ int gs_daemon_init(struct gs_daemon *d, uv_loop_t *loop)
 	gs_job_init(&d->job, d);
 	gs_access_init(&d->access, &d->settings);
 	d->trace = gs_trace_create(loop);
-	if (!d->trace || gs_notify_start(d) < 0) {
+	if (!d->trace) {
 		gs_error("out of memory starting");
 		goto err_backend;
 	}
+	d->view.settings = &d->settings;
+	d->view.job = &d->job;
+	d->view.cluster = &d->cluster;
+	d->view.backend = d->backend;
+	d->view.conns = &d->conns;
+	d->view.stats = &d->stats;
+	d->view.trace = d->trace;
+	gs_notify_start(&d->notifier, loop, status_line, &d->view);
+	if (s->nodes > 1)
+		gs_notify("STATUS=joining: node %u of %u, rendezvous at %s", s->node_rank, s->nodes,
+			  s->coordinator);
 	r = gs_worker_start(&d->worker, loop);
 	if (r < 0) {
 		gs_error("cannot start the worker thread: %s", strerror(-r));
@@ -85,17 +115,68 @@ err_backend:
 	return -1;
 }
 
+static void on_signal(uv_signal_t *s, int signum)
+{
+	struct gs_daemon *d = s->data;
+	gs_info("%s received: shutting down", strsignal(signum));
+	gs_daemon_shutdown(d, 0);
+}
+
+/* The node has joined (or there was nothing to join): serve trainers. */
+static void on_ready(struct gs_daemon *d, bool ok)
+{
+	if (!ok || d->stopping) {
+		gs_daemon_shutdown(d, 1);
+		return;
+	}
+	gs_job_set_world(&d->job);
+	if (d->cluster.gloo)
+		gs_backend_host_attach_gloo(d->backend, d->cluster.gloo,
+					    (int)(d->settings.peer_timeout * 1000));
+	if (!d->serve)
+		return;
+	if (gs_server_listen(&d->server) < 0) {
+		gs_daemon_shutdown(d, 1);
+		return;
+	}
+	gs_notify_ready(&d->notifier);
+	const struct gs_settings *s = &d->settings;
+	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, node %u of %u, %u trainers here of %u, wire %s, threshold %llu elements",
+		GS_VERSION, s->socket_path, d->backend->name, gs_isa_name(gs_isa_active()),
+		s->node_rank, s->nodes, s->local_size, d->cluster.world_size,
+		gs_wire_name((enum gs_wire)s->wire), (unsigned long long)s->threshold);
+}
+
+int gs_daemon_start(struct gs_daemon *d, uv_loop_t *loop, bool serve)
+{
+	if (init(d, loop) < 0)
+		return -1;
+	d->serve = serve;
+	/* The signals are the program's to watch: the fuzz target leaves
+	 * them to libFuzzer. */
+	if (serve) {
+		uv_signal_init(loop, &d->sigint);
+		uv_signal_init(loop, &d->sigterm);
+		d->sigint.data = d->sigterm.data = d;
+		uv_signal_start(&d->sigint, on_signal, SIGINT);
+		uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+	}
+	if (gs_cluster_start(d, on_ready) != 0)
+		gs_daemon_shutdown(d, 1);
+	return 0;
+}
+
 void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 {
 	if (d->stopping)
 		return;
 	d->stopping = 1;
 	d->exit_code = exit_code;
-	gs_notify_stopping(d);
+	gs_notify_stopping(&d->notifier);
 	/* systemd owns an activated socket's file: it must outlive us. */
 	if (gs_notify_socket_activated())
 		d->settings.socket_path[0] = '\0';
-	gs_server_close(d);
+	gs_server_close(&d->server);
 	gs_rdv_server_stop(d);
 	gs_cluster_cancel(d);
 	gs_job_close(&d->job);
@@ -103,8 +184,6 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 		uv_close((uv_handle_t *)&d->cluster.agree_timer, NULL);
 	if (d->cluster.ping_timer.loop)
 		uv_close((uv_handle_t *)&d->cluster.ping_timer, NULL);
-	/* The signals are the program's to watch: the fuzz target leaves
-	 * them to libFuzzer. */
 	if (d->sigint.loop)
 		uv_close((uv_handle_t *)&d->sigint, NULL);
 	if (d->sigterm.loop)

@@ -9,54 +9,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/host/shm_guard.h"
 #include "daemon.h"
 #include "support/log.h"
-#include "support/notify.h"
 #include "support/process_limits.h"
-#include "serve/server.h"
-#include "backend/host/shm_guard.h"
-
-static void on_signal(uv_signal_t *s, int signum)
-{
-	struct gs_daemon *d = s->data;
-	gs_info("%s received: shutting down", strsignal(signum));
-	gs_daemon_shutdown(d, 0);
-}
-
-/* The node has joined (or there was nothing to join): serve trainers. */
-static void on_ready(struct gs_daemon *d, bool ok)
-{
-	if (!ok || d->stopping) {
-		gs_daemon_shutdown(d, 1);
-		return;
-	}
-	gs_job_set_world(&d->job);
-	if (d->cluster.gloo)
-		gs_backend_host_attach_gloo(d->backend, d->cluster.gloo,
-					    (int)(d->settings.peer_timeout * 1000));
-	if (gs_server_listen(d) < 0) {
-		gs_daemon_shutdown(d, 1);
-		return;
-	}
-	gs_notify_ready(d);
-	const struct gs_settings *s = &d->settings;
-	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, node %u of %u, %u trainers here of %u, wire %s, threshold %llu elements",
-		GS_VERSION, s->socket_path, d->backend->name, gs_isa_name(gs_isa_active()),
-		s->node_rank, s->nodes, s->local_size, d->cluster.world_size,
-		gs_wire_name((enum gs_wire)s->wire), (unsigned long long)s->threshold);
-}
 
 static int run(struct gs_daemon *d)
 {
-	if (gs_daemon_init(d, uv_default_loop()) < 0)
+	if (gs_daemon_start(d, uv_default_loop(), true) < 0)
 		return 1;
-	uv_signal_init(d->loop, &d->sigint);
-	uv_signal_init(d->loop, &d->sigterm);
-	d->sigint.data = d->sigterm.data = d;
-	uv_signal_start(&d->sigint, on_signal, SIGINT);
-	uv_signal_start(&d->sigterm, on_signal, SIGTERM);
-	if (gs_cluster_start(d, on_ready) != 0)
-		gs_daemon_shutdown(d, 1);
 
 	uv_run(d->loop, UV_RUN_DEFAULT);
 

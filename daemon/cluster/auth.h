@@ -20,23 +20,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "support/secret.h"
+
 #define GS_AUTH_NONCE 32
 #define GS_AUTH_MAC 32
-#define GS_SECRET_MIN 16
-#define GS_SECRET_MAX 4096
 
 /* Who sends a proof: the joining node or the coordinator (node rank 0's
  * rendezvous server). */
 enum gs_auth_dir { GS_AUTH_NODE = 1, GS_AUTH_COORDINATOR = 2 };
-
-/* Reads the secret from path into key[0..GS_SECRET_MAX) and *len, with
- * one trailing newline ("\n" or "\r\n") trimmed. Refuses (-EINVAL, -EACCES
- * or -errno, with why filled in) a file that cannot be read, that is not a
- * regular file, whose mode lets its group or others in or gives more than
- * read and write to its owner (only 0600 and 0400 pass, as ssh's keys),
- * or whose secret is shorter than GS_SECRET_MIN or longer than
- * GS_SECRET_MAX bytes. */
-int gs_secret_load(const char *path, uint8_t *key, size_t *len, char *why, size_t whylen);
 
 /* Fills nonce with fresh random bytes (getrandom). Returns 0 or -errno. */
 int gs_auth_nonce(uint8_t nonce[GS_AUTH_NONCE]);
@@ -52,8 +43,5 @@ int gs_auth_mac(const uint8_t *key, size_t keylen, enum gs_auth_dir dir, uint32_
 bool gs_auth_check(const uint8_t *key, size_t keylen, enum gs_auth_dir dir, uint32_t node_rank,
 		   const uint8_t node_nonce[GS_AUTH_NONCE],
 		   const uint8_t coordinator_nonce[GS_AUTH_NONCE], const uint8_t *mac, size_t len);
-
-/* Overwrites a secret in memory so that it does not outlive its use. */
-void gs_secret_wipe(uint8_t *key, size_t len);
 
 #endif

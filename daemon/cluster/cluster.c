@@ -133,7 +133,7 @@ static void on_node_lost(struct gs_daemon *d, const Gradsync__NodeLost *m)
 
 static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *m)
 {
-	struct gs_daemon *d = conn->d;
+	struct gs_daemon *d = gs_daemon_of(conn);
 	struct gs_liveness_msg lm;
 	switch (m->body_case) {
 	case GRADSYNC__MESSAGE__BODY_PING:
@@ -179,7 +179,7 @@ static void drop_group(struct gs_daemon *d);
  * start. Node 0's own connection closes only when it stops. */
 static void coordinator_closed(struct gs_conn *conn)
 {
-	struct gs_daemon *d = conn->d;
+	struct gs_daemon *d = gs_daemon_of(conn);
 	struct gs_cluster *c = &d->cluster;
 	c->conn = NULL;
 	uv_timer_stop(&c->ping_timer);
@@ -239,7 +239,7 @@ static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
 	uint8_t *pending;
 	size_t len;
 	int fd = gs_rdv_client_detach(rdv, &pending, &len);
-	c->conn = gs_conn_create(d, fd, 64u << 20, coordinator_dispatch, coordinator_closed);
+	c->conn = gs_conn_create(&d->conns, fd, 64u << 20, coordinator_dispatch, coordinator_closed);
 	if (c->conn) {
 		c->conn->role = GS_CONN_NODE;
 		snprintf(c->conn->addr, sizeof(c->conn->addr), "coordinator %.51s",
@@ -756,9 +756,8 @@ void gs_cluster_request_regroup(struct gs_daemon *d, uint64_t generation, const 
 	gs_conn_send(c->conn, &m);
 }
 
-const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank)
+const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank)
 {
-	const struct gs_cluster *c = &d->cluster;
 	if (rank == c->node_rank)
 		return "this node";
 	if (!c->joined)

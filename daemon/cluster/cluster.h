@@ -76,6 +76,6 @@ int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t e
 void gs_cluster_request_regroup(struct gs_daemon *d, uint64_t generation, const char *why);
 
 /* The state of node `rank` as this daemon knows it, for status. */
-const char *gs_cluster_peer_state(const struct gs_daemon *d, uint32_t rank);
+const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank);
 
 #endif

@@ -49,7 +49,7 @@ static void on_auth_timeout(uv_timer_t *t)
 	struct rdv_peer *p = t->data;
 	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
 	rdv_refuse(p, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
-		   (unsigned long long)p->conn->d->settings.auth_timeout);
+		   (unsigned long long)gs_daemon_of(p->conn)->settings.auth_timeout);
 }
 
 /* ---- Strangers, in the order they came ---------------------------------- */
@@ -129,7 +129,7 @@ static void drop_silent(struct rdv_peer *p, uint64_t silent_ms)
 {
 	struct gs_conn *c = p->conn;
 	double s = (double)silent_ms / 1000.0;
-	unsigned long long limit = (unsigned long long)c->d->settings.peer_timeout;
+	unsigned long long limit = (unsigned long long)gs_daemon_of(c)->settings.peer_timeout;
 	if (p->node)
 		gs_warn("rendezvous: node %u (%s) sent nothing for %.1f s (--peer-timeout %llu s): taking it as lost",
 			p->rank, c->addr, s, limit);
@@ -148,7 +148,7 @@ static void on_ping_tick(uv_timer_t *t)
 {
 	struct rdv_peer *p = t->data;
 	uint64_t silent = gs_conn_silent_ms(p->conn);
-	if (silent >= p->conn->d->settings.peer_timeout * 1000)
+	if (silent >= gs_daemon_of(p->conn)->settings.peer_timeout * 1000)
 		drop_silent(p, silent);
 	else
 		ping(p);
@@ -156,7 +156,7 @@ static void on_ping_tick(uv_timer_t *t)
 
 static void watch(struct rdv_peer *p)
 {
-	uint64_t every = gs_ping_interval_ms(p->conn->d->settings.peer_timeout);
+	uint64_t every = gs_ping_interval_ms(gs_daemon_of(p->conn)->settings.peer_timeout);
 	uv_timer_start(&p->timer, on_ping_tick, every, every);
 }
 
@@ -201,7 +201,7 @@ static void end_claim(struct rdv_node *n)
 static void claim_refused(struct rdv_node *n)
 {
 	struct rdv_peer *p = n->claimant;
-	struct gs_rdv_server *s = p->conn->d->rdv_server;
+	struct gs_rdv_server *s = gs_daemon_of(p->conn)->rdv_server;
 	end_claim(n);
 	gs_conn_fail(p->conn, GS_EREFUSED, "node rank %u has already joined (%s); two daemons claim it",
 		     rank_of(s, n), n->conn->addr);
@@ -210,7 +210,7 @@ static void claim_refused(struct rdv_node *n)
 static void on_probe_timeout(uv_timer_t *t)
 {
 	struct rdv_peer *p = t->data;
-	struct gs_rdv_server *s = p->conn->d->rdv_server;
+	struct gs_rdv_server *s = gs_daemon_of(p->conn)->rdv_server;
 	struct rdv_node *n = p->claim;
 	if (!n || !n->conn)
 		return; /* settled meanwhile */
@@ -288,7 +288,7 @@ static void free_peer(uv_handle_t *h)
 
 static void node_closed(struct gs_conn *c)
 {
-	struct gs_rdv_server *s = c->d->rdv_server;
+	struct gs_rdv_server *s = gs_daemon_of(c)->rdv_server;
 	struct rdv_peer *p = c->owner;
 	if (!p)
 		return;
@@ -330,7 +330,7 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
 	}
 	if (gs_tcp_liveness(fd, s->d->settings.peer_timeout) < 0)
 		gs_debug("rendezvous: cannot set TCP keepalive on the connection from %s", addr);
-	struct gs_conn *c = gs_conn_create(s->d, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
+	struct gs_conn *c = gs_conn_create(&s->d->conns, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
 	if (!c) {
 		free(p);
 		return;

@@ -385,7 +385,7 @@ static void handle_regroup_request(struct gs_rdv_server *s, struct gs_conn *c,
 
 void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
-	struct gs_rdv_server *s = c->d->rdv_server;
+	struct gs_rdv_server *s = gs_daemon_of(c)->rdv_server;
 	struct rdv_peer *p = c->owner;
 	if (!s || !p)
 		return; /* shutting down */
@@ -477,7 +477,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
 	for (int i = 0; i < 16; i++) {
 		struct sockaddr_storage a;
 		/* Out of descriptors, a node is told to come back later. */
-		int fd = gs_server_accept(s->d, s->fd, &a, GS_EAGAIN);
+		int fd = gs_server_accept(&s->d->server, s->fd, &a, GS_EAGAIN);
 		if (fd == -EMFILE) {
 			/* Not even the reserve: on_tick listens again. */
 			uv_poll_stop(&s->poll);

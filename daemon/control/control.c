@@ -4,13 +4,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "serve/conn.h"
-#include "daemon.h"
-#include "gradsync.h"
+#include "cluster/cluster.h"
 #include "control/metrics.h"
 #include "control/status.h"
-#include "support/trace.h"
+#include "control/view.h"
 #include "engine/trainer.h"
+#include "gradsync.h"
+#include "serve/access.h"
+#include "serve/conn.h"
+#include "support/trace.h"
 
 /* ---- clients ------------------------------------------------------------- */
 
@@ -67,9 +69,9 @@ static void fill_client(const struct gs_conn *c, const struct gs_conn *asker,
 
 static void clients_reply(struct gs_conn *asker)
 {
-	const struct gs_daemon *d = asker->d;
+	const struct gs_node_view *v = asker->owner;
 	size_t n = 0;
-	for (const struct gs_conn *c = d->conns; c; c = c->next)
+	for (const struct gs_conn *c = v->conns->head; c; c = c->next)
 		n++;
 	Gradsync__ClientInfo *infos = calloc(n ? n : 1, sizeof(*infos));
 	Gradsync__ClientInfo **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
@@ -81,7 +83,7 @@ static void clients_reply(struct gs_conn *asker)
 	}
 	/* Oldest first: the list is kept newest first. */
 	size_t i = n;
-	for (const struct gs_conn *c = d->conns; c; c = c->next) {
+	for (const struct gs_conn *c = v->conns->head; c; c = c->next) {
 		i--;
 		fill_client(c, asker, &infos[i]);
 		ptrs[i] = &infos[i];
@@ -122,13 +124,13 @@ static struct gs_trace_viewer viewer_of(const struct gs_conn *c)
 
 static void trace_start(struct gs_conn *c)
 {
-	struct gs_daemon *d = c->d;
+	const struct gs_node_view *v = c->owner;
 	int fd;
 	if (gs_frame_reader_take_fds(&c->reader, &fd, 1) < 0) {
 		gs_conn_fail(c, GS_EPROTO, "TraceStart carries no descriptor of the file to write");
 		return;
 	}
-	if (!d->trace) {
+	if (!v->trace) {
 		close(fd);
 		gs_conn_fail(c, GS_ENOMEM, "tracing is not available");
 		return;
@@ -136,7 +138,7 @@ static void trace_start(struct gs_conn *c)
 	char host[256] = "", who[96], why[320];
 	gethostname(host, sizeof(host) - 1);
 	snprintf(who, sizeof(who), "%s", gs_conn_name(c));
-	int r = gs_trace_begin(d->trace, fd, d->cluster.node_rank, host, who, viewer_of(c), why,
+	int r = gs_trace_begin(v->trace, fd, v->cluster->node_rank, host, who, viewer_of(c), why,
 			       sizeof(why));
 	if (r != GS_OK) {
 		close(fd);
@@ -144,16 +146,16 @@ static void trace_start(struct gs_conn *c)
 		return;
 	}
 	struct gs_trace_figures f;
-	gs_trace_get_figures(d->trace, &f);
+	gs_trace_get_figures(v->trace, &f);
 	trace_reply(c, &f);
 }
 
 static void trace_stop(struct gs_conn *c)
 {
+	const struct gs_node_view *v = c->owner;
 	struct gs_trace_figures f;
 	char why[160] = "no trace is being written (gradsyncctl trace start FILE)";
-	int r = c->d->trace ? gs_trace_end(c->d->trace, viewer_of(c), &f, why, sizeof(why))
-			    : GS_ESTATE;
+	int r = v->trace ? gs_trace_end(v->trace, viewer_of(c), &f, why, sizeof(why)) : GS_ESTATE;
 	if (r != GS_OK) {
 		gs_conn_fail(c, r, "%s", why);
 		return;

@@ -7,10 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/conn.h"
-#include "daemon.h"
+#include "backend/backend.h"
+#include "clock.h"
+#include "cluster/cluster.h"
+#include "control/view.h"
+#include "engine/job.h"
+#include "engine/stats.h"
 #include "gradsync.h"
+#include "serve/conn.h"
 #include "support/log.h"
+#include "support/settings.h"
 #include "support/trace.h"
 
 struct text {
@@ -79,29 +85,29 @@ static const char *wire_label(int w)
 	return w == GS_WIRE_F16 ? "fp16" : w == GS_WIRE_BF16 ? "bf16" : "fp32";
 }
 
-static void info(struct text *t, const struct gs_daemon *d)
+static void info(struct text *t, const struct gs_node_view *v)
 {
 	family(t, "gradsync_info", "gauge", "The daemon's version, backend and shared settings (always 1).");
 	put(t, "gradsync_info{version=\"%s\",backend=\"", GS_VERSION);
-	put_label(t, d->backend->name);
+	put_label(t, v->backend->name);
 	put(t, "\",isa=\"%s\",wire=\"%s\",op=\"%s\"} 1\n", gs_isa_name(gs_isa_active()),
-	    wire_label(d->settings.wire), d->settings.op == GS_REDUCE_SUM ? "sum" : "average");
+	    wire_label(v->settings->wire), v->settings->op == GS_REDUCE_SUM ? "sum" : "average");
 	family(t, "gradsync_uptime_seconds", "gauge", "Seconds since the daemon started.");
-	put(t, "gradsync_uptime_seconds %.3f\n", (double)(gs_now_ns() - d->start_ns) / 1e9);
+	put(t, "gradsync_uptime_seconds %.3f\n", (double)(gs_now_ns() - v->start_ns) / 1e9);
 	scalar(t, "gradsync_node_rank", "gauge", "This node's rank among the nodes of the job.",
-	       d->cluster.node_rank);
-	scalar(t, "gradsync_nodes", "gauge", "Nodes (daemons) of the job.", d->cluster.nodes);
+	       v->cluster->node_rank);
+	scalar(t, "gradsync_nodes", "gauge", "Nodes (daemons) of the job.", v->cluster->nodes);
 	scalar(t, "gradsync_world_size", "gauge", "Trainers of all nodes.",
-	       gs_job_world_size(&d->job));
+	       gs_job_world_size(v->job));
 	scalar(t, "gradsync_local_size", "gauge", "Trainers this node runs in every step.",
-	       d->settings.local_size);
+	       v->settings->local_size);
 }
 
-static void job(struct text *t, const struct gs_daemon *d)
+static void job(struct text *t, const struct gs_node_view *v)
 {
-	const struct gs_job *j = &d->job;
+	const struct gs_job *j = v->job;
 	scalar(t, "gradsync_connections", "gauge", "Client connections open (trainers, control clients, nodes).",
-	       d->nconns);
+	       v->conns->count);
 	scalar(t, "gradsync_trainers", "gauge", "Trainers connected to this node's job.", j->attached);
 	scalar(t, "gradsync_buckets", "gauge", "Buckets in the bucket plan of the current job (0 without a job).",
 	       j->has_layout ? j->plan.nbuckets : 0);
@@ -110,9 +116,9 @@ static void job(struct text *t, const struct gs_daemon *d)
 	scalar(t, "gradsync_step", "gauge", "The current or last step of the job.", j->step_number);
 }
 
-static void steps(struct text *t, const struct gs_daemon *d)
+static void steps(struct text *t, const struct gs_node_view *v)
 {
-	const struct gs_stats *st = &d->stats;
+	const struct gs_stats *st = v->stats;
 	scalar(t, "gradsync_steps_total", "counter", "Steps completed on this node.",
 	       st->steps_completed);
 	scalar(t, "gradsync_steps_aborted_total", "counter", "Steps aborted on this node.",
@@ -128,9 +134,9 @@ static void steps(struct text *t, const struct gs_daemon *d)
 	put(t, "gradsync_step_duration_seconds_count %" PRIu64 "\n", st->steps_completed);
 }
 
-static void data(struct text *t, const struct gs_daemon *d)
+static void data(struct text *t, const struct gs_node_view *v)
 {
-	const struct gs_stats *st = &d->stats;
+	const struct gs_stats *st = v->stats;
 	/* The wire dtype is fixed for the daemon's life: every byte so far
 	 * travelled in it, and the other series stay at zero. */
 	family(t, "gradsync_wire_bytes_total", "counter",
@@ -138,21 +144,21 @@ static void data(struct text *t, const struct gs_daemon *d)
 	static const int wires[] = { GS_WIRE_F16, GS_WIRE_BF16, GS_WIRE_F32 };
 	for (size_t i = 0; i < 3; i++)
 		put(t, "gradsync_wire_bytes_total{dtype=\"%s\"} %" PRIu64 "\n", wire_label(wires[i]),
-		    wires[i] == d->settings.wire ? st->bytes_reduced : 0);
+		    wires[i] == v->settings->wire ? st->bytes_reduced : 0);
 	scalar(t, "gradsync_internode_bytes_total", "counter",
 	       "Bytes this node sent to other nodes in all-reduces.",
-	       gs_backend_internode_bytes(d->backend));
+	       gs_backend_internode_bytes(v->backend));
 	scalar(t, "gradsync_clipped_elements_total", "counter",
 	       "Gradient elements clipped, over every trainer of this node.", st->elements_clipped);
 	scalar(t, "gradsync_nonfinite_values_total", "counter",
 	       "Non-finite values in reduced results of completed steps.", st->nonfinite);
 }
 
-static void phases(struct text *t, const struct gs_daemon *d)
+static void phases(struct text *t, const struct gs_node_view *v)
 {
 	double seconds[GS_PHASES];
 	uint64_t buckets;
-	gs_trace_totals(d->trace, seconds, &buckets);
+	gs_trace_totals(v->trace, seconds, &buckets);
 	scalar(t, "gradsync_buckets_reduced_total", "counter",
 	       "Buckets reduced (every chunk packed, all-reduced and unpacked).", buckets);
 	family(t, "gradsync_bucket_phase_seconds_total", "counter",
@@ -161,19 +167,19 @@ static void phases(struct text *t, const struct gs_daemon *d)
 		put(t, "gradsync_bucket_phase_seconds_total{phase=\"%s\"} %.9f\n",
 		    gs_phase_metric((enum gs_phase)p), seconds[p]);
 	struct gs_trace_figures f = { 0 };
-	if (d->trace)
-		gs_trace_get_figures(d->trace, &f);
+	if (v->trace)
+		gs_trace_get_figures(v->trace, &f);
 	scalar(t, "gradsync_trace_active", "gauge", "1 while a trace file is being written.",
 	       f.active);
 }
 
-static void peers(struct text *t, const struct gs_daemon *d)
+static void peers(struct text *t, const struct gs_node_view *v)
 {
-	const struct gs_cluster *c = &d->cluster;
+	const struct gs_cluster *c = v->cluster;
 	family(t, "gradsync_peer_up", "gauge",
 	       "Per node of the job: 1 once it has joined (this node included), else 0.");
 	for (uint32_t r = 0; c->node && r < c->nodes; r++) {
-		const char *state = gs_cluster_peer_state(d, r);
+		const char *state = gs_cluster_peer_state(c, r);
 		put(t, "gradsync_peer_up{node=\"%u\",host=\"", r);
 		put_label(t, c->node[r].host);
 		put(t, "\",state=\"");
@@ -185,15 +191,15 @@ static void peers(struct text *t, const struct gs_daemon *d)
 		put(t, "gradsync_peer_trainers{node=\"%u\"} %u\n", r, c->node[r].local_size);
 }
 
-char *gs_metrics_text(const struct gs_daemon *d, size_t *len)
+char *gs_metrics_text(const struct gs_node_view *v, size_t *len)
 {
 	struct text t = { NULL, 0, 0, false };
-	info(&t, d);
-	job(&t, d);
-	steps(&t, d);
-	data(&t, d);
-	phases(&t, d);
-	peers(&t, d);
+	info(&t, v);
+	job(&t, v);
+	steps(&t, v);
+	data(&t, v);
+	phases(&t, v);
+	peers(&t, v);
 	if (t.failed) {
 		free(t.buf);
 		return NULL;
@@ -205,7 +211,7 @@ char *gs_metrics_text(const struct gs_daemon *d, size_t *len)
 void gs_metrics_reply(struct gs_conn *c)
 {
 	size_t len;
-	char *text = gs_metrics_text(c->d, &len);
+	char *text = gs_metrics_text(c->owner, &len);
 	if (!text) {
 		gs_conn_fail(c, GS_ENOMEM, "out of memory formatting the metrics");
 		return;

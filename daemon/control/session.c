@@ -1,12 +1,17 @@
 #include "control/session.h"
 
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "cluster/cluster.h"
 #include "control/control.h"
-#include "daemon.h"
-#include "gradsync.h"
-#include "engine/job.h"
-#include "support/log.h"
 #include "control/status.h"
+#include "control/view.h"
+#include "engine/job.h"
 #include "engine/trainer.h"
+#include "gradsync.h"
+#include "support/log.h"
+#include "support/settings.h"
 
 static const char *message_name(Gradsync__Message__BodyCase body)
 {
@@ -40,17 +45,17 @@ static const char *message_name(Gradsync__Message__BodyCase body)
 
 static void send_welcome(struct gs_conn *c, uint32_t local_rank)
 {
-	struct gs_daemon *d = c->d;
+	const struct gs_node_view *v = c->owner;
 	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
-	gs_status_fill_settings(d, &settings);
+	gs_status_fill_settings(v, &settings);
 	Gradsync__Welcome w = GRADSYNC__WELCOME__INIT;
 	w.protocol_version = GS_PROTOCOL_VERSION;
-	w.world_size = gs_job_world_size(&d->job);
-	w.local_size = d->settings.local_size;
-	w.node_rank = d->cluster.node_rank;
-	w.nodes = d->cluster.nodes;
-	w.global_rank = d->cluster.rank_base + local_rank;
-	w.backend = (char *)d->backend->name;
+	w.world_size = gs_job_world_size(v->job);
+	w.local_size = v->settings->local_size;
+	w.node_rank = v->cluster->node_rank;
+	w.nodes = v->cluster->nodes;
+	w.global_rank = v->cluster->rank_base + local_rank;
+	w.backend = (char *)v->backend->name;
 	w.settings = &settings;
 	w.daemon_version = GS_VERSION;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
@@ -67,10 +72,12 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 			     (unsigned long long)h->protocol_version, GS_PROTOCOL_VERSION);
 		return;
 	}
+	const struct gs_node_view *v = c->owner;
 	switch (h->role) {
 	case GRADSYNC__ROLE__ROLE_TRAINER:
-		if (gs_job_attach(&c->d->job, c, h) < 0)
+		if (gs_job_attach(v->job, c, h) < 0)
 			return; /* the job has answered with an Error */
+		snprintf(c->label, sizeof(c->label), "local rank %u", (unsigned)h->local_rank);
 		gs_conn_identified(c, GS_CONN_TRAINER);
 		break;
 	case GRADSYNC__ROLE__ROLE_CONTROL:
@@ -102,7 +109,7 @@ static void dispatch_trainer(struct gs_conn *c, const Gradsync__Message *m)
 	}
 }
 
-void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m)
+static void dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	switch (c->role) {
 	case GS_CONN_NEW:
@@ -126,11 +133,20 @@ void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	}
 }
 
-void gs_session_closed(struct gs_conn *c)
+/* A client's connection closed: a trainer leaves its job. */
+static void closed(struct gs_conn *c)
 {
 	struct gs_trainer *t = c->trainer;
 	if (!t)
 		return;
 	c->trainer = NULL;
+	c->label[0] = '\0';
 	gs_trainer_disconnected(t);
+}
+
+void gs_session_accept(struct gs_conn *c, void *view)
+{
+	c->dispatch = dispatch;
+	c->closed = closed;
+	c->owner = view;
 }

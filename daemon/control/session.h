@@ -9,8 +9,9 @@
 #include "serve/conn.h"
 #include "gradsync.pb-c.h"
 
-void gs_session_dispatch(struct gs_conn *c, const Gradsync__Message *m);
-/* A client's connection closed: a trainer leaves its job. */
-void gs_session_closed(struct gs_conn *c);
+/* Takes a local client the server has admitted (gs_server's accepted):
+ * its messages are dispatched here from now on, and a trainer leaves its
+ * job when the connection closes. view is what they act on. */
+void gs_session_accept(struct gs_conn *c, void *view);
 
 #endif

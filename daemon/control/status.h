@@ -1,14 +1,19 @@
-/* What gradsyncctl status and a trainer's Welcome are told. */
+/* What gradsyncctl status, a trainer's Welcome and systemd are told. */
 #ifndef GS_STATUS_H
 #define GS_STATUS_H
 
 #include "serve/conn.h"
 #include "gradsync.pb-c.h"
 
-struct gs_daemon;
+#include <stddef.h>
+
+struct gs_node_view;
 
 /* Fills s with the effective settings; strings stay owned by the daemon. */
-void gs_status_fill_settings(const struct gs_daemon *d, Gradsync__Settings *s);
+void gs_status_fill_settings(const struct gs_node_view *v, Gradsync__Settings *s);
+
+/* One line of how the node is doing, for systemd's STATUS=. */
+void gs_status_line(const struct gs_node_view *v, char *out, size_t n);
 
 /* Answers a StatusRequest on c. */
 void gs_status_reply(struct gs_conn *c);

@@ -6,7 +6,6 @@
 
 #include "daemon.h"
 #include "gradsync.h"
-#include "support/trace.h"
 #include "engine/trainer.h"
 
 static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
@@ -25,13 +24,13 @@ static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
 	if (err != GS_OK) {
 		run->status = err;
 		snprintf(run->error, sizeof(run->error), "%s", b->error);
-		gs_trace_chunk(run, start, len, ns);
+		gs_trace_chunk(run->trace, &run->traced, start, len, ns);
 		return;
 	}
 	run->nonfinite += b->ops->unpack(b, (float *const *const *)run->tensors,
 					 run->spans, nspans, run->postscale);
 	ns[3] = gs_now_ns();
-	gs_trace_chunk(run, start, len, ns);
+	gs_trace_chunk(run->trace, &run->traced, start, len, ns);
 }
 
 /* The backend's marks, turned into the trace's phases chunk by chunk. */
@@ -43,7 +42,7 @@ static void on_mark(const struct gs_bucket_io *io, int mark, uint64_t first, uin
 	run->mark_first = first;
 	run->mark_len = len;
 	if (mark == GS_MARK_DONE) {
-		gs_trace_chunk(run, first, len, run->mark_ns);
+		gs_trace_chunk(run->trace, &run->traced, first, len, run->mark_ns);
 		memset(run->mark_ns, 0, sizeof(run->mark_ns));
 	}
 }
@@ -70,9 +69,9 @@ static void run_whole(struct gs_bucket_run *run)
 		while (m < 3 && run->mark_ns[m])
 			m++;
 		run->mark_ns[m] = gs_now_ns();
-		gs_trace_chunk(run, run->mark_first, run->mark_len, run->mark_ns);
+		gs_trace_chunk(run->trace, &run->traced, run->mark_first, run->mark_len, run->mark_ns);
 	} else if (!run->marked)
-		gs_trace_whole(run, start, gs_now_ns());
+		gs_trace_whole(run->trace, &run->traced, start, gs_now_ns(), run->status == GS_OK);
 }
 
 /* Every node says whether it goes on with this bucket; one vote to abort
@@ -138,7 +137,7 @@ static void bucket_work(struct gs_work *w)
 	}
 	uint64_t total = run->plan->buckets[run->bucket].elements;
 	uint64_t chunk = run->backend->fusion_elements;
-	gs_trace_bucket_start(run, gs_now_ns());
+	gs_trace_bucket_start(run->trace, &run->traced, run->ready_ns, run->launch_ns, gs_now_ns());
 	/* A failed chunk stops the bucket: later chunks keep the trainers'
 	 * own gradients, and the step reports the bucket as not done. */
 	if (run->backend->ops->reduce_bucket)
@@ -171,7 +170,10 @@ static struct gs_bucket_run *run_alloc(struct gs_job *j, uint32_t bucket)
 	run->bucket = bucket;
 	run->step = j->step;
 	run->step_number = j->step_number;
-	run->owner = j->owner;
+	run->trace = j->d->trace;
+	run->traced = (struct gs_trace_bucket){ j->step_number, bucket,
+						j->plan.buckets[bucket].elements,
+						run->backend->fusion_elements, j->owner };
 	run->nodes = j->d->cluster.nodes;
 	run->node_rank = j->d->cluster.node_rank;
 	return run;

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "engine/job.h"
+#include "support/trace.h"
 #include "support/worker.h"
 
 /* Why a node votes to abort a step (sent to the other nodes as a number). */
@@ -28,7 +29,9 @@ struct gs_bucket_run {
 	uint32_t bucket;
 	uint64_t step;        /* the job's internal counter (job.h) */
 	uint64_t step_number; /* as the trainers number it, for messages */
-	uid_t owner;          /* the job's, for the trace */
+	/* Where the bucket's phases are recorded, and what they name. */
+	struct gs_trace *trace;
+	struct gs_trace_bucket traced;
 	unsigned nranks;
 	float **tensors[GS_MAX_LOCAL];
 	struct gs_pack_params pack[GS_MAX_LOCAL];

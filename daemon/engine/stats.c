@@ -1,15 +1,7 @@
+#include "engine/stats.h"
+
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include "daemon.h"
-
-uint64_t gs_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
 
 const uint64_t gs_step_bounds_ns[GS_STEP_BUCKETS] = {
 	1000000, 2500000, 5000000, 10000000, 25000000, 50000000, 100000000, 250000000,

@@ -8,10 +8,9 @@
 #include <sys/ioctl.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "clock.h"
 #include "gradsync.h"
 #include "support/log.h"
-#include "engine/trainer.h"
 
 static void on_poll(uv_poll_t *p, int status, int events);
 
@@ -25,7 +24,17 @@ static void update_poll(struct gs_conn *c)
 	uv_poll_start(&c->poll, events, on_poll);
 }
 
-struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
+void gs_conn_set_init(struct gs_conn_set *s, uv_loop_t *loop, uint64_t max_frame,
+		      uint64_t hello_timeout, uint64_t frame_timeout, size_t max_parked_fds,
+		      size_t max_pending_bytes)
+{
+	*s = (struct gs_conn_set){ .loop = loop, .max_frame = max_frame,
+				   .hello_timeout = hello_timeout, .frame_timeout = frame_timeout };
+	s->budget.max_fds = max_parked_fds;
+	s->budget.max_bytes = max_pending_bytes;
+}
+
+struct gs_conn *gs_conn_create(struct gs_conn_set *set, int fd, size_t max_frame,
 			       void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m),
 			       void (*closed)(struct gs_conn *c))
 {
@@ -34,20 +43,20 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 		close(fd);
 		return NULL;
 	}
-	c->d = d;
+	c->set = set;
 	c->fd = fd;
-	c->id = ++d->next_conn_id;
+	c->id = ++set->next_id;
 	c->dispatch = dispatch;
 	c->closed = closed;
 	gs_frame_reader_init(&c->reader, max_frame);
 	/* No descriptors before the client is identified; its role's own
 	 * allowance comes with its Hello (gs_conn_identified). */
 	c->reader.max_fds = 0;
-	c->reader.budget = &d->frame_budget;
+	c->reader.budget = &set->budget;
 	socklen_t len = sizeof(c->cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &c->cred, &len) < 0)
 		c->cred = (struct ucred){ 0, (uid_t)-1, (gid_t)-1 };
-	int r = uv_poll_init(d->loop, &c->poll, fd);
+	int r = uv_poll_init(set->loop, &c->poll, fd);
 	if (r < 0) {
 		gs_warn("cannot watch a new connection: %s", uv_strerror(r));
 		gs_frame_reader_destroy(&c->reader);
@@ -56,23 +65,22 @@ struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
 		return NULL;
 	}
 	c->poll.data = c;
-	c->last_rx_ms = uv_now(d->loop);
-	d->nconns++;
-	c->next = d->conns;
-	if (d->conns)
-		d->conns->prev = c;
-	d->conns = c;
+	c->last_rx_ms = uv_now(set->loop);
+	set->count++;
+	c->next = set->head;
+	if (set->head)
+		set->head->prev = c;
+	set->head = c;
 	update_poll(c);
 	return c;
 }
 
 void gs_conn_identified(struct gs_conn *c, enum gs_conn_role role)
 {
-	const struct gs_settings *s = &c->d->settings;
 	c->role = role;
 	c->hello_deadline_ns = 0;
 	if (role == GS_CONN_TRAINER) {
-		c->reader.max_frame = s->max_frame;
+		c->reader.max_frame = c->set->max_frame;
 		c->reader.max_fds = GS_CONN_TRAINER_FDS;
 	} else if (role == GS_CONN_CONTROL) {
 		c->reader.max_fds = GS_CONN_CONTROL_FDS;
@@ -81,7 +89,7 @@ void gs_conn_identified(struct gs_conn *c, enum gs_conn_role role)
 
 void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now)
 {
-	const struct gs_settings *s = &c->d->settings;
+	const struct gs_conn_set *s = c->set;
 	if (c->closing || !c->timed)
 		return;
 	if (c->hello_deadline_ns && now >= c->hello_deadline_ns) {
@@ -120,7 +128,7 @@ uint64_t gs_conn_silent_ms(const struct gs_conn *c)
 	int unread = 0;
 	if (ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0)
 		return 0;
-	uint64_t now = uv_now(c->d->loop);
+	uint64_t now = uv_now(c->set->loop);
 	return now > c->last_rx_ms ? now - c->last_rx_ms : 0;
 }
 
@@ -129,10 +137,9 @@ const char *gs_conn_name(const struct gs_conn *c)
 	static char name[96];
 	if (c->addr[0])
 		snprintf(name, sizeof(name), "%s", c->addr);
-	else if (c->trainer)
-		snprintf(name, sizeof(name), "pid %d uid %u (local rank %u)",
-			 (int)c->cred.pid, (unsigned)c->cred.uid,
-			 gs_trainer_rank(c->trainer));
+	else if (c->label[0])
+		snprintf(name, sizeof(name), "pid %d uid %u (%s)", (int)c->cred.pid,
+			 (unsigned)c->cred.uid, c->label);
 	else
 		snprintf(name, sizeof(name), "pid %d uid %u", (int)c->cred.pid,
 			 (unsigned)c->cred.uid);
@@ -237,9 +244,12 @@ static void on_closed(uv_handle_t *h)
 	}
 	gs_frame_reader_destroy(&c->reader);
 	close(c->fd);
-	/* A trainer this connection had is freed now that no callback holds it. */
-	gs_job_reap(&c->d->job);
+	/* What this connection's callbacks left (a trainer it had) is freed
+	 * now that none of them holds it. */
+	struct gs_conn_set *set = c->set;
 	free(c);
+	if (set->freed)
+		set->freed(set->ctx);
 }
 
 void gs_conn_close(struct gs_conn *c)
@@ -247,12 +257,12 @@ void gs_conn_close(struct gs_conn *c)
 	if (c->closing)
 		return;
 	c->closing = true;
-	struct gs_daemon *d = c->d;
-	d->nconns--;
+	struct gs_conn_set *set = c->set;
+	set->count--;
 	if (c->prev)
 		c->prev->next = c->next;
 	else
-		d->conns = c->next;
+		set->head = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
 	if (c->closed)
@@ -265,7 +275,7 @@ void gs_conn_close(struct gs_conn *c)
 /* Why a fill failed, in words that name the limit. */
 static void fail_fill(struct gs_conn *c, ssize_t err)
 {
-	const struct gs_frame_budget *b = &c->d->frame_budget;
+	const struct gs_frame_budget *b = &c->set->budget;
 	if (err == -EMSGSIZE && (c->role == GS_CONN_NEW || c->role == GS_CONN_CONTROL))
 		gs_conn_fail(c, GS_ELIMIT, "frame longer than %zu bytes from a %s",
 			     c->reader.max_frame,
@@ -333,7 +343,7 @@ static void on_readable(struct gs_conn *c)
 		if (n == -EAGAIN)
 			return;
 		if (n > 0)
-			c->last_rx_ms = uv_now(c->d->loop);
+			c->last_rx_ms = uv_now(c->set->loop);
 		if (n < 0) {
 			fail_fill(c, n);
 			return;

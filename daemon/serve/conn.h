@@ -3,6 +3,9 @@
  * a frame reader, a queue of frames to write, the peer's credentials, and
  * what the client turned out to be (trainer or control). A connection is
  * freed only from the uv_close callback, never inside a callback using it.
+ * What its messages mean is the layer above's: it hands each to the
+ * connection's dispatch callback. The daemon's connections make up one
+ * set, which holds what they share.
  */
 #ifndef GS_CONN_H
 #define GS_CONN_H
@@ -14,7 +17,7 @@
 
 #include "frame.h"
 
-struct gs_daemon;
+struct gs_conn;
 struct gs_log_group;
 struct gs_trainer;
 
@@ -28,6 +31,31 @@ enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL, GS_CONN_NODE 
 #define GS_CONN_TRAINER_FDS (2 * GS_FRAME_MAX_FDS)
 #define GS_CONN_CONTROL_FDS 2
 
+/* Every connection of a daemon, and what they share. */
+struct gs_conn_set {
+	uv_loop_t *loop;
+	struct gs_conn *head; /* newest first, doubly linked through gs_conn.next/prev */
+	unsigned count;
+	uint64_t next_id;
+	struct gs_frame_budget budget; /* every connection's reader together */
+	/* A trainer's frames (--max-frame), and the deadlines of a local
+	 * client, in seconds (--hello-timeout, --frame-timeout). */
+	uint64_t max_frame;
+	uint64_t hello_timeout, frame_timeout;
+	/* Runs from the loop whenever a closed connection has been freed, so
+	 * that the layer above may free what the connection's callbacks left
+	 * for later (a trainer whose client went away). NULL: nothing. */
+	void (*freed)(void *ctx);
+	void *ctx;
+};
+
+/* An empty set on loop: frames up to max_frame (a trainer's), a local
+ * client's deadlines, and a budget of parked descriptors and bytes of
+ * unfinished frames over all connections. */
+void gs_conn_set_init(struct gs_conn_set *s, uv_loop_t *loop, uint64_t max_frame,
+		      uint64_t hello_timeout, uint64_t frame_timeout, size_t max_parked_fds,
+		      size_t max_pending_bytes);
+
 struct gs_out_frame {
 	struct gs_out_frame *next;
 	size_t len, off;
@@ -35,7 +63,7 @@ struct gs_out_frame {
 };
 
 struct gs_conn {
-	struct gs_daemon *d;
+	struct gs_conn_set *set;
 	struct gs_conn *prev, *next;
 	uint64_t id;
 	int fd;
@@ -44,8 +72,15 @@ struct gs_conn {
 	struct gs_out_frame *out_head, *out_tail;
 	struct ucred cred;
 	enum gs_conn_role role;
+	/* The engine's trainer on this connection; set and read above,
+	 * never used here. */
 	struct gs_trainer *trainer;
-	void *owner; /* the rendezvous's record of the peer, for GS_CONN_NODE */
+	/* The layer above's, for its callbacks: the node's view for a local
+	 * client (session.c), the rendezvous's record of a peer. */
+	void *owner;
+	/* Said after the peer's identity in log lines ("local rank 3"); set
+	 * by the layer above. "": nothing. */
+	char label[32];
 	char addr[64]; /* a TCP peer's "host:port", for log lines; "": none */
 	/* Set while the peer is a stranger (an unauthenticated rendezvous
 	 * connection): lines about it are limited, so that a flood of them
@@ -63,10 +98,11 @@ struct gs_conn {
 	uint64_t frame_start_ns;
 };
 
-/* Takes over an accepted socket, reading frames of at most max_frame bytes
- * and handing each message to dispatch; closed (may be NULL) runs when the
- * connection goes. Returns the connection, or NULL (fd closed) on failure. */
-struct gs_conn *gs_conn_create(struct gs_daemon *d, int fd, size_t max_frame,
+/* Takes over an accepted socket into the set, reading frames of at most
+ * max_frame bytes and handing each message to dispatch; closed (may be
+ * NULL) runs when the connection goes. Returns the connection, or NULL
+ * (fd closed) on failure. */
+struct gs_conn *gs_conn_create(struct gs_conn_set *set, int fd, size_t max_frame,
 			       void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m),
 			       void (*closed)(struct gs_conn *c));
 
@@ -102,7 +138,7 @@ void gs_conn_close(struct gs_conn *c);
  * the peer was not silent). */
 uint64_t gs_conn_silent_ms(const struct gs_conn *c);
 
-/* "pid 123 uid 1000" plus the local rank once known, or a TCP peer's
+/* "pid 123 uid 1000" plus its label ("(local rank 3)"), or a TCP peer's
  * address, for log lines. */
 const char *gs_conn_name(const struct gs_conn *c);
 

@@ -11,13 +11,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "serve/access.h"
-#include "serve/conn.h"
-#include "daemon.h"
+#include "clock.h"
 #include "gradsync.h"
 #include "support/log.h"
 #include "support/notify.h"
-#include "control/session.h"
 
 /* How often clients' deadlines are checked: a deadline is met within this
  * much of its setting. */
@@ -27,20 +24,20 @@
 
 /* Limits first, before anything is allocated for the client; then its
  * credentials, logged either way. */
-static void admit(struct gs_daemon *d, int fd)
+static void admit(struct gs_server *srv, int fd)
 {
 	struct ucred cred = { 0, (uid_t)-1, (gid_t)-1 };
 	socklen_t len = sizeof(cred);
 	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len);
 	char why[256];
-	if (d->nconns >= d->settings.max_clients) {
+	if (srv->conns->count >= srv->settings->max_clients) {
 		snprintf(why, sizeof(why), "gradsyncd serves at most %llu connections (--max-clients)",
-			 (unsigned long long)d->settings.max_clients);
+			 (unsigned long long)srv->settings->max_clients);
 		gs_warn("refusing pid %d uid %u: %s", (int)cred.pid, (unsigned)cred.uid, why);
 		gs_conn_refuse(fd, GS_ELIMIT, why);
 		return;
 	}
-	if (!gs_access_allowed(&d->access, &cred, why, sizeof(why))) {
+	if (!gs_access_allowed(srv->access, &cred, why, sizeof(why))) {
 		gs_warn("refusing pid %d uid %u gid %u: %s", (int)cred.pid, (unsigned)cred.uid,
 			(unsigned)cred.gid, why);
 		gs_conn_refuse(fd, GS_EREFUSED, why);
@@ -48,17 +45,28 @@ static void admit(struct gs_daemon *d, int fd)
 	}
 	gs_info("client pid %d uid %u gid %u connected", (int)cred.pid, (unsigned)cred.uid,
 		(unsigned)cred.gid);
-	gs_server_adopt(d, fd);
+	gs_server_adopt(srv, fd);
 }
 
-struct gs_conn *gs_server_adopt(struct gs_daemon *d, int fd)
+void gs_server_init(struct gs_server *srv, struct gs_conn_set *conns,
+		    struct gs_settings *settings, const struct gs_access *access,
+		    void (*accepted)(struct gs_conn *c, void *ctx), void *ctx)
 {
-	uint64_t max = d->settings.max_frame;
-	struct gs_conn *c = gs_conn_create(d, fd, max < GS_CONN_SMALL_FRAME ? max : GS_CONN_SMALL_FRAME,
-					   gs_session_dispatch, gs_session_closed);
+	*srv = (struct gs_server){ .conns = conns, .settings = settings, .access = access,
+				   .accepted = accepted, .ctx = ctx, .listen_fd = -1,
+				   .reserve_fd = -1 };
+}
+
+struct gs_conn *gs_server_adopt(struct gs_server *srv, int fd)
+{
+	struct gs_conn_set *set = srv->conns;
+	uint64_t max = set->max_frame;
+	struct gs_conn *c = gs_conn_create(set, fd, max < GS_CONN_SMALL_FRAME ? max : GS_CONN_SMALL_FRAME,
+					   NULL, NULL);
 	if (c) {
 		c->timed = true;
-		c->hello_deadline_ns = gs_now_ns() + d->settings.hello_timeout * 1000000000ull;
+		c->hello_deadline_ns = gs_now_ns() + set->hello_timeout * 1000000000ull;
+		srv->accepted(c, srv->ctx);
 	}
 	return c;
 }
@@ -67,12 +75,12 @@ static void on_accept(uv_poll_t *p, int status, int events);
 
 static void resume_accepting(uv_timer_t *t)
 {
-	struct gs_daemon *d = t->data;
-	if (d->listen_fd >= 0)
-		uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	struct gs_server *srv = t->data;
+	if (srv->listen_fd >= 0)
+		uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
 }
 
-int gs_server_accept(struct gs_daemon *d, int listen_fd, struct sockaddr_storage *addr,
+int gs_server_accept(struct gs_server *srv, int listen_fd, struct sockaddr_storage *addr,
 		     int refuse_code)
 {
 	socklen_t len = sizeof(*addr);
@@ -83,47 +91,47 @@ int gs_server_accept(struct gs_daemon *d, int listen_fd, struct sockaddr_storage
 	if (err != EMFILE && err != ENFILE)
 		return err == EAGAIN || err == EINTR || err == ECONNABORTED ? -EAGAIN : -err;
 	gs_warn("accept: %s: refusing connections until some close (%u connections, %zu parked descriptors)",
-		strerror(err), d->nconns, d->frame_budget.fds);
-	if (d->reserve_fd < 0)
+		strerror(err), srv->conns->count, srv->conns->budget.fds);
+	if (srv->reserve_fd < 0)
 		return -EMFILE;
-	close(d->reserve_fd);
+	close(srv->reserve_fd);
 	fd = accept4(listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd >= 0)
 		gs_conn_refuse(fd, refuse_code, "gradsyncd has run out of file descriptors");
-	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	return fd >= 0 && d->reserve_fd >= 0 ? -EAGAIN : -EMFILE;
+	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	return fd >= 0 && srv->reserve_fd >= 0 ? -EAGAIN : -EMFILE;
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)
 {
-	struct gs_daemon *d = p->data;
+	struct gs_server *srv = p->data;
 	if (status < 0)
 		return;
 	/* Bounded per wake-up, like reads. */
 	for (int i = 0; i < 64; i++) {
 		struct sockaddr_storage addr;
-		int fd = gs_server_accept(d, d->listen_fd, &addr, GS_ELIMIT);
+		int fd = gs_server_accept(srv, srv->listen_fd, &addr, GS_ELIMIT);
 		if (fd == -EMFILE) {
 			/* No reserve either: listening pauses a moment. */
-			uv_poll_stop(&d->listen_poll);
-			uv_timer_start(&d->accept_pause, resume_accepting, ACCEPT_PAUSE_MS, 0);
+			uv_poll_stop(&srv->listen_poll);
+			uv_timer_start(&srv->accept_pause, resume_accepting, ACCEPT_PAUSE_MS, 0);
 		} else if (fd < 0 && fd != -EAGAIN) {
 			gs_warn("accept: %s", strerror(-fd));
 		}
 		if (fd < 0)
 			return;
-		admit(d, fd);
+		admit(srv, fd);
 	}
 }
 
 static void on_sweep(uv_timer_t *t)
 {
-	struct gs_daemon *d = t->data;
+	struct gs_server *srv = t->data;
 	uint64_t now = gs_now_ns();
 	/* A client dropped here may take others with it (a step aborted,
 	 * a write that fails): those are marked closing and skipped, and
 	 * stay allocated until the loop's next turn. */
-	for (struct gs_conn *c = d->conns, *next; c; c = next) {
+	for (struct gs_conn *c = srv->conns->head, *next; c; c = next) {
 		next = c->next;
 		gs_conn_check_deadlines(c, now);
 	}
@@ -132,17 +140,18 @@ static void on_sweep(uv_timer_t *t)
 
 /* The listening socket's companions: the reserve descriptor, the pause
  * timer and the deadline sweep. */
-static void start_serving(struct gs_daemon *d, int fd)
+static void start_serving(struct gs_server *srv, int fd)
 {
-	d->listen_fd = fd;
-	d->listen_poll.data = d;
-	d->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	uv_timer_init(d->loop, &d->accept_pause);
-	d->accept_pause.data = d;
-	uv_timer_init(d->loop, &d->sweep);
-	d->sweep.data = d;
-	uv_timer_start(&d->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
-	uv_poll_start(&d->listen_poll, UV_READABLE, on_accept);
+	uv_loop_t *loop = srv->conns->loop;
+	srv->listen_fd = fd;
+	srv->listen_poll.data = srv;
+	srv->reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	uv_timer_init(loop, &srv->accept_pause);
+	srv->accept_pause.data = srv;
+	uv_timer_init(loop, &srv->sweep);
+	srv->sweep.data = srv;
+	uv_timer_start(&srv->sweep, on_sweep, SWEEP_MS, SWEEP_MS);
+	uv_poll_start(&srv->listen_poll, UV_READABLE, on_accept);
 }
 
 /* A socket file nobody answers on is left over from a crash. */
@@ -174,25 +183,26 @@ static bool make_parent_dir(const char *path)
 
 /* Socket activation: systemd made the socket, its mode and its group
  * (gradsyncd.socket); the daemon only accepts on it. */
-static int listen_activated(struct gs_daemon *d, int fd)
+static int listen_activated(struct gs_server *srv, int fd)
 {
-	int r = uv_poll_init(d->loop, &d->listen_poll, fd);
+	int r = uv_poll_init(srv->conns->loop, &srv->listen_poll, fd);
 	if (r < 0) {
 		gs_error("cannot watch the socket from systemd: %s", uv_strerror(r));
 		close(fd);
 		return r;
 	}
-	gs_info("listening on %s, a socket passed by systemd", d->settings.socket_path);
-	start_serving(d, fd);
+	gs_info("listening on %s, a socket passed by systemd", srv->settings->socket_path);
+	start_serving(srv, fd);
 	return 0;
 }
 
-int gs_server_listen(struct gs_daemon *d)
+int gs_server_listen(struct gs_server *srv)
 {
-	int sd_fd = gs_notify_listen_fd(d->settings.socket_path, sizeof(d->settings.socket_path));
+	struct gs_settings *s = srv->settings;
+	int sd_fd = gs_notify_listen_fd(s->socket_path, sizeof(s->socket_path));
 	if (sd_fd != -ENOENT)
-		return sd_fd < 0 ? sd_fd : listen_activated(d, sd_fd);
-	const char *path = d->settings.socket_path;
+		return sd_fd < 0 ? sd_fd : listen_activated(srv, sd_fd);
+	const char *path = s->socket_path;
 	struct sockaddr_un addr = { .sun_family = AF_UNIX };
 	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
 	if (path_in_use(&addr)) {
@@ -206,13 +216,13 @@ int gs_server_listen(struct gs_daemon *d)
 		goto err_socket;
 	if (bind(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0 || listen(fd, 128) < 0)
 		goto err_bind;
-	int r = uv_poll_init(d->loop, &d->listen_poll, fd);
+	int r = uv_poll_init(srv->conns->loop, &srv->listen_poll, fd);
 	if (r < 0) {
 		errno = -r;
 		goto err_bind;
 	}
-	gs_access_protect(&d->access, path, made_dir);
-	start_serving(d, fd);
+	gs_access_protect(srv->access, path, made_dir);
+	start_serving(srv, fd);
 	return 0;
 
 err_bind:
@@ -223,20 +233,20 @@ err_socket:
 	return r;
 }
 
-void gs_server_close(struct gs_daemon *d)
+void gs_server_close(struct gs_server *srv)
 {
-	if (d->listen_fd >= 0) {
-		uv_poll_stop(&d->listen_poll);
-		uv_close((uv_handle_t *)&d->listen_poll, NULL);
-		uv_close((uv_handle_t *)&d->accept_pause, NULL);
-		uv_close((uv_handle_t *)&d->sweep, NULL);
-		close(d->listen_fd);
-		d->listen_fd = -1;
-		if (d->reserve_fd >= 0)
-			close(d->reserve_fd);
-		d->reserve_fd = -1;
-		unlink(d->settings.socket_path);
+	if (srv->listen_fd >= 0) {
+		uv_poll_stop(&srv->listen_poll);
+		uv_close((uv_handle_t *)&srv->listen_poll, NULL);
+		uv_close((uv_handle_t *)&srv->accept_pause, NULL);
+		uv_close((uv_handle_t *)&srv->sweep, NULL);
+		close(srv->listen_fd);
+		srv->listen_fd = -1;
+		if (srv->reserve_fd >= 0)
+			close(srv->reserve_fd);
+		srv->reserve_fd = -1;
+		unlink(srv->settings->socket_path);
 	}
-	while (d->conns)
-		gs_conn_close(d->conns);
+	while (srv->conns->head)
+		gs_conn_close(srv->conns->head);
 }

@@ -10,7 +10,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "support/log.h"
 
 /* How often the status line is refreshed, and how far each tick pushes
@@ -23,13 +22,6 @@
 
 /* The environment that says so is the process's, and so is this. */
 static bool activated;
-
-struct gs_notifier {
-	uv_timer_t timer;
-	struct gs_daemon *d;
-	bool ready;
-	char last[256]; /* the status line last sent */
-};
 
 /* ---- sd_notify ---------------------------------------------------------- */
 
@@ -158,22 +150,6 @@ bool gs_notify_socket_activated(void)
 
 /* ---- status lines -------------------------------------------------------- */
 
-static void describe(const struct gs_daemon *d, char *out, size_t n)
-{
-	const struct gs_job *j = &d->job;
-	const struct gs_stats *st = &d->stats;
-	if (!j->attached && !j->in_step) {
-		snprintf(out, n, "idle, %u trainers expected; %llu steps done, %llu aborted",
-			 d->settings.local_size, (unsigned long long)st->steps_completed,
-			 (unsigned long long)st->steps_aborted);
-		return;
-	}
-	snprintf(out, n, "job '%s' %s: %u of %u trainers, step %llu; %llu steps done, %llu aborted, median %.1f ms",
-		 j->id, gs_job_state(j), j->attached, d->settings.local_size,
-		 (unsigned long long)j->step_number, (unsigned long long)st->steps_completed,
-		 (unsigned long long)st->steps_aborted, (double)gs_stats_median(st) / 1e6);
-}
-
 static void on_tick(uv_timer_t *t)
 {
 	struct gs_notifier *nt = t->data;
@@ -182,55 +158,42 @@ static void on_tick(uv_timer_t *t)
 		return;
 	}
 	char line[sizeof(nt->last)];
-	describe(nt->d, line, sizeof(line));
+	nt->status(nt->ctx, line, sizeof(line));
 	if (strcmp(line, nt->last) == 0)
 		return;
 	snprintf(nt->last, sizeof(nt->last), "%s", line);
 	gs_notify("STATUS=%s", line);
 }
 
-int gs_notify_start(struct gs_daemon *d)
+void gs_notify_start(struct gs_notifier *nt, uv_loop_t *loop, gs_notify_status_fn *status,
+		     void *ctx)
 {
+	*nt = (struct gs_notifier){ .status = status, .ctx = ctx };
 	if (!getenv("NOTIFY_SOCKET"))
-		return 0; /* nobody to tell: no timer either */
-	struct gs_notifier *nt = calloc(1, sizeof(*nt));
-	if (!nt)
-		return -ENOMEM;
-	nt->d = d;
-	uv_timer_init(d->loop, &nt->timer);
+		return; /* nobody to tell: no timer either */
+	uv_timer_init(loop, &nt->timer);
 	nt->timer.data = nt;
 	uv_timer_start(&nt->timer, on_tick, TICK_MS, TICK_MS);
 	/* The timer alone must not keep the loop running. */
 	uv_unref((uv_handle_t *)&nt->timer);
-	d->notifier = nt;
-	if (d->settings.nodes > 1)
-		gs_notify("STATUS=joining: node %u of %u, rendezvous at %s",
-			  d->settings.node_rank, d->settings.nodes, d->settings.coordinator);
-	return 0;
+	nt->timing = true;
 }
 
-void gs_notify_ready(struct gs_daemon *d)
+void gs_notify_ready(struct gs_notifier *nt)
 {
-	char line[256];
-	describe(d, line, sizeof(line));
-	if (d->notifier) {
-		d->notifier->ready = true;
-		snprintf(d->notifier->last, sizeof(d->notifier->last), "%s", line);
-	}
+	char line[sizeof(nt->last)];
+	nt->status(nt->ctx, line, sizeof(line));
+	nt->ready = true;
+	snprintf(nt->last, sizeof(nt->last), "%s", line);
 	gs_notify("READY=1\nSTATUS=%s", line);
 }
 
-static void on_closed(uv_handle_t *h)
-{
-	free(h->data);
-}
-
-void gs_notify_stopping(struct gs_daemon *d)
+void gs_notify_stopping(struct gs_notifier *nt)
 {
 	gs_notify("STOPPING=1\nSTATUS=stopping: finishing the work in flight");
-	if (!d->notifier)
+	if (!nt->timing)
 		return;
-	uv_timer_stop(&d->notifier->timer);
-	uv_close((uv_handle_t *)&d->notifier->timer, on_closed);
-	d->notifier = NULL;
+	uv_timer_stop(&nt->timer);
+	uv_close((uv_handle_t *)&nt->timer, NULL);
+	nt->timing = false;
 }

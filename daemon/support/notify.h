@@ -10,8 +10,20 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <uv.h>
 
-struct gs_daemon;
+/* Writes how the daemon is doing, one line, into out. */
+typedef void gs_notify_status_fn(void *ctx, char *out, size_t n);
+
+/* The status lines' timer and what they said last. */
+struct gs_notifier {
+	uv_timer_t timer;
+	bool timing; /* the timer runs: a service manager listens */
+	bool ready;
+	gs_notify_status_fn *status;
+	void *ctx;
+	char last[256]; /* the status line last sent */
+};
 
 /* Sends one notification (lines "KEY=value"). Returns 1 when sent, 0 when
  * no service manager listens ($NOTIFY_SOCKET unset), or -errno. */
@@ -28,11 +40,13 @@ bool gs_notify_socket_activated(void);
 
 /* Starts telling systemd how the daemon is doing: EXTEND_TIMEOUT_USEC
  * while it joins the other nodes, then, once gs_notify_ready() has been
- * called, a STATUS= line whenever the job's state changes. */
-int gs_notify_start(struct gs_daemon *d);
+ * called, a STATUS= line (from status) whenever it changes. Outside
+ * systemd there is no timer either. */
+void gs_notify_start(struct gs_notifier *nt, uv_loop_t *loop, gs_notify_status_fn *status,
+		     void *ctx);
 /* READY=1, with the first status line. */
-void gs_notify_ready(struct gs_daemon *d);
-/* STOPPING=1, and stops the status timer. Safe to call twice. */
-void gs_notify_stopping(struct gs_daemon *d);
+void gs_notify_ready(struct gs_notifier *nt);
+/* STOPPING=1, and closes the status timer. Safe to call twice. */
+void gs_notify_stopping(struct gs_notifier *nt);
 
 #endif

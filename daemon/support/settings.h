@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "cluster/auth.h"
+#include "support/secret.h"
 #include "convert.h"
 
 /* Read at start unless --config or GRADSYNC_CONFIG say otherwise; the

@@ -12,10 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "gradsync.h"
 #include "support/log.h"
-#include "engine/reduce.h"
 
 #define FLUSH_MS 250
 /* Past this much unwritten text, events are dropped (and counted) rather
@@ -156,81 +154,70 @@ out:
 	pthread_mutex_unlock(&t->lock);
 }
 
-/* Whether the run's events go into the trace: the metrics' totals count
- * every job's, the file only those of jobs its viewer may see. */
-static bool shown(const struct gs_trace *t, const struct gs_bucket_run *run)
+/* Whether the bucket's events go into the trace: the metrics' totals
+ * count every job's, the file only those of jobs its viewer may see. */
+static bool shown(const struct gs_trace *t, const struct gs_trace_bucket *b)
 {
-	return t->viewer.sees_all || run->owner == t->viewer.uid;
+	return t->viewer.sees_all || b->owner == t->viewer.uid;
 }
 
-static void record(struct gs_trace *t, const struct gs_bucket_run *run, const struct event *e)
+static void record(struct gs_trace *t, const struct gs_trace_bucket *b, const struct event *e)
 {
 	atomic_fetch_add_explicit(&t->phase_ns[e->phase], e->end_ns - e->start_ns,
 				  memory_order_relaxed);
-	if (atomic_load_explicit(&t->active, memory_order_acquire) && shown(t, run))
+	if (atomic_load_explicit(&t->active, memory_order_acquire) && shown(t, b))
 		add_event(t, e);
 }
 
-static struct gs_trace *trace_of(const struct gs_bucket_run *run)
+static uint64_t chunks_of(const struct gs_trace_bucket *b)
 {
-	return run->job ? run->job->d->trace : NULL;
+	return b->chunk ? (b->elements + b->chunk - 1) / b->chunk : 1;
 }
 
-
-static uint64_t chunks_of(const struct gs_bucket_run *run)
+void gs_trace_bucket_start(struct gs_trace *t, const struct gs_trace_bucket *b,
+			   uint64_t ready, uint64_t launch, uint64_t now)
 {
-	uint64_t total = run->plan->buckets[run->bucket].elements;
-	uint64_t f = run->backend->fusion_elements;
-	return f ? (total + f - 1) / f : 1;
-}
-
-void gs_trace_bucket_start(const struct gs_bucket_run *run, uint64_t now)
-{
-	struct gs_trace *t = trace_of(run);
 	/* A run that only votes to abort was never launched for real. */
-	if (!t || run->launch_ns == 0 || run->status != GS_OK)
+	if (!t || launch == 0)
 		return;
-	struct event e = { GS_PHASE_WAIT, run->step_number, run->bucket, 0, chunks_of(run),
-			   run->plan->buckets[run->bucket].elements, 0, run->launch_ns };
-	e.start_ns = run->ready_ns && run->ready_ns < run->launch_ns ? run->ready_ns
-								     : run->launch_ns;
-	record(t, run, &e);
+	struct event e = { GS_PHASE_WAIT, b->step, b->bucket, 0, chunks_of(b), b->elements, 0,
+			   launch };
+	e.start_ns = ready && ready < launch ? ready : launch;
+	record(t, b, &e);
 	e.phase = GS_PHASE_QUEUE;
-	e.start_ns = run->launch_ns;
-	e.end_ns = now > run->launch_ns ? now : run->launch_ns;
-	record(t, run, &e);
+	e.start_ns = launch;
+	e.end_ns = now > launch ? now : launch;
+	record(t, b, &e);
 }
 
-void gs_trace_chunk(const struct gs_bucket_run *run, uint64_t first, uint64_t len,
-		    const uint64_t ns[4])
+void gs_trace_chunk(struct gs_trace *t, const struct gs_trace_bucket *b, uint64_t first,
+		    uint64_t len, const uint64_t ns[4])
 {
-	struct gs_trace *t = trace_of(run);
 	if (!t)
 		return;
-	uint64_t f = run->backend->fusion_elements;
-	uint64_t chunks = chunks_of(run);
-	struct event e = { GS_PHASE_PACK, run->step_number, run->bucket, f ? first / f : 0, chunks,
-			   len, 0, 0 };
+	uint64_t f = b->chunk;
+	uint64_t chunks = chunks_of(b);
+	struct event e = { GS_PHASE_PACK, b->step, b->bucket, f ? first / f : 0, chunks, len, 0,
+			   0 };
 	for (int p = 0; p < 3 && ns[p] && ns[p + 1]; p++) {
 		e.phase = (enum gs_phase)(GS_PHASE_PACK + p);
 		e.start_ns = ns[p];
 		e.end_ns = ns[p + 1];
-		record(t, run, &e);
+		record(t, b, &e);
 	}
 	if (ns[3] && e.chunk + 1 == chunks)
 		atomic_fetch_add_explicit(&t->buckets, 1, memory_order_relaxed);
 }
 
-void gs_trace_whole(const struct gs_bucket_run *run, uint64_t start, uint64_t end)
+void gs_trace_whole(struct gs_trace *t, const struct gs_trace_bucket *b, uint64_t start,
+		    uint64_t end, bool reduced)
 {
-	struct gs_trace *t = trace_of(run);
 	if (!t)
 		return;
-	uint64_t elements = run->plan->buckets[run->bucket].elements;
-	struct event e = { GS_PHASE_REDUCE, run->step_number, run->bucket, 0, chunks_of(run), elements,
+	struct event e = { GS_PHASE_REDUCE, b->step, b->bucket, 0, chunks_of(b), b->elements,
 			   start, end > start ? end : start };
-	record(t, run, &e);
-	if (run->status == GS_OK)
+	record(t, b, &e);
+	if (reduced)
 		atomic_fetch_add_explicit(&t->buckets, 1, memory_order_relaxed);
 }
 

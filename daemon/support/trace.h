@@ -25,8 +25,6 @@
 #include <sys/types.h>
 #include <uv.h>
 
-struct gs_bucket_run;
-
 enum gs_phase {
 	GS_PHASE_WAIT,
 	GS_PHASE_QUEUE,
@@ -80,14 +78,30 @@ void gs_trace_get_figures(struct gs_trace *t, struct gs_trace_figures *out);
 void gs_trace_totals(const struct gs_trace *t, double seconds[GS_PHASES],
 		     uint64_t *buckets);
 
-/* Worker thread, from reduce.c: a launched bucket reached the worker, and
- * a chunk went through; ns[] are when pack, all-reduce and unpack began
- * and when unpack ended (0 for a phase that did not run). */
-void gs_trace_bucket_start(const struct gs_bucket_run *run, uint64_t now);
-void gs_trace_chunk(const struct gs_bucket_run *run, uint64_t first, uint64_t len,
-		    const uint64_t ns[4]);
+/* One bucket of one step, as its events name it: the engine fills one in
+ * when it launches the bucket. */
+struct gs_trace_bucket {
+	uint64_t step;     /* as the trainers number it */
+	uint32_t bucket;   /* its row in the file */
+	uint64_t elements; /* of the whole bucket */
+	uint64_t chunk;    /* elements of a chunk (the fusion buffer's); 0: one chunk */
+	uid_t owner;       /* the job's user: a viewer who may see its jobs sees it */
+};
+
+/* The worker thread's events; each does nothing when t is NULL. The
+ * bucket reached the worker at `now`: it waited for gradients from ready
+ * (the step's first readiness; 0: unknown) until its launch, then queued
+ * until now. Nothing for a bucket never launched (launch 0). */
+void gs_trace_bucket_start(struct gs_trace *t, const struct gs_trace_bucket *b,
+			   uint64_t ready, uint64_t launch, uint64_t now);
+/* A chunk of len elements from element first went through; ns[] are when
+ * pack, all-reduce and unpack began and when unpack ended (0 for a phase
+ * that did not run). */
+void gs_trace_chunk(struct gs_trace *t, const struct gs_trace_bucket *b, uint64_t first,
+		    uint64_t len, const uint64_t ns[4]);
 /* A bucket reduced by a backend that does not mark its phases: one REDUCE
- * event from start to end. */
-void gs_trace_whole(const struct gs_bucket_run *run, uint64_t start, uint64_t end);
+ * event from start to end; reduced says whether it succeeded. */
+void gs_trace_whole(struct gs_trace *t, const struct gs_trace_bucket *b, uint64_t start,
+		    uint64_t end, bool reduced);
 
 #endif

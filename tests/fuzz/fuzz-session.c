@@ -3,9 +3,10 @@
  *
  * Each input gets a small real daemon in this process: its own uv loop,
  * settings from gs_settings_load (defaults plus a few flags), started and
- * stopped by the daemon core's gs_daemon_init, gs_daemon_shutdown and
- * gs_daemon_free as gradsyncd's is, and one client connection over a
- * socketpair, set up as server.c's admit() does. The
+ * stopped by the daemon core's gs_daemon_start (without the socket,
+ * signals or systemd), gs_daemon_shutdown and gs_daemon_free as
+ * gradsyncd's is, and one client connection over a socketpair, adopted
+ * as the server adopts the clients it admits. The
  * input's bytes are what the client writes (see fuzz-input.h for the two
  * bytes of flags in front); the loop runs without blocking until the daemon
  * is quiet, the client hangs up, and everything is closed and freed. A
@@ -34,13 +35,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "serve/conn.h"
 #include "daemon.h"
 #include "frame.h"
 #include "fuzz-input.h"
-#include "support/log.h"
+#include "serve/conn.h"
 #include "serve/server.h"
-#include "control/session.h"
+#include "support/log.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -148,7 +148,7 @@ static size_t drain(int client)
 static bool daemon_has_unread(const struct gs_daemon *d)
 {
 	int unread = 0;
-	return d->conns && ioctl(d->conns->fd, FIONREAD, &unread) == 0 && unread > 0;
+	return d->conns.head && ioctl(d->conns.head->fd, FIONREAD, &unread) == 0 && unread > 0;
 }
 
 /* Runs the loop without blocking until nothing moves: no work on the
@@ -206,18 +206,11 @@ static size_t first_frame_len(const uint8_t *buf, size_t len)
 
 /* ---- The daemon's side ------------------------------------------------------ */
 
-static void on_ready(struct gs_daemon *d, bool ok)
-{
-	if (!ok)
-		abort();
-	gs_job_set_world(&d->job);
-}
-
 static const char *const wire_flag[] = { "--wire=fp16", "--wire=bf16", "--wire=fp32",
 					 "--wire=fp16" };
 
-/* A daemon as gs_daemon_init sets one up, with no signals, listening
- * socket or systemd. Small limits, so that the fuzzer reaches them with
+/* A daemon as gradsyncd's starts, with no signals, listening socket or
+ * systemd; joined at once (one node). Small limits, so that the fuzzer reaches them with
  * small inputs: a bucket per few tensors, chunks of the smallest fusion
  * buffer, frames of at most 4 KiB, 64 tensors, 64 KiB of gradients. */
 static struct gs_daemon *daemon_open(unsigned flags)
@@ -239,7 +232,7 @@ static struct gs_daemon *daemon_open(unsigned flags)
 	    GS_SETTINGS_RUN)
 		abort();
 	gs_log_init((enum gs_log_level)d->settings.log_level);
-	if (gs_daemon_init(d, loop) < 0 || gs_cluster_start(d, on_ready) != 0)
+	if (gs_daemon_start(d, loop, false) < 0 || d->stopping || !d->cluster.joined)
 		abort();
 	return d;
 }
@@ -284,7 +277,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();
 	/* As a client the server accepts; the connection owns sv[0] from here. */
-	gs_server_adopt(d, sv[0]);
+	gs_server_adopt(&d->server, sv[0]);
 	int client = sv[1];
 	int memfd = flags & FUZZ_MEMFD ? make_memfd(flags) : -1;
 

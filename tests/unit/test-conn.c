@@ -1,0 +1,240 @@
+/*
+ * daemon/serve/conn.c on its own: a set of connections on a loop of the
+ * test's, one connection over a socketpair, and callbacks that record what
+ * reaches them. No daemon, no engine: the framing, the set's bookkeeping,
+ * the limits and deadlines, and the order of close, closed and freed.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "frame.h"
+#include "gradsync.h"
+#include "serve/conn.h"
+#include "support/log.h"
+
+struct fixture {
+	uv_loop_t loop;
+	struct gs_conn_set set;
+	struct gs_conn *conn;
+	int peer; /* the client's end */
+	Gradsync__Message__BodyCase seen[8];
+	int nseen;
+	int closed;
+	int freed;
+	void *freed_ctx;
+};
+
+static struct fixture *current;
+
+static void on_dispatch(struct gs_conn *c, const Gradsync__Message *m)
+{
+	assert_ptr_equal(c, current->conn);
+	if (current->nseen < 8)
+		current->seen[current->nseen++] = m->body_case;
+}
+
+static void on_closed(struct gs_conn *c)
+{
+	assert_ptr_equal(c, current->conn);
+	current->closed++;
+}
+
+static void on_freed(void *ctx)
+{
+	current->freed++;
+	current->freed_ctx = ctx;
+}
+
+static int setup(void **state)
+{
+	static struct fixture f;
+	memset(&f, 0, sizeof(f));
+	current = &f;
+	gs_log_init(GS_LOG_ERROR);
+	assert_int_equal(uv_loop_init(&f.loop), 0);
+	gs_conn_set_init(&f.set, &f.loop, 1u << 20, 5, 5, 16, 1u << 20);
+	f.set.freed = on_freed;
+	f.set.ctx = &f;
+	int sv[2];
+	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+	f.conn = gs_conn_create(&f.set, sv[0], 256, on_dispatch, on_closed);
+	assert_non_null(f.conn);
+	f.peer = sv[1];
+	*state = &f;
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	struct fixture *f = *state;
+	while (f->set.head)
+		gs_conn_close(f->set.head);
+	uv_run(&f->loop, UV_RUN_NOWAIT);
+	close(f->peer);
+	assert_int_equal(uv_loop_close(&f->loop), 0);
+	return 0;
+}
+
+/* Runs the loop until nothing is left to do now. */
+static void spin(struct fixture *f)
+{
+	for (int i = 0; i < 20; i++)
+		uv_run(&f->loop, UV_RUN_NOWAIT);
+}
+
+static void send_message(int fd, Gradsync__Message__BodyCase body)
+{
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	Gradsync__StatusRequest sr = GRADSYNC__STATUS_REQUEST__INIT;
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	m.body_case = body;
+	if (body == GRADSYNC__MESSAGE__BODY_HELLO)
+		m.hello = &h;
+	else
+		m.status_request = &sr;
+	uint8_t *buf;
+	size_t len;
+	assert_int_equal(gs_frame_encode(&m, &buf, &len), 0);
+	assert_int_equal(write(fd, buf, len), (ssize_t)len);
+	free(buf);
+}
+
+/* The Error the connection sent before closing: its code. */
+static int read_error(int fd)
+{
+	uint8_t buf[4096];
+	ssize_t n = read(fd, buf, sizeof(buf));
+	assert_true(n >= GS_FRAME_HEADER_SIZE);
+	uint32_t len = gs_frame_get_len(buf);
+	assert_int_equal((size_t)n, GS_FRAME_HEADER_SIZE + len);
+	Gradsync__Message *m;
+	assert_int_equal(gs_frame_decode(buf + GS_FRAME_HEADER_SIZE, len, &m), 0);
+	assert_int_equal(m->body_case, GRADSYNC__MESSAGE__BODY_ERROR);
+	int code = m->error->code;
+	gradsync__message__free_unpacked(m, NULL);
+	return code;
+}
+
+static void joins_the_set(void **state)
+{
+	struct fixture *f = *state;
+	assert_ptr_equal(f->set.head, f->conn);
+	assert_int_equal(f->set.count, 1);
+	assert_int_equal(f->conn->id, 1);
+	assert_ptr_equal(f->conn->set, &f->set);
+	assert_ptr_equal(f->conn->reader.budget, &f->set.budget);
+}
+
+static void frames_reach_dispatch_in_order(void **state)
+{
+	struct fixture *f = *state;
+	send_message(f->peer, GRADSYNC__MESSAGE__BODY_HELLO);
+	send_message(f->peer, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST);
+	spin(f);
+	assert_int_equal(f->nseen, 2);
+	assert_int_equal(f->seen[0], GRADSYNC__MESSAGE__BODY_HELLO);
+	assert_int_equal(f->seen[1], GRADSYNC__MESSAGE__BODY_STATUS_REQUEST);
+	assert_int_equal(f->closed, 0);
+}
+
+/* closed runs at once, the set forgets the connection at once, and freed
+ * runs only from the loop, once the connection's memory is gone. */
+static void close_then_freed_from_the_loop(void **state)
+{
+	struct fixture *f = *state;
+	gs_conn_close(f->conn);
+	gs_conn_close(f->conn); /* safe twice */
+	assert_int_equal(f->closed, 1);
+	assert_int_equal(f->set.count, 0);
+	assert_null(f->set.head);
+	assert_int_equal(f->freed, 0);
+	spin(f);
+	assert_int_equal(f->freed, 1);
+	assert_ptr_equal(f->freed_ctx, f);
+}
+
+static void peer_hangup_closes(void **state)
+{
+	struct fixture *f = *state;
+	shutdown(f->peer, SHUT_WR);
+	spin(f);
+	assert_int_equal(f->closed, 1);
+	assert_int_equal(f->freed, 1);
+	assert_int_equal(f->set.count, 0);
+}
+
+static void frame_over_the_limit_is_refused(void **state)
+{
+	struct fixture *f = *state;
+	uint8_t header[GS_FRAME_HEADER_SIZE];
+	gs_frame_put_len(header, 257);
+	assert_int_equal(write(f->peer, header, sizeof(header)), (ssize_t)sizeof(header));
+	spin(f);
+	assert_int_equal(read_error(f->peer), GS_ELIMIT);
+	assert_int_equal(f->nseen, 0);
+	assert_int_equal(f->closed, 1);
+	assert_int_equal(f->freed, 1);
+}
+
+/* A trainer's frames may be as long as the set allows. */
+static void identified_trainer_gets_the_set_limit(void **state)
+{
+	struct fixture *f = *state;
+	gs_conn_identified(f->conn, GS_CONN_TRAINER);
+	assert_int_equal(f->conn->reader.max_frame, 1u << 20);
+	assert_int_equal(f->conn->reader.max_fds, GS_CONN_TRAINER_FDS);
+}
+
+static void hello_deadline_drops_a_timed_client(void **state)
+{
+	struct fixture *f = *state;
+	f->conn->hello_deadline_ns = 1000;
+	gs_conn_check_deadlines(f->conn, 2000);
+	assert_int_equal(f->closed, 0); /* untimed: deadlines do not apply */
+	f->conn->timed = true;
+	gs_conn_check_deadlines(f->conn, 999);
+	assert_int_equal(f->closed, 0);
+	gs_conn_check_deadlines(f->conn, 1000);
+	assert_int_equal(f->closed, 1);
+	assert_int_equal(read_error(f->peer), GS_ETIMEDOUT);
+	spin(f);
+	assert_int_equal(f->freed, 1);
+}
+
+static void name_carries_the_label(void **state)
+{
+	struct fixture *f = *state;
+	char want[96];
+	snprintf(want, sizeof(want), "pid %d uid %u", (int)getpid(), (unsigned)getuid());
+	assert_string_equal(gs_conn_name(f->conn), want);
+	snprintf(f->conn->label, sizeof(f->conn->label), "local rank 3");
+	snprintf(want, sizeof(want), "pid %d uid %u (local rank 3)", (int)getpid(),
+		 (unsigned)getuid());
+	assert_string_equal(gs_conn_name(f->conn), want);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(joins_the_set, setup, teardown),
+		cmocka_unit_test_setup_teardown(frames_reach_dispatch_in_order, setup, teardown),
+		cmocka_unit_test_setup_teardown(close_then_freed_from_the_loop, setup, teardown),
+		cmocka_unit_test_setup_teardown(peer_hangup_closes, setup, teardown),
+		cmocka_unit_test_setup_teardown(frame_over_the_limit_is_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(identified_trainer_gets_the_set_limit, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(hello_deadline_drops_a_timed_client, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(name_carries_the_label, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
