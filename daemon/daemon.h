@@ -13,29 +13,13 @@
 #include "cluster/cluster.h"
 #include "frame.h"
 #include "engine/job.h"
+#include "engine/stats.h"
 #include "support/settings.h"
 #include "support/worker.h"
-
-#define GS_STEP_HISTORY 1024
-/* Upper bounds of the step-time histogram's buckets (metrics). */
-#define GS_STEP_BUCKETS 15
-extern const uint64_t gs_step_bounds_ns[GS_STEP_BUCKETS];
 
 struct gs_conn;
 struct gs_notifier;
 struct gs_trace;
-
-struct gs_stats {
-	uint64_t steps_completed;
-	uint64_t steps_aborted;
-	uint64_t last_step_ns;
-	uint64_t history[GS_STEP_HISTORY]; /* recent step times, for the median */
-	uint64_t bytes_reduced;
-	uint64_t elements_clipped;
-	uint64_t nonfinite;
-	uint64_t step_ns_sum;                /* of completed steps */
-	uint64_t step_le[GS_STEP_BUCKETS];   /* steps no longer than each bound */
-};
 
 struct gs_daemon {
 	uv_loop_t *loop;
@@ -45,7 +29,6 @@ struct gs_daemon {
 	struct gs_job job;
 	struct gs_cluster cluster;
 	struct gs_rdv_server *rdv_server; /* node rank 0 only */
-	struct gs_stats stats;
 	int listen_fd;
 	uv_poll_t listen_poll;
 	/* Held open so that, out of descriptors, gradsyncd can still accept
@@ -80,12 +63,5 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code);
 /* Frees what gs_daemon_init and the cluster made, once gs_daemon_shutdown
  * has run and the loop has run dry. The loop stays the caller's to close. */
 void gs_daemon_free(struct gs_daemon *d);
-
-/* Nanoseconds of a monotonic clock. */
-uint64_t gs_now_ns(void);
-
-/* The median of the recent step times (0 before the first step). */
-uint64_t gs_stats_median(const struct gs_stats *s);
-void gs_stats_record_step(struct gs_stats *s, uint64_t duration_ns);
 
 #endif

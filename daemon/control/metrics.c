@@ -112,7 +112,7 @@ static void job(struct text *t, const struct gs_daemon *d)
 
 static void steps(struct text *t, const struct gs_daemon *d)
 {
-	const struct gs_stats *st = &d->stats;
+	const struct gs_stats *st = &d->job.stats;
 	scalar(t, "gradsync_steps_total", "counter", "Steps completed on this node.",
 	       st->steps_completed);
 	scalar(t, "gradsync_steps_aborted_total", "counter", "Steps aborted on this node.",
@@ -130,7 +130,7 @@ static void steps(struct text *t, const struct gs_daemon *d)
 
 static void data(struct text *t, const struct gs_daemon *d)
 {
-	const struct gs_stats *st = &d->stats;
+	const struct gs_stats *st = &d->job.stats;
 	/* The wire dtype is fixed for the daemon's life: every byte so far
 	 * travelled in it, and the other series stay at zero. */
 	family(t, "gradsync_wire_bytes_total", "counter",

@@ -37,7 +37,7 @@ void gs_status_reply(struct gs_conn *c)
 {
 	const struct gs_daemon *d = c->d;
 	const struct gs_job *j = &d->job;
-	const struct gs_stats *st = &d->stats;
+	const struct gs_stats *st = &d->job.stats;
 	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
 	gs_status_fill_settings(d, &settings);
 

@@ -205,7 +205,7 @@ static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
 
 static void finish_step(struct gs_job *j)
 {
-	struct gs_stats *st = &j->d->stats;
+	struct gs_stats *st = &j->stats;
 	bool ok = !j->aborting;
 	uint64_t duration = j->step_start_ns ? gs_now_ns() - j->step_start_ns : 0;
 	/* A registered trainer that had not begun the aborted step gets its

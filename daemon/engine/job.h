@@ -16,6 +16,7 @@
 
 #include "gradsync.pb-c.h"
 #include "engine/layout.h"
+#include "engine/stats.h"
 #include "backend/plan.h"
 
 #define GS_MAX_LOCAL 64
@@ -80,6 +81,9 @@ struct gs_job {
 
 	/* Trainers gone while buckets that read their memory are in flight. */
 	struct gs_trainer *retired;
+
+	/* The node's figures of every job's steps so far. */
+	struct gs_stats stats;
 };
 
 void gs_job_init(struct gs_job *j, struct gs_daemon *d);

@@ -1,8 +1,8 @@
+#include "engine/stats.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include "daemon.h"
 
 uint64_t gs_now_ns(void)
 {

@@ -161,7 +161,7 @@ bool gs_notify_socket_activated(void)
 static void describe(const struct gs_daemon *d, char *out, size_t n)
 {
 	const struct gs_job *j = &d->job;
-	const struct gs_stats *st = &d->stats;
+	const struct gs_stats *st = &d->job.stats;
 	if (!j->attached && !j->in_step) {
 		snprintf(out, n, "idle, %u trainers expected; %llu steps done, %llu aborted",
 			 d->settings.local_size, (unsigned long long)st->steps_completed,
