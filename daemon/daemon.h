@@ -37,7 +37,6 @@ struct gs_daemon {
 	uv_timer_t accept_pause; /* listening paused after running out */
 	uv_timer_t sweep;        /* clients' deadlines, the log's summaries */
 	struct gs_frame_budget frame_budget; /* every client's reader together */
-	uint64_t mappings;       /* trainers' buffers mapped, all together */
 	uv_signal_t sigint, sigterm;
 	struct gs_conn *conns; /* doubly linked through gs_conn.next/prev */
 	unsigned nconns;

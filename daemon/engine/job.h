@@ -3,8 +3,10 @@
  * the layout they all registered and its bucket plan, and the step in
  * progress: readiness per bucket, launching buckets in plan order once
  * every local trainer has marked all of a bucket's tensors, and step done.
- * It knows nothing of memfds, CUDA or Gloo: buckets run through the
- * backend on the worker thread (reduce.c).
+ * It knows nothing of memfds, CUDA, Gloo or the daemon: buckets run
+ * through the backend interface on the worker thread (reduce.c) and the
+ * other nodes are reached through the group port (group_port.h), given at
+ * init (struct gs_engine_env).
  */
 #ifndef GS_JOB_H
 #define GS_JOB_H
@@ -14,16 +16,40 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "gradsync.pb-c.h"
+#include "backend/backend.h"
+#include "backend/plan.h"
+#include "engine/group_port.h"
 #include "engine/layout.h"
 #include "engine/stats.h"
-#include "backend/plan.h"
+#include "gradsync.pb-c.h"
+#include "support/settings.h"
+#include "support/worker.h"
 
 #define GS_MAX_LOCAL 64
 
 struct gs_conn;
-struct gs_daemon;
+struct gs_trace;
 struct gs_trainer;
+
+/* What the job is given by whoever runs it (daemon.c; a unit test), for
+ * its whole life. */
+struct gs_engine_env {
+	uv_loop_t *loop;
+	const struct gs_settings *settings;
+	struct gs_backend *backend;
+	struct gs_worker *worker; /* runs buckets, in submission order */
+	struct gs_trace *trace;   /* bucket phases and their totals; NULL: none */
+	struct gs_group_port group; /* used with several nodes only */
+	/* A trainer's Buffer message: whether a descriptor comes with it, and
+	 * the descriptor the backend imports, checked (GS_OK, or a GS_E* code
+	 * with why). fd is the descriptor that came with it, or -1. */
+	bool (*buffer_takes_fd)(const Gradsync__Buffer *m);
+	int (*parse_buffer)(const Gradsync__Buffer *m, uint32_t rank, int fd,
+			    struct gs_buffer_desc *out, char *err, size_t errlen);
+	/* Whether the imported memory at addr lost its pages under the
+	 * daemon (a fault guard caught a SIGBUS there). NULL: it never does. */
+	bool (*memory_lost)(const void *addr);
+};
 
 /* A registered trainer whose connection went: a step cannot complete
  * until another takes its local rank. */
@@ -34,7 +60,9 @@ struct gs_departure {
 };
 
 struct gs_job {
-	struct gs_daemon *d;
+	struct gs_engine_env env;
+	struct gs_world world; /* as the group last said */
+	uint64_t mappings;     /* trainers' buffers imported, all together */
 	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
 	unsigned attached;
 	char id[64];
@@ -86,23 +114,30 @@ struct gs_job {
 	struct gs_stats stats;
 };
 
-void gs_job_init(struct gs_job *j, struct gs_daemon *d);
-/* The world is known (after joining): fixes the scale factors. */
-void gs_job_set_world(struct gs_job *j);
+/* Sets up the job on env->loop (env is copied). */
+void gs_job_init(struct gs_job *j, const struct gs_engine_env *env);
+/* The world is known (after joining, after a restarted coordinator
+ * brought a different one): fixes the scale factors. */
+void gs_job_set_world(struct gs_job *j, const struct gs_world *w);
 /* Closes the job's timers (shutdown, on the loop). */
 void gs_job_close(struct gs_job *j);
 void gs_job_destroy(struct gs_job *j);
-/* A node of the job went away (the coordinator said so, or is gone). */
+/* A node of the job went away (the coordinator said so, or is gone), or
+ * the group failed: the group is not whole, and the step in progress ends
+ * with why. */
 void gs_job_peer_lost(struct gs_job *j, const char *why);
-/* The group of nodes is whole again: buckets may launch. */
-void gs_job_resume(struct gs_job *j);
+/* The group is being rebuilt: buckets wait until gs_job_resume. */
+void gs_job_regrouping(struct gs_job *j);
+/* The group of nodes (of `generation`) is whole again: buckets may launch. */
+void gs_job_resume(struct gs_job *j, uint64_t generation);
 
 uint32_t gs_job_world_size(const struct gs_job *j);
 /* Whether the job has trainers or work left (then it has an owner). */
 bool gs_job_active(const struct gs_job *j);
 /* Whether a client of uid may see the job's identity and shape (its id,
- * trainers, layout): its owner, root and gradsyncd's own user. */
-bool gs_job_visible_to(const struct gs_job *j, uid_t uid);
+ * trainers, layout): its owner, and a privileged user (root, gradsyncd's
+ * own user: the caller knows). */
+bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged);
 const char *gs_job_state(const struct gs_job *j);
 
 /* A trainer said hello: gives it a local rank slot, or drops it with an

@@ -23,6 +23,7 @@ struct gs_bucket_run {
 	struct gs_work work;
 	struct gs_job *job;
 	struct gs_backend *backend;
+	struct gs_trace *trace; /* NULL: none */
 	const struct gs_plan *plan;
 	const uint64_t *counts;
 	uint32_t bucket;

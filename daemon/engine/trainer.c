@@ -5,14 +5,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cuda/buffer_desc.h"
-#include "serve/conn.h"
-#include "daemon.h"
+#include "engine/job.h"
 #include "frame.h"
 #include "gradsync.h"
-#include "engine/job.h"
+#include "serve/conn.h"
 #include "support/log.h"
-#include "backend/host/shm_guard.h"
 
 struct gs_trainer *gs_trainer_create(struct gs_job *job, struct gs_conn *conn,
 				     uint32_t rank)
@@ -30,10 +27,10 @@ struct gs_trainer *gs_trainer_create(struct gs_job *job, struct gs_conn *conn,
 
 void gs_trainer_destroy(struct gs_trainer *t)
 {
-	struct gs_backend *b = t->job->d->backend;
+	struct gs_backend *b = t->job->env.backend;
 	for (uint32_t i = 0; i < t->nbuffers; i++)
 		b->ops->release_buffer(b, t->buffers[i].addr, t->buffers[i].size);
-	t->job->d->mappings -= t->nbuffers;
+	t->job->mappings -= t->nbuffers;
 	free(t->buffers);
 	gs_layout_free(&t->layout);
 	free(t->tensor_buffer);
@@ -87,8 +84,9 @@ static const char *dtype_name(Gradsync__Dtype d)
 static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors *r)
 {
 	struct gs_conn *c = t->conn;
-	const struct gs_settings *s = &t->job->d->settings;
-	struct gs_backend *b = t->job->d->backend;
+	struct gs_job *j = t->job;
+	const struct gs_settings *s = j->env.settings;
+	struct gs_backend *b = j->env.backend;
 	size_t n = r->n_buffers, nfds = 0, next_fd = 0;
 	int fds[GS_FRAME_MAX_FDS];
 	if (n > GS_FRAME_MAX_FDS) {
@@ -104,13 +102,13 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 			     (unsigned long long)t->nbuffers + n, (unsigned long long)s->max_buffers);
 		return -1;
 	}
-	if (n > s->max_mappings - t->job->d->mappings) {
+	if (n > s->max_mappings - j->mappings) {
 		gs_conn_fail(c, GS_ELIMIT, "gradsyncd already maps %llu buffers of its trainers; at most %llu (--max-mappings)",
-			     (unsigned long long)t->job->d->mappings, (unsigned long long)s->max_mappings);
+			     (unsigned long long)j->mappings, (unsigned long long)s->max_mappings);
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++)
-		nfds += gs_buffer_kind_of(r->buffers[i]) == GS_BUFFER_MEMFD;
+		nfds += j->env.buffer_takes_fd(r->buffers[i]);
 	if (gs_frame_reader_take_fds(&c->reader, fds, nfds) < 0) {
 		gs_conn_fail(c, GS_EPROTO, "RegisterTensors lists %zu buffers but only %zu descriptors arrived",
 			     nfds, c->reader.nfds);
@@ -128,7 +126,7 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
 		const Gradsync__Buffer *m = r->buffers[i];
-		int fd = gs_buffer_kind_of(m) == GS_BUFFER_MEMFD ? fds[next_fd++] : -1;
+		int fd = j->env.buffer_takes_fd(m) ? fds[next_fd++] : -1;
 		uint64_t size = m->size;
 		char why[256];
 		if (rc == 0 && size > s->max_bytes - t->buffer_bytes) {
@@ -139,7 +137,7 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 		}
 		struct gs_buffer_desc desc;
 		void *addr = NULL;
-		int err = rc == 0 ? gs_buffer_desc_parse(m, t->rank, fd, &desc, why, sizeof(why)) : GS_OK;
+		int err = rc == 0 ? j->env.parse_buffer(m, t->rank, fd, &desc, why, sizeof(why)) : GS_OK;
 		if (rc == 0 && err == GS_OK)
 			err = b->ops->import_buffer(b, &desc, &addr, why, sizeof(why));
 		if (rc == 0 && err != GS_OK) {
@@ -151,7 +149,7 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 		if (rc == 0) {
 			t->buffers[t->nbuffers++] = (struct gs_trainer_buffer){ addr, size };
 			t->buffer_bytes += size;
-			t->job->d->mappings++;
+			j->mappings++;
 		}
 	}
 	return rc;
@@ -169,7 +167,7 @@ static bool has_control_char(const char *s)
 static int check_tensor(struct gs_trainer *t, const Gradsync__TensorSpec *ts)
 {
 	struct gs_conn *c = t->conn;
-	const struct gs_settings *s = &t->job->d->settings;
+	const struct gs_settings *s = t->job->env.settings;
 	uint32_t index = t->layout.n;
 	const char *name = ts->name ? ts->name : "";
 	if (name[0] == '\0' || strlen(name) > GS_MAX_NAME) {
@@ -308,10 +306,9 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 
 int gs_trainer_lost_buffer(const struct gs_trainer *t)
 {
-	if (gs_shm_guard_lost_ranges() == 0)
-		return -1;
-	for (uint32_t i = 0; i < t->nbuffers; i++)
-		if (gs_shm_guard_lost(t->buffers[i].addr))
+	bool (*lost)(const void *addr) = t->job->env.memory_lost;
+	for (uint32_t i = 0; lost && i < t->nbuffers; i++)
+		if (lost(t->buffers[i].addr))
 			return (int)i;
 	return -1;
 }

@@ -1,6 +1,6 @@
 /*
  * A trainer of the node's job: its connection, its registered tensors
- * (mapped shared memory) and where it stands in the current step.
+ * (imported by the backend) and where it stands in the current step.
  */
 #ifndef GS_TRAINER_H
 #define GS_TRAINER_H
@@ -10,8 +10,8 @@
 #include <sys/types.h>
 
 #include "convert.h"
-#include "gradsync.pb-c.h"
 #include "engine/layout.h"
+#include "gradsync.pb-c.h"
 
 struct gs_conn;
 struct gs_job;
@@ -70,7 +70,7 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 void gs_trainer_send_registered(struct gs_trainer *t);
 
 /* The first of its buffers whose pages vanished under the daemon (the
- * fault guard caught a SIGBUS there, shm_guard.h), or -1. */
+ * environment's memory_lost says so), or -1. */
 int gs_trainer_lost_buffer(const struct gs_trainer *t);
 
 /* The client went away: the job decides what that means for the step. */

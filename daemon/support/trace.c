@@ -173,7 +173,7 @@ static void record(struct gs_trace *t, const struct gs_bucket_run *run, const st
 
 static struct gs_trace *trace_of(const struct gs_bucket_run *run)
 {
-	return run->job ? run->job->d->trace : NULL;
+	return run->trace;
 }
 
 
