@@ -8,8 +8,14 @@
 #include "engine/reduce.h"
 #include "engine/trainer.h"
 #include "gradsync.h"
-#include "serve/conn.h"
 #include "support/log.h"
+
+static void reap(struct gs_job *j);
+
+static void on_reap_timer(uv_timer_t *timer)
+{
+	reap(timer->data);
+}
 
 void gs_job_init(struct gs_job *j, const struct gs_engine_env *env)
 {
@@ -19,6 +25,8 @@ void gs_job_init(struct gs_job *j, const struct gs_engine_env *env)
 	j->stall_timer.data = j;
 	uv_timer_init(env->loop, &j->failure_timer);
 	j->failure_timer.data = j;
+	uv_timer_init(env->loop, &j->reap_timer);
+	j->reap_timer.data = j;
 }
 
 void gs_job_set_world(struct gs_job *j, const struct gs_world *w)
@@ -47,7 +55,7 @@ static void clear_layout(struct gs_job *j)
 
 void gs_job_destroy(struct gs_job *j)
 {
-	gs_job_reap(j);
+	reap(j);
 	clear_layout(j);
 }
 
@@ -55,6 +63,7 @@ void gs_job_close(struct gs_job *j)
 {
 	uv_close((uv_handle_t *)&j->stall_timer, NULL);
 	uv_close((uv_handle_t *)&j->failure_timer, NULL);
+	uv_close((uv_handle_t *)&j->reap_timer, NULL);
 }
 
 uint32_t gs_job_world_size(const struct gs_job *j)
@@ -107,7 +116,7 @@ static bool may_join(const struct gs_job *j, uid_t uid)
 }
 
 /* Another job of the same user (or of any, to root) holds the node. */
-static void refuse_other_job(struct gs_job *j, struct gs_conn *c, const char *id)
+static void refuse_other_job(struct gs_job *j, const struct gs_client *c, const char *id)
 {
 	char holder_desc[192], pids[128];
 	size_t k = 0;
@@ -120,43 +129,44 @@ static void refuse_other_job(struct gs_job *j, struct gs_conn *c, const char *id
 		snprintf(holder_desc, sizeof(holder_desc), "job '%s' (trainer pid %s)", j->id, pids);
 	else
 		snprintf(holder_desc, sizeof(holder_desc), "an unnamed job (trainer pid %s)", pids);
-	gs_conn_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
+	gs_client_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
 		     holder_desc, id);
 }
 
-int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
+struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
+				 const Gradsync__Hello *h)
 {
 	uint32_t size = j->env.settings->local_size;
 	const char *id = h->job_id ? h->job_id : "";
-	uid_t uid = c->cred.uid;
+	uid_t uid = c->uid;
 	if (!valid_job_id(id)) {
-		gs_conn_fail(c, GS_EINVAL, "job id must be at most 63 printable ASCII characters");
-		return -1;
+		gs_client_fail(c, GS_EINVAL, "job id must be at most 63 printable ASCII characters");
+		return NULL;
 	}
 	if (h->local_rank >= size) {
-		gs_conn_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
+		gs_client_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
 			     (unsigned long long)h->local_rank, size);
-		return -1;
+		return NULL;
 	}
 	if (!may_join(j, uid)) {
-		gs_conn_fail(c, GS_EREFUSED, "this node runs another user's job: uid %u may not join it or learn about it (--job-access); try again when it has ended",
+		gs_client_fail(c, GS_EREFUSED, "this node runs another user's job: uid %u may not join it or learn about it (--job-access); try again when it has ended",
 			     (unsigned)uid);
-		return -1;
+		return NULL;
 	}
 	struct gs_trainer *holder = j->slots[h->local_rank];
 	if (holder) {
-		gs_conn_fail(c, GS_EREFUSED, "local rank %llu is already taken by pid %d",
+		gs_client_fail(c, GS_EREFUSED, "local rank %llu is already taken by pid %d",
 			     (unsigned long long)h->local_rank, (int)holder->pid);
-		return -1;
+		return NULL;
 	}
 	if (j->attached > 0 && strcmp(j->id, id) != 0) {
 		refuse_other_job(j, c, id);
-		return -1;
+		return NULL;
 	}
 	struct gs_trainer *t = gs_trainer_create(j, c, (uint32_t)h->local_rank);
 	if (!t) {
-		gs_conn_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
-		return -1;
+		gs_client_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
+		return NULL;
 	}
 	if (!gs_job_active(j))
 		j->owner = uid;
@@ -165,10 +175,9 @@ int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
 	j->slots[h->local_rank] = t;
 	j->departed[h->local_rank].gone = false;
 	j->attached++;
-	c->trainer = t;
 	gs_info("trainer pid %d uid %u joined job '%s' as local rank %u (%u of %u)",
 		(int)t->pid, (unsigned)t->uid, j->id, t->rank, j->attached, size);
-	return 0;
+	return t;
 }
 
 /* ---- Ending a step ---------------------------------------------------- */
@@ -200,7 +209,7 @@ static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_STEP_DONE;
 	m.step_done = &done;
-	gs_conn_send(t->conn, &m);
+	gs_trainer_send(t, &m);
 }
 
 static void finish_step(struct gs_job *j)
@@ -275,7 +284,8 @@ static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t r
 
 /* ---- Trainers leaving ------------------------------------------------- */
 
-void gs_job_reap(struct gs_job *j)
+/* Frees retired trainers when no bucket is in flight. */
+static void reap(struct gs_job *j)
 {
 	if (j->inflight > 0)
 		return;
@@ -334,6 +344,7 @@ void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 	j->retired = t;
 	/* Freed from the loop once no bucket reads its memory; never inside
 	 * the callback that found it gone. */
+	uv_timer_start(&j->reap_timer, on_reap_timer, 0, 0);
 }
 
 /* ---- Layout ------------------------------------------------------------ */
@@ -390,12 +401,12 @@ void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char 
 		/* Every trainer of this node that registered it goes. */
 		for (unsigned r = 0; r < GS_MAX_LOCAL; r++)
 			if (j->slots[r] && j->slots[r]->layout_checked)
-				gs_conn_fail(j->slots[r]->conn, rc, "%s", why);
+				gs_trainer_fail(j->slots[r], rc, "%s", why);
 		/* Trainers that come later start a new round. */
 		if (j->inflight == 0)
 			clear_layout(j);
 	}
-	gs_job_reap(j);
+	reap(j);
 }
 
 /* ---- A step that waits too long ------------------------------------------ */
@@ -480,21 +491,21 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 {
 	struct gs_job *j = t->job;
 	if (!t->registered) {
-		gs_conn_fail(t->conn, GS_ESTATE, "BeginStep before the tensors are registered");
+		gs_trainer_fail(t, GS_ESTATE, "BeginStep before the tensors are registered");
 		return;
 	}
 	if (t->in_step) {
-		gs_conn_fail(t->conn, GS_ESTATE, "BeginStep for step %llu while step %llu is in progress",
+		gs_trainer_fail(t, GS_ESTATE, "BeginStep for step %llu while step %llu is in progress",
 			     (unsigned long long)b->step, (unsigned long long)t->seq);
 		return;
 	}
 	if (b->step != t->seq + 1) {
-		gs_conn_fail(t->conn, GS_EPROTO, "BeginStep numbers step %llu; expected %llu",
+		gs_trainer_fail(t, GS_EPROTO, "BeginStep numbers step %llu; expected %llu",
 			     (unsigned long long)b->step, (unsigned long long)t->seq + 1);
 		return;
 	}
 	if (b->clipping && !(b->clip_value > 0 && isfinite(b->clip_value))) {
-		gs_conn_fail(t->conn, GS_EINVAL, "clip value %g must be positive and finite",
+		gs_trainer_fail(t, GS_EINVAL, "clip value %g must be positive and finite",
 			     (double)b->clip_value);
 		return;
 	}
@@ -572,7 +583,7 @@ void gs_job_peer_lost(struct gs_job *j, const char *why)
 			j->aborting = false;
 		abort_step(j, why, 0, 0);
 		try_finish(j);
-		gs_job_reap(j);
+		reap(j);
 		return;
 	}
 	abort_step(j, why, 0, 0);
@@ -593,7 +604,7 @@ static void on_failure_timer(uv_timer_t *timer)
 	j->holding_failure = false;
 	j->inflight--;
 	try_finish(j);
-	gs_job_reap(j);
+	reap(j);
 }
 
 void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
@@ -603,11 +614,11 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 	if (!t->in_step && r->step == t->seq && t->aborted_seq == t->seq)
 		return;
 	if (!t->in_step) {
-		gs_conn_fail(t->conn, GS_ESTATE, "GradientsReady outside a step (BeginStep first)");
+		gs_trainer_fail(t, GS_ESTATE, "GradientsReady outside a step (BeginStep first)");
 		return;
 	}
 	if (r->step != t->seq) {
-		gs_conn_fail(t->conn, GS_EPROTO, "GradientsReady for step %llu during step %llu",
+		gs_trainer_fail(t, GS_EPROTO, "GradientsReady for step %llu during step %llu",
 			     (unsigned long long)r->step, (unsigned long long)t->seq);
 		return;
 	}
@@ -615,23 +626,23 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 		t->bucket_event = calloc(j->plan.nbuckets ? j->plan.nbuckets : 1,
 					 sizeof(*t->bucket_event));
 	if (!t->bucket_event) {
-		gs_conn_fail(t->conn, GS_ENOMEM, "out of memory noting ready events");
+		gs_trainer_fail(t, GS_ENOMEM, "out of memory noting ready events");
 		return;
 	}
 	if (r->ready_event > UINT32_MAX) {
-		gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names ready event %llu; events are numbered below 2^32",
+		gs_trainer_fail(t, GS_EINVAL, "GradientsReady names ready event %llu; events are numbered below 2^32",
 			     (unsigned long long)r->ready_event);
 		return;
 	}
 	for (size_t i = 0; i < r->n_tensors; i++) {
 		if (r->tensors[i] >= t->layout.n) {
-			gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names tensor %llu; %u are registered",
+			gs_trainer_fail(t, GS_EINVAL, "GradientsReady names tensor %llu; %u are registered",
 				     (unsigned long long)r->tensors[i], t->layout.n);
 			return;
 		}
 		uint32_t idx = (uint32_t)r->tensors[i];
 		if (t->marked[idx] == j->step) {
-			gs_conn_fail(t->conn, GS_EPROTO, "tensor '%s' marked ready twice in one step",
+			gs_trainer_fail(t, GS_EPROTO, "tensor '%s' marked ready twice in one step",
 				     t->layout.names[idx]);
 			return;
 		}
@@ -658,7 +669,7 @@ static void send_bucket_done(struct gs_job *j, const struct gs_bucket_run *run)
 		struct gs_trainer *t = j->slots[r];
 		if (t && t->in_step && t->bucket_events) {
 			done.step = t->seq;
-			gs_conn_send(t->conn, &m);
+			gs_trainer_send(t, &m);
 		}
 	}
 }
@@ -673,7 +684,7 @@ static void drop_lost_trainers(struct gs_job *j, const struct gs_bucket_run *run
 {
 	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
 		struct gs_trainer *t = j->slots[r];
-		int i = t && t->conn ? gs_trainer_lost_buffer(t) : -1;
+		int i = t && t->client.ctx ? gs_trainer_lost_buffer(t) : -1;
 		if (i < 0)
 			continue;
 		char why[300];
@@ -683,7 +694,7 @@ static void drop_lost_trainers(struct gs_job *j, const struct gs_bucket_run *run
 		t->in_step = false;
 		if (run->status != GS_OK || j->next_launch < j->plan.nbuckets)
 			abort_step(j, why, run->status == GS_OK ? GS_ABORT_MEMORY : 0, r);
-		gs_conn_fail(t->conn, GS_EBUFFER, "buffer %d (%llu bytes) lost its pages while gradsyncd was reading it (SIGBUS): a hole punched in a huge-page memfd whose pool then ran out, or a memory error; this trainer's step %llu fails and it must register again",
+		gs_trainer_fail(t, GS_EBUFFER, "buffer %d (%llu bytes) lost its pages while gradsyncd was reading it (SIGBUS): a hole punched in a huge-page memfd whose pool then ran out, or a memory error; this trainer's step %llu fails and it must register again",
 			     i, (unsigned long long)t->buffers[i].size, (unsigned long long)t->seq);
 	}
 }
@@ -734,5 +745,5 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 	}
 	gs_bucket_run_free(run);
 	try_finish(j);
-	gs_job_reap(j);
+	reap(j);
 }

@@ -3,10 +3,11 @@
  * the layout they all registered and its bucket plan, and the step in
  * progress: readiness per bucket, launching buckets in plan order once
  * every local trainer has marked all of a bucket's tensors, and step done.
- * It knows nothing of memfds, CUDA, Gloo or the daemon: buckets run
- * through the backend interface on the worker thread (reduce.c) and the
- * other nodes are reached through the group port (group_port.h), given at
- * init (struct gs_engine_env).
+ * It knows nothing of memfds, CUDA, Gloo, sockets or the daemon: buckets
+ * run through the backend interface on the worker thread (reduce.c), the
+ * other nodes are reached through the group port (group_port.h) and the
+ * trainers' clients through the client port (client_port.h), all of them
+ * given at init (struct gs_engine_env).
  */
 #ifndef GS_JOB_H
 #define GS_JOB_H
@@ -18,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/plan.h"
+#include "engine/client_port.h"
 #include "engine/group_port.h"
 #include "engine/layout.h"
 #include "engine/stats.h"
@@ -27,7 +29,6 @@
 
 #define GS_MAX_LOCAL 64
 
-struct gs_conn;
 struct gs_trace;
 struct gs_trainer;
 
@@ -62,6 +63,7 @@ struct gs_departure {
 struct gs_job {
 	struct gs_engine_env env;
 	struct gs_world world; /* as the group last said */
+	uv_timer_t reap_timer; /* frees trainers gone, from the loop */
 	uint64_t mappings;     /* trainers' buffers imported, all together */
 	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
 	unsigned attached;
@@ -140,14 +142,14 @@ bool gs_job_active(const struct gs_job *j);
 bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged);
 const char *gs_job_state(const struct gs_job *j);
 
-/* A trainer said hello: gives it a local rank slot, or drops it with an
- * Error (rank out of range or taken, another job holds the node). */
-int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h);
+/* A trainer said hello: gives it a local rank slot and returns it, or
+ * drops the client with an Error (rank out of range or taken, another job
+ * holds the node) and returns NULL. */
+struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *client,
+				 const Gradsync__Hello *h);
 /* The trainer's client is gone: frees its slot, aborts a step it was part
- * of, and frees it once no bucket uses its memory. */
+ * of, and frees it from the loop once no bucket uses its memory. */
 void gs_job_detach(struct gs_job *j, struct gs_trainer *t);
-/* Frees retired trainers when no bucket is in flight. */
-void gs_job_reap(struct gs_job *j);
 
 /* A trainer's registration is complete: adopt its layout as the job's, or
  * compare it with the job's. Returns GS_OK or a GS_E* code with why. */

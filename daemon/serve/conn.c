@@ -11,7 +11,6 @@
 #include "daemon.h"
 #include "gradsync.h"
 #include "support/log.h"
-#include "engine/trainer.h"
 
 static void on_poll(uv_poll_t *p, int status, int events);
 
@@ -129,13 +128,9 @@ const char *gs_conn_name(const struct gs_conn *c)
 	static char name[96];
 	if (c->addr[0])
 		snprintf(name, sizeof(name), "%s", c->addr);
-	else if (c->trainer)
-		snprintf(name, sizeof(name), "pid %d uid %u (local rank %u)",
-			 (int)c->cred.pid, (unsigned)c->cred.uid,
-			 gs_trainer_rank(c->trainer));
 	else
-		snprintf(name, sizeof(name), "pid %d uid %u", (int)c->cred.pid,
-			 (unsigned)c->cred.uid);
+		snprintf(name, sizeof(name), "pid %d uid %u%s", (int)c->cred.pid,
+			 (unsigned)c->cred.uid, c->label);
 	return name;
 }
 
@@ -237,8 +232,6 @@ static void on_closed(uv_handle_t *h)
 	}
 	gs_frame_reader_destroy(&c->reader);
 	close(c->fd);
-	/* A trainer this connection had is freed now that no callback holds it. */
-	gs_job_reap(&c->d->job);
 	free(c);
 }
 
