@@ -702,6 +702,29 @@ static void test_reap_after_abort(void **state)
 	fx_free(f);
 }
 
+/* A trainer that leaves between steps is freed from the loop, never
+ * inside the call that found it gone; the last one to leave ends the job
+ * (its layout no longer binds the other nodes). */
+static void test_reap_from_the_loop(void **state)
+{
+	(void)state;
+	struct fx *f = fx_new(2);
+	attach_all(f);
+	client_gone(&f->client[1]);
+	assert_int_equal(f->backend.released, 0);
+	assert_non_null(f->job.retired);
+	run_a_while(f);
+	assert_int_equal(f->backend.released, 1);
+	assert_null(f->job.retired);
+	assert_true(f->job.has_layout);
+	client_gone(&f->client[0]);
+	run_a_while(f);
+	assert_int_equal(f->backend.released, 2);
+	assert_false(f->job.has_layout);
+	assert_int_equal(f->group.withdrawals, 1);
+	fx_free(f);
+}
+
 int main(void)
 {
 	gs_log_init(GS_LOG_ERROR);
@@ -715,6 +738,7 @@ int main(void)
 		cmocka_unit_test(test_local_abort_votes),
 		cmocka_unit_test(test_reap_after_buckets),
 		cmocka_unit_test(test_reap_after_abort),
+		cmocka_unit_test(test_reap_from_the_loop),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
