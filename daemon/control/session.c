@@ -105,7 +105,7 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 		if (!t)
 			return; /* the job has answered with an Error */
 		c->trainer = t;
-		snprintf(c->label, sizeof(c->label), " (local rank %u)", gs_trainer_rank(t));
+		snprintf(c->label, sizeof(c->label), "local rank %u", gs_trainer_rank(t));
 		gs_conn_identified(c, GS_CONN_TRAINER);
 		break;
 	}

@@ -10,11 +10,9 @@
 #include "gradsync.h"
 #include "support/log.h"
 
-static void reap(struct gs_job *j);
-
 static void on_reap_timer(uv_timer_t *timer)
 {
-	reap(timer->data);
+	gs_job_reap(timer->data);
 }
 
 void gs_job_init(struct gs_job *j, const struct gs_engine_env *env)
@@ -55,7 +53,7 @@ static void clear_layout(struct gs_job *j)
 
 void gs_job_destroy(struct gs_job *j)
 {
-	reap(j);
+	gs_job_reap(j);
 	clear_layout(j);
 }
 
@@ -284,8 +282,7 @@ static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t r
 
 /* ---- Trainers leaving ------------------------------------------------- */
 
-/* Frees retired trainers when no bucket is in flight. */
-static void reap(struct gs_job *j)
+void gs_job_reap(struct gs_job *j)
 {
 	if (j->inflight > 0)
 		return;
@@ -406,7 +403,7 @@ void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char 
 		if (j->inflight == 0)
 			clear_layout(j);
 	}
-	reap(j);
+	gs_job_reap(j);
 }
 
 /* ---- A step that waits too long ------------------------------------------ */
@@ -583,7 +580,7 @@ void gs_job_peer_lost(struct gs_job *j, const char *why)
 			j->aborting = false;
 		abort_step(j, why, 0, 0);
 		try_finish(j);
-		reap(j);
+		gs_job_reap(j);
 		return;
 	}
 	abort_step(j, why, 0, 0);
@@ -604,7 +601,7 @@ static void on_failure_timer(uv_timer_t *timer)
 	j->holding_failure = false;
 	j->inflight--;
 	try_finish(j);
-	reap(j);
+	gs_job_reap(j);
 }
 
 void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
@@ -745,5 +742,5 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 	}
 	gs_bucket_run_free(run);
 	try_finish(j);
-	reap(j);
+	gs_job_reap(j);
 }

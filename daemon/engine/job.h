@@ -150,6 +150,11 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *clien
 /* The trainer's client is gone: frees its slot, aborts a step it was part
  * of, and frees it from the loop once no bucket uses its memory. */
 void gs_job_detach(struct gs_job *j, struct gs_trainer *t);
+/* Frees the trainers gone if no bucket is in flight (and ends the job when
+ * the last has left). The job calls it itself, from the loop, after each
+ * detach and bucket; a caller that knows a moment is safe may too. Never
+ * inside a call that found a trainer gone. */
+void gs_job_reap(struct gs_job *j);
 
 /* A trainer's registration is complete: adopt its layout as the job's, or
  * compare it with the job's. Returns GS_OK or a GS_E* code with why. */

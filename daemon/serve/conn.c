@@ -128,9 +128,12 @@ const char *gs_conn_name(const struct gs_conn *c)
 	static char name[96];
 	if (c->addr[0])
 		snprintf(name, sizeof(name), "%s", c->addr);
-	else
-		snprintf(name, sizeof(name), "pid %d uid %u%s", (int)c->cred.pid,
+	else if (c->label[0])
+		snprintf(name, sizeof(name), "pid %d uid %u (%s)", (int)c->cred.pid,
 			 (unsigned)c->cred.uid, c->label);
+	else
+		snprintf(name, sizeof(name), "pid %d uid %u", (int)c->cred.pid,
+			 (unsigned)c->cred.uid);
 	return name;
 }
 

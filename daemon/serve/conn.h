@@ -47,8 +47,8 @@ struct gs_conn {
 	struct gs_trainer *trainer;
 	void *owner; /* the rendezvous's record of the peer, for GS_CONN_NODE */
 	char addr[64]; /* a TCP peer's "host:port", for log lines; "": none */
-	/* Said after the peer's pid and uid in log lines (" (local rank 3)"),
-	 * as the one that serves the connection sets it; "": nothing. */
+	/* Said after the peer's identity in log lines ("local rank 3"); set
+	 * by the layer above. "": nothing. */
 	char label[32];
 	/* Set while the peer is a stranger (an unauthenticated rendezvous
 	 * connection): lines about it are limited, so that a flood of them
@@ -105,8 +105,8 @@ void gs_conn_close(struct gs_conn *c);
  * the peer was not silent). */
 uint64_t gs_conn_silent_ms(const struct gs_conn *c);
 
-/* "pid 123 uid 1000" plus the label (the local rank once known), or a
- * TCP peer's address, for log lines. */
+/* "pid 123 uid 1000" plus its label ("(local rank 3)"), or a TCP peer's
+ * address, for log lines. */
 const char *gs_conn_name(const struct gs_conn *c);
 
 #endif
