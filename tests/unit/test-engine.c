@@ -640,6 +640,40 @@ static void test_local_abort_votes(void **state)
 	fx_free(f);
 }
 
+static bool holding(struct fx *f)
+{
+	return f->job.holding_failure && f->job.inflight == 1;
+}
+
+/* A collective that fails with several nodes is held a moment for the
+ * group's word: a node lost then names the step's abort, and the group
+ * waits until it is whole again. */
+static void test_peer_lost_names_the_abort(void **state)
+{
+	(void)state;
+	struct fx *f = fx_new(2);
+	f->backend.fail_bucket = 0;
+	attach_all(f);
+	for (unsigned r = 0; r < RANKS; r++) {
+		begin(f, r, 1);
+		mark(f, r, 1, NT, all);
+	}
+	run_until(f, holding);
+	assert_int_equal(f->client[0].step_done, 0);
+	gs_job_peer_lost(&f->job, "node 1 went away: test");
+	run_until(f, idle);
+	for (unsigned r = 0; r < RANKS; r++) {
+		assert_int_equal(f->client[r].step_status, GRADSYNC__STEP_STATUS__STEP_ABORTED);
+		assert_string_equal(f->client[r].step_message, "node 1 went away: test");
+	}
+	assert_int_equal(f->group.regroups, 0);
+	assert_false(f->job.world.group_ready);
+	gs_job_resume(&f->job, 2);
+	assert_true(f->job.world.group_ready);
+	assert_int_equal(f->job.world.generation, 2);
+	fx_free(f);
+}
+
 /* ---- Reaping a trainer that went away --------------------------------------------- */
 
 /* A trainer that leaves once every bucket has launched lets the step
@@ -736,6 +770,7 @@ int main(void)
 		cmocka_unit_test(test_failed_bucket_aborts),
 		cmocka_unit_test(test_remote_vote_aborts),
 		cmocka_unit_test(test_local_abort_votes),
+		cmocka_unit_test(test_peer_lost_names_the_abort),
 		cmocka_unit_test(test_reap_after_buckets),
 		cmocka_unit_test(test_reap_after_abort),
 		cmocka_unit_test(test_reap_from_the_loop),
