@@ -11,13 +11,69 @@
 
 #include "daemon.h"
 #include "support/log.h"
+#include "backend/cuda/buffer_desc.h"
 #ifdef GS_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
 #endif
+#include "backend/host/shm_guard.h"
 #include "cluster/rendezvous.h"
 #include "control/session.h"
 #include "control/status.h"
 #include "support/trace.h"
+
+/* ---- The engine's ports, over today's cluster ----------------------------- */
+
+static int group_agree_layout(void *ctx, uint64_t round, const struct gs_layout *layout,
+			      uint64_t hash)
+{
+	(void)layout; /* the cluster reads the job's own */
+	(void)hash;
+	return gs_cluster_agree_layout(ctx, round);
+}
+
+static void group_withdraw_layout(void *ctx)
+{
+	struct gs_daemon *d = ctx;
+	if (!d->stopping)
+		gs_cluster_withdraw_layout(d);
+}
+
+static void group_request_regroup(void *ctx, uint64_t generation, const char *why)
+{
+	gs_cluster_request_regroup(ctx, generation, why);
+}
+
+static int group_vote(void *ctx, float *v, size_t n, char *err, size_t errlen)
+{
+	return gs_cluster_vote(ctx, v, n, err, errlen);
+}
+
+static bool buffer_takes_fd(const Gradsync__Buffer *m)
+{
+	return gs_buffer_kind_of(m) == GS_BUFFER_MEMFD;
+}
+
+static bool memory_lost(const void *addr)
+{
+	return gs_shm_guard_lost_ranges() > 0 && gs_shm_guard_lost(addr);
+}
+
+static void start_job(struct gs_daemon *d)
+{
+	struct gs_engine_env env = {
+		.loop = d->loop,
+		.settings = &d->settings,
+		.backend = d->backend,
+		.worker = &d->worker,
+		.trace = d->trace,
+		.group = { d, group_agree_layout, group_withdraw_layout, group_request_regroup,
+			   group_vote },
+		.buffer_takes_fd = buffer_takes_fd,
+		.parse_buffer = gs_buffer_desc_parse,
+		.memory_lost = memory_lost,
+	};
+	gs_job_init(&d->job, &env);
+}
 
 static struct gs_backend *choose_backend(const struct gs_settings *s)
 {
@@ -82,9 +138,9 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 	d->backend = choose_backend(&d->settings);
 	if (!d->backend)
 		return -1;
-	gs_job_init(&d->job, d);
 	gs_access_init(&d->access, &d->settings);
 	d->trace = gs_trace_create(loop);
+	start_job(d);
 	if (!d->trace) {
 		gs_error("out of memory starting");
 		goto err_backend;
@@ -94,7 +150,7 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 	d->view.cluster = &d->cluster;
 	d->view.backend = d->backend;
 	d->view.conns = &d->conns;
-	d->view.stats = &d->stats;
+	d->view.stats = &d->job.stats;
 	d->view.trace = d->trace;
 	gs_notify_start(&d->notifier, loop, status_line, &d->view);
 	if (s->nodes > 1)
@@ -129,7 +185,6 @@ static void on_ready(struct gs_daemon *d, bool ok)
 		gs_daemon_shutdown(d, 1);
 		return;
 	}
-	gs_job_set_world(&d->job);
 	if (d->cluster.gloo)
 		gs_backend_host_attach_gloo(d->backend, d->cluster.gloo,
 					    (int)(d->settings.peer_timeout * 1000));

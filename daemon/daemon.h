@@ -35,10 +35,8 @@ struct gs_daemon {
 	struct gs_job job;
 	struct gs_cluster cluster;
 	struct gs_rdv_server *rdv_server; /* node rank 0 only */
-	struct gs_stats stats;
 	struct gs_conn_set conns;  /* local clients and nodes */
 	struct gs_server server;   /* the listening socket */
-	uint64_t mappings;       /* trainers' buffers mapped, all together */
 	uv_signal_t sigint, sigterm;
 	struct gs_access access;
 	struct gs_trace *trace;       /* bucket phases: trace file, metrics */

@@ -117,6 +117,15 @@ static void join_run(struct gs_work *w)
 
 static void start_regroup(struct gs_daemon *d, uint64_t generation);
 
+/* The engine learns the world through its calls (engine/job.h). */
+static void tell_world(struct gs_daemon *d)
+{
+	const struct gs_cluster *c = &d->cluster;
+	struct gs_world w = { c->nodes, c->node_rank, c->world_size, c->rank_base,
+			      c->generation, c->group_ready };
+	gs_job_set_world(&d->job, &w);
+}
+
 static void on_node_lost(struct gs_daemon *d, const Gradsync__NodeLost *m)
 {
 	struct gs_cluster *c = &d->cluster;
@@ -307,7 +316,7 @@ static void regroup_done(struct gs_work *w)
 		c->group_ready = true;
 		gs_info("the group of %u nodes is whole again (generation %llu)", c->nodes,
 			(unsigned long long)c->generation);
-		gs_job_resume(&d->job);
+		gs_job_resume(&d->job, c->generation);
 	} else if (!d->stopping) {
 		gs_error("cannot rebuild the group of nodes: %s", rw->err);
 	}
@@ -323,6 +332,7 @@ static void start_regroup(struct gs_daemon *d, uint64_t generation)
 	}
 	d->cluster.generation = generation;
 	d->cluster.group_ready = false;
+	gs_job_regrouping(&d->job);
 	rw->work.run = regroup_run;
 	rw->work.done = regroup_done;
 	rw->d = d;
@@ -475,7 +485,7 @@ static void rebuild_done(struct gs_work *w)
 	if (c->world_size != world) {
 		gs_warn("node 0 came back with %u trainers: %u in all, %u before", c->node[0].local_size,
 			c->world_size, world);
-		gs_job_set_world(&d->job);
+		tell_world(d);
 	}
 	struct gs_rdv_client *rdv = rw->rdv;
 	rw->rdv = NULL;
@@ -490,7 +500,7 @@ static void rebuild_done(struct gs_work *w)
 	gs_info("re-joined the coordinator (node 0, incarnation %016llx): the group of %u nodes is whole again",
 		(unsigned long long)c->incarnation, c->nodes);
 	reannounce_layout(d);
-	gs_job_resume(&d->job);
+	gs_job_resume(&d->job, c->generation);
 }
 
 static void rejoin_done(struct gs_work *w)
@@ -557,6 +567,7 @@ static void join_done(struct gs_work *w)
 			c->rank_base + d->settings.local_size - 1);
 		ok = adopt_connection(d, c->rdv);
 		c->rdv = NULL;
+		tell_world(d);
 	} else if (jw->rc == GS_EABORTED) {
 		gs_info("node %u stopped joining: shutting down", c->node_rank);
 	} else {
@@ -586,6 +597,7 @@ int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, boo
 		c->world_size = s->local_size;
 		c->joined = true;
 		c->group_ready = true;
+		tell_world(d);
 		ready(d, true);
 		return GS_OK;
 	}

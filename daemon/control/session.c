@@ -43,6 +43,35 @@ static const char *message_name(Gradsync__Message__BodyCase body)
 	}
 }
 
+/* ---- The engine's port to a trainer's client (engine/client_port.h) ---- */
+
+static void client_send(void *ctx, const Gradsync__Message *m)
+{
+	gs_conn_send(ctx, m);
+}
+
+static void client_fail(void *ctx, int code, const char *message)
+{
+	gs_conn_fail(ctx, code, "%s", message);
+}
+
+static int client_take_fds(void *ctx, int *fds, size_t n, size_t *have)
+{
+	struct gs_conn *c = ctx;
+	int r = gs_frame_reader_take_fds(&c->reader, fds, n);
+	*have = c->reader.nfds;
+	return r < 0 ? -1 : 0;
+}
+
+static const char *client_name(void *ctx)
+{
+	return gs_conn_name(ctx);
+}
+
+static const struct gs_client_ops client_ops = {
+	client_send, client_fail, client_take_fds, client_name,
+};
+
 static void send_welcome(struct gs_conn *c, uint32_t local_rank)
 {
 	const struct gs_node_view *v = c->owner;
@@ -74,12 +103,16 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 	}
 	const struct gs_node_view *v = c->owner;
 	switch (h->role) {
-	case GRADSYNC__ROLE__ROLE_TRAINER:
-		if (gs_job_attach(v->job, c, h) < 0)
+	case GRADSYNC__ROLE__ROLE_TRAINER: {
+		struct gs_client client = { &client_ops, c, c->cred.pid, c->cred.uid };
+		struct gs_trainer *t = gs_job_attach(v->job, &client, h);
+		if (!t)
 			return; /* the job has answered with an Error */
-		snprintf(c->label, sizeof(c->label), "local rank %u", (unsigned)h->local_rank);
+		c->trainer = t;
+		snprintf(c->label, sizeof(c->label), "local rank %u", gs_trainer_rank(t));
 		gs_conn_identified(c, GS_CONN_TRAINER);
 		break;
+	}
 	case GRADSYNC__ROLE__ROLE_CONTROL:
 		gs_conn_identified(c, GS_CONN_CONTROL);
 		break;

@@ -11,6 +11,7 @@
 #include "engine/stats.h"
 #include "engine/trainer.h"
 #include "gradsync.h"
+#include "serve/access.h"
 #include "support/settings.h"
 
 /* Status lists at most this many nodes; the count says how many there are. */
@@ -51,7 +52,7 @@ void gs_status_reply(struct gs_conn *c)
 
 	/* Another user's job shows as a job, its state and its trainer
 	 * count; its id, trainers and bucket plan are that user's. */
-	bool hidden = !gs_job_visible_to(j, c->cred.uid);
+	bool hidden = !gs_job_visible_to(j, c->cred.uid, gs_access_privileged(c->cred.uid));
 	Gradsync__TrainerStatus trainers[GS_MAX_LOCAL];
 	Gradsync__TrainerStatus *tptrs[GS_MAX_LOCAL];
 	size_t nt = 0;

@@ -5,35 +5,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "serve/conn.h"
-#include "daemon.h"
-#include "gradsync.h"
-#include "support/log.h"
+#include "clock.h"
 #include "engine/reduce.h"
 #include "engine/trainer.h"
+#include "gradsync.h"
+#include "support/log.h"
 
-void gs_job_init(struct gs_job *j, struct gs_daemon *d)
+static void on_reap_timer(uv_timer_t *timer)
 {
-	memset(j, 0, sizeof(*j));
-	j->d = d;
-	uv_timer_init(d->loop, &j->stall_timer);
-	j->stall_timer.data = j;
-	uv_timer_init(d->loop, &j->failure_timer);
-	j->failure_timer.data = j;
+	gs_job_reap(timer->data);
 }
 
-void gs_job_set_world(struct gs_job *j)
+void gs_job_init(struct gs_job *j, const struct gs_engine_env *env)
+{
+	memset(j, 0, sizeof(*j));
+	j->env = *env;
+	uv_timer_init(env->loop, &j->stall_timer);
+	j->stall_timer.data = j;
+	uv_timer_init(env->loop, &j->failure_timer);
+	j->failure_timer.data = j;
+	uv_timer_init(env->loop, &j->reap_timer);
+	j->reap_timer.data = j;
+}
+
+void gs_job_set_world(struct gs_job *j, const struct gs_world *w)
 {
 	double pre, post;
-	gs_settings_scales(&j->d->settings, gs_job_world_size(j), &pre, &post);
+	j->world = *w;
+	gs_settings_scales(j->env.settings, gs_job_world_size(j), &pre, &post);
 	j->prescale = (float)pre;
 	j->postscale = (float)post;
 }
 
 static void clear_layout(struct gs_job *j)
 {
-	if (j->has_layout && !j->d->stopping)
-		gs_cluster_withdraw_layout(j->d);
+	if (j->has_layout && j->world.nodes > 1)
+		j->env.group.withdraw_layout(j->env.group.ctx);
 	gs_layout_free(&j->layout);
 	gs_plan_free(&j->plan);
 	free(j->bucket_marks);
@@ -55,11 +62,12 @@ void gs_job_close(struct gs_job *j)
 {
 	uv_close((uv_handle_t *)&j->stall_timer, NULL);
 	uv_close((uv_handle_t *)&j->failure_timer, NULL);
+	uv_close((uv_handle_t *)&j->reap_timer, NULL);
 }
 
 uint32_t gs_job_world_size(const struct gs_job *j)
 {
-	return j->d->cluster.world_size;
+	return j->world.world_size;
 }
 
 const char *gs_job_state(const struct gs_job *j)
@@ -72,7 +80,7 @@ const char *gs_job_state(const struct gs_job *j)
 		return "idle";
 	if (j->has_layout && !j->agreed)
 		return "agreeing on the layout with the other nodes";
-	if (j->attached < j->d->settings.local_size)
+	if (j->attached < j->env.settings->local_size)
 		return "waiting for trainers";
 	return j->has_layout ? "ready" : "registering";
 }
@@ -82,9 +90,9 @@ bool gs_job_active(const struct gs_job *j)
 	return j->attached > 0 || j->has_layout || j->in_step;
 }
 
-bool gs_job_visible_to(const struct gs_job *j, uid_t uid)
+bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged)
 {
-	return !gs_job_active(j) || uid == j->owner || gs_access_privileged(uid);
+	return !gs_job_active(j) || uid == j->owner || privileged;
 }
 
 /* A job id goes into logs, status and other nodes' messages: printable
@@ -103,11 +111,11 @@ static bool valid_job_id(const char *id)
 static bool may_join(const struct gs_job *j, uid_t uid)
 {
 	return !gs_job_active(j) || uid == j->owner || uid == 0 ||
-	       j->d->settings.job_access == GS_JOB_ACCESS_ANY;
+	       j->env.settings->job_access == GS_JOB_ACCESS_ANY;
 }
 
 /* Another job of the same user (or of any, to root) holds the node. */
-static void refuse_other_job(struct gs_job *j, struct gs_conn *c, const char *id)
+static void refuse_other_job(struct gs_job *j, const struct gs_client *c, const char *id)
 {
 	char holder_desc[192], pids[128];
 	size_t k = 0;
@@ -120,43 +128,44 @@ static void refuse_other_job(struct gs_job *j, struct gs_conn *c, const char *id
 		snprintf(holder_desc, sizeof(holder_desc), "job '%s' (trainer pid %s)", j->id, pids);
 	else
 		snprintf(holder_desc, sizeof(holder_desc), "an unnamed job (trainer pid %s)", pids);
-	gs_conn_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
+	gs_client_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
 		     holder_desc, id);
 }
 
-int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
+struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
+				 const Gradsync__Hello *h)
 {
-	uint32_t size = j->d->settings.local_size;
+	uint32_t size = j->env.settings->local_size;
 	const char *id = h->job_id ? h->job_id : "";
-	uid_t uid = c->cred.uid;
+	uid_t uid = c->uid;
 	if (!valid_job_id(id)) {
-		gs_conn_fail(c, GS_EINVAL, "job id must be at most 63 printable ASCII characters");
-		return -1;
+		gs_client_fail(c, GS_EINVAL, "job id must be at most 63 printable ASCII characters");
+		return NULL;
 	}
 	if (h->local_rank >= size) {
-		gs_conn_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
+		gs_client_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
 			     (unsigned long long)h->local_rank, size);
-		return -1;
+		return NULL;
 	}
 	if (!may_join(j, uid)) {
-		gs_conn_fail(c, GS_EREFUSED, "this node runs another user's job: uid %u may not join it or learn about it (--job-access); try again when it has ended",
+		gs_client_fail(c, GS_EREFUSED, "this node runs another user's job: uid %u may not join it or learn about it (--job-access); try again when it has ended",
 			     (unsigned)uid);
-		return -1;
+		return NULL;
 	}
 	struct gs_trainer *holder = j->slots[h->local_rank];
 	if (holder) {
-		gs_conn_fail(c, GS_EREFUSED, "local rank %llu is already taken by pid %d",
+		gs_client_fail(c, GS_EREFUSED, "local rank %llu is already taken by pid %d",
 			     (unsigned long long)h->local_rank, (int)holder->pid);
-		return -1;
+		return NULL;
 	}
 	if (j->attached > 0 && strcmp(j->id, id) != 0) {
 		refuse_other_job(j, c, id);
-		return -1;
+		return NULL;
 	}
 	struct gs_trainer *t = gs_trainer_create(j, c, (uint32_t)h->local_rank);
 	if (!t) {
-		gs_conn_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
-		return -1;
+		gs_client_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
+		return NULL;
 	}
 	if (!gs_job_active(j))
 		j->owner = uid;
@@ -165,10 +174,9 @@ int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h)
 	j->slots[h->local_rank] = t;
 	j->departed[h->local_rank].gone = false;
 	j->attached++;
-	c->trainer = t;
 	gs_info("trainer pid %d uid %u joined job '%s' as local rank %u (%u of %u)",
 		(int)t->pid, (unsigned)t->uid, j->id, t->rank, j->attached, size);
-	return 0;
+	return t;
 }
 
 /* ---- Ending a step ---------------------------------------------------- */
@@ -200,12 +208,12 @@ static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_STEP_DONE;
 	m.step_done = &done;
-	gs_conn_send(t->conn, &m);
+	gs_trainer_send(t, &m);
 }
 
 static void finish_step(struct gs_job *j)
 {
-	struct gs_stats *st = &j->d->stats;
+	struct gs_stats *st = &j->stats;
 	bool ok = !j->aborting;
 	uint64_t duration = j->step_start_ns ? gs_now_ns() - j->step_start_ns : 0;
 	/* A registered trainer that had not begun the aborted step gets its
@@ -262,12 +270,12 @@ static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t r
 	/* The other nodes wait in the next bucket's collective: take part in
 	 * it with a vote to abort, so that they end the step at the same bucket
 	 * instead of at a timeout. */
-	if (reason && j->d->cluster.nodes > 1 && j->next_launch < j->plan.nbuckets) {
+	if (reason && j->world.nodes > 1 && j->next_launch < j->plan.nbuckets) {
 		struct gs_bucket_run *run = gs_bucket_run_create_abort(j, j->next_launch, reason, rank);
 		if (run) {
 			j->next_launch++;
 			j->inflight++;
-			gs_worker_submit(&j->d->worker, &run->work);
+			gs_worker_submit(j->env.worker, &run->work);
 		}
 	}
 	try_finish(j);
@@ -304,7 +312,7 @@ static void abort_for_departed(struct gs_job *j)
 			continue;
 		char why[200];
 		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u went away after its step %llu; no step can complete until a trainer takes its place",
-			 r, (int)g->pid, j->d->cluster.node_rank, (unsigned long long)g->last_step);
+			 r, (int)g->pid, j->world.node_rank, (unsigned long long)g->last_step);
 		abort_step(j, why, GS_ABORT_TRAINER_GONE, r);
 		return;
 	}
@@ -325,7 +333,7 @@ void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 	if (j->in_step && t->in_step && j->next_launch < j->plan.nbuckets) {
 		char why[200];
 		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u went away during step %llu",
-			 t->rank, (int)t->pid, j->d->cluster.node_rank, (unsigned long long)j->step_number);
+			 t->rank, (int)t->pid, j->world.node_rank, (unsigned long long)j->step_number);
 		abort_step(j, why, GS_ABORT_TRAINER_GONE, t->rank);
 	} else if (!t->in_step) {
 		abort_for_departed(j);
@@ -334,6 +342,7 @@ void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 	j->retired = t;
 	/* Freed from the loop once no bucket reads its memory; never inside
 	 * the callback that found it gone. */
+	uv_timer_start(&j->reap_timer, on_reap_timer, 0, 0);
 }
 
 /* ---- Layout ------------------------------------------------------------ */
@@ -351,7 +360,7 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 		return GS_OK;
 	}
 	if (gs_layout_copy(&j->layout, &t->layout) < 0 ||
-	    gs_plan_build(j->layout.counts, j->layout.n, j->d->settings.threshold, &j->plan) < 0 ||
+	    gs_plan_build(j->layout.counts, j->layout.n, j->env.settings->threshold, &j->plan) < 0 ||
 	    !(j->bucket_marks = calloc(j->plan.nbuckets, sizeof(*j->bucket_marks)))) {
 		clear_layout(j);
 		snprintf(why, n, "out of memory building the bucket plan");
@@ -360,10 +369,11 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 	j->has_layout = true;
 	j->layout_rank = t->rank;
 	j->layout_hash = gs_layout_hash(&j->layout);
-	j->agreed = j->d->cluster.nodes == 1;
+	j->agreed = j->world.nodes == 1;
 	if (!j->agreed) {
 		j->layout_round++;
-		if (gs_cluster_agree_layout(j->d, j->layout_round) != GS_OK) {
+		if (j->env.group.agree_layout(j->env.group.ctx, j->layout_round, &j->layout,
+					      j->layout_hash) != GS_OK) {
 			clear_layout(j);
 			snprintf(why, n, "the connection to the other nodes is gone");
 			return GS_EDISCONNECTED;
@@ -371,7 +381,7 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 	}
 	gs_info("job '%s': %u tensors in %u buckets (threshold %llu, largest bucket %llu elements), layout hash %016llx",
 		j->id, j->layout.n, j->plan.nbuckets,
-		(unsigned long long)j->d->settings.threshold,
+		(unsigned long long)j->env.settings->threshold,
 		(unsigned long long)j->plan.largest_bucket,
 		(unsigned long long)j->layout_hash);
 	return GS_OK;
@@ -389,7 +399,7 @@ void gs_job_layout_verdict(struct gs_job *j, uint64_t round, int rc, const char 
 		/* Every trainer of this node that registered it goes. */
 		for (unsigned r = 0; r < GS_MAX_LOCAL; r++)
 			if (j->slots[r] && j->slots[r]->layout_checked)
-				gs_conn_fail(j->slots[r]->conn, rc, "%s", why);
+				gs_trainer_fail(j->slots[r], rc, "%s", why);
 		/* Trainers that come later start a new round. */
 		if (j->inflight == 0)
 			clear_layout(j);
@@ -410,7 +420,7 @@ static void describe_missing(const struct gs_job *j, char *out, size_t n)
 		return;
 	}
 	const struct gs_bucket *bk = &j->plan.buckets[b];
-	for (unsigned r = 0; r < j->d->settings.local_size && k + 1 < n; r++) {
+	for (unsigned r = 0; r < j->env.settings->local_size && k + 1 < n; r++) {
 		const struct gs_trainer *t = j->slots[r];
 		const char *sep = k ? "; " : "";
 		if (!t) {
@@ -440,7 +450,7 @@ static void describe_missing(const struct gs_job *j, char *out, size_t n)
 		if (missing > 0 && k < n)
 			k += (size_t)snprintf(out + k, n - k, " of bucket %u", b);
 	}
-	if (k == 0 && !j->d->cluster.group_ready)
+	if (k == 0 && !j->world.group_ready)
 		snprintf(out, n, "every trainer here is ready, but a node went away and the group of nodes is not whole again");
 }
 
@@ -455,7 +465,7 @@ static uint64_t first_stall_ms(const struct gs_settings *s)
 static void on_stall(uv_timer_t *timer)
 {
 	struct gs_job *j = timer->data;
-	const struct gs_settings *s = &j->d->settings;
+	const struct gs_settings *s = j->env.settings;
 	char missing[512], why[700];
 	describe_missing(j, missing, sizeof(missing));
 	if (!j->stall_warned && s->stall_warning < s->step_timeout) {
@@ -469,7 +479,7 @@ static void on_stall(uv_timer_t *timer)
 		return; /* in the collectives: --peer-timeout bounds those */
 	snprintf(why, sizeof(why), "step %llu timed out after %llu s (--step-timeout) on node %u: %s",
 		 (unsigned long long)j->step_number, (unsigned long long)s->step_timeout,
-		 j->d->cluster.node_rank, missing);
+		 j->world.node_rank, missing);
 	abort_step(j, why, GS_ABORT_TIMEOUT, 0);
 }
 
@@ -479,21 +489,21 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 {
 	struct gs_job *j = t->job;
 	if (!t->registered) {
-		gs_conn_fail(t->conn, GS_ESTATE, "BeginStep before the tensors are registered");
+		gs_trainer_fail(t, GS_ESTATE, "BeginStep before the tensors are registered");
 		return;
 	}
 	if (t->in_step) {
-		gs_conn_fail(t->conn, GS_ESTATE, "BeginStep for step %llu while step %llu is in progress",
+		gs_trainer_fail(t, GS_ESTATE, "BeginStep for step %llu while step %llu is in progress",
 			     (unsigned long long)b->step, (unsigned long long)t->seq);
 		return;
 	}
 	if (b->step != t->seq + 1) {
-		gs_conn_fail(t->conn, GS_EPROTO, "BeginStep numbers step %llu; expected %llu",
+		gs_trainer_fail(t, GS_EPROTO, "BeginStep numbers step %llu; expected %llu",
 			     (unsigned long long)b->step, (unsigned long long)t->seq + 1);
 		return;
 	}
 	if (b->clipping && !(b->clip_value > 0 && isfinite(b->clip_value))) {
-		gs_conn_fail(t->conn, GS_EINVAL, "clip value %g must be positive and finite",
+		gs_trainer_fail(t, GS_EINVAL, "clip value %g must be positive and finite",
 			     (double)b->clip_value);
 		return;
 	}
@@ -517,17 +527,17 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 		j->step_nonfinite = 0;
 		j->step_wire_bytes = 0;
 		j->stall_warned = false;
-		uv_timer_start(&j->stall_timer, on_stall, first_stall_ms(&j->d->settings), 0);
+		uv_timer_start(&j->stall_timer, on_stall, first_stall_ms(j->env.settings), 0);
 	}
 	abort_for_departed(j);
 }
 
 static void launch_ready(struct gs_job *j)
 {
-	uint32_t size = j->d->settings.local_size;
+	uint32_t size = j->env.settings->local_size;
 	/* A node is gone: buckets wait until the group is whole again (or the
 	 * step times out), rather than fail one after another. */
-	if (!j->d->cluster.group_ready)
+	if (!j->world.group_ready)
 		return;
 	while (!j->aborting && j->next_launch < j->plan.nbuckets) {
 		uint32_t b = j->next_launch;
@@ -540,12 +550,19 @@ static void launch_ready(struct gs_job *j)
 		}
 		j->next_launch++;
 		j->inflight++;
-		gs_worker_submit(&j->d->worker, &run->work);
+		gs_worker_submit(j->env.worker, &run->work);
 	}
 }
 
-void gs_job_resume(struct gs_job *j)
+void gs_job_regrouping(struct gs_job *j)
 {
+	j->world.group_ready = false;
+}
+
+void gs_job_resume(struct gs_job *j, uint64_t generation)
+{
+	j->world.generation = generation;
+	j->world.group_ready = true;
 	if (j->in_step)
 		launch_ready(j);
 }
@@ -555,6 +572,7 @@ void gs_job_resume(struct gs_job *j)
  * gs_job_bucket_finished), so that the step names the node. */
 void gs_job_peer_lost(struct gs_job *j, const char *why)
 {
+	j->world.group_ready = false;
 	if (j->holding_failure) {
 		uv_timer_stop(&j->failure_timer);
 		j->holding_failure = false;
@@ -577,7 +595,10 @@ static void on_failure_timer(uv_timer_t *timer)
 	struct gs_job *j = timer->data;
 	if (!j->holding_failure)
 		return;
-	gs_cluster_request_regroup(j->d, j->failure_generation, j->failure_why);
+	/* The group is down from now on, if it is still the one that failed. */
+	if (j->world.group_ready && j->world.generation == j->failure_generation)
+		j->world.group_ready = false;
+	j->env.group.request_regroup(j->env.group.ctx, j->failure_generation, j->failure_why);
 	j->holding_failure = false;
 	j->inflight--;
 	try_finish(j);
@@ -591,11 +612,11 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 	if (!t->in_step && r->step == t->seq && t->aborted_seq == t->seq)
 		return;
 	if (!t->in_step) {
-		gs_conn_fail(t->conn, GS_ESTATE, "GradientsReady outside a step (BeginStep first)");
+		gs_trainer_fail(t, GS_ESTATE, "GradientsReady outside a step (BeginStep first)");
 		return;
 	}
 	if (r->step != t->seq) {
-		gs_conn_fail(t->conn, GS_EPROTO, "GradientsReady for step %llu during step %llu",
+		gs_trainer_fail(t, GS_EPROTO, "GradientsReady for step %llu during step %llu",
 			     (unsigned long long)r->step, (unsigned long long)t->seq);
 		return;
 	}
@@ -603,23 +624,23 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 		t->bucket_event = calloc(j->plan.nbuckets ? j->plan.nbuckets : 1,
 					 sizeof(*t->bucket_event));
 	if (!t->bucket_event) {
-		gs_conn_fail(t->conn, GS_ENOMEM, "out of memory noting ready events");
+		gs_trainer_fail(t, GS_ENOMEM, "out of memory noting ready events");
 		return;
 	}
 	if (r->ready_event > UINT32_MAX) {
-		gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names ready event %llu; events are numbered below 2^32",
+		gs_trainer_fail(t, GS_EINVAL, "GradientsReady names ready event %llu; events are numbered below 2^32",
 			     (unsigned long long)r->ready_event);
 		return;
 	}
 	for (size_t i = 0; i < r->n_tensors; i++) {
 		if (r->tensors[i] >= t->layout.n) {
-			gs_conn_fail(t->conn, GS_EINVAL, "GradientsReady names tensor %llu; %u are registered",
+			gs_trainer_fail(t, GS_EINVAL, "GradientsReady names tensor %llu; %u are registered",
 				     (unsigned long long)r->tensors[i], t->layout.n);
 			return;
 		}
 		uint32_t idx = (uint32_t)r->tensors[i];
 		if (t->marked[idx] == j->step) {
-			gs_conn_fail(t->conn, GS_EPROTO, "tensor '%s' marked ready twice in one step",
+			gs_trainer_fail(t, GS_EPROTO, "tensor '%s' marked ready twice in one step",
 				     t->layout.names[idx]);
 			return;
 		}
@@ -646,7 +667,7 @@ static void send_bucket_done(struct gs_job *j, const struct gs_bucket_run *run)
 		struct gs_trainer *t = j->slots[r];
 		if (t && t->in_step && t->bucket_events) {
 			done.step = t->seq;
-			gs_conn_send(t->conn, &m);
+			gs_trainer_send(t, &m);
 		}
 	}
 }
@@ -661,17 +682,17 @@ static void drop_lost_trainers(struct gs_job *j, const struct gs_bucket_run *run
 {
 	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
 		struct gs_trainer *t = j->slots[r];
-		int i = t && t->conn ? gs_trainer_lost_buffer(t) : -1;
+		int i = t && t->client.ctx ? gs_trainer_lost_buffer(t) : -1;
 		if (i < 0)
 			continue;
 		char why[300];
 		snprintf(why, sizeof(why), "trainer local rank %u (pid %d) of node %u lost the pages of its buffer %d while gradsyncd read it (SIGBUS) during step %llu",
-			 r, (int)t->pid, j->d->cluster.node_rank, i, (unsigned long long)j->step_number);
+			 r, (int)t->pid, j->world.node_rank, i, (unsigned long long)j->step_number);
 		/* Its step ends with the Error below, not with a StepDone. */
 		t->in_step = false;
 		if (run->status != GS_OK || j->next_launch < j->plan.nbuckets)
 			abort_step(j, why, run->status == GS_OK ? GS_ABORT_MEMORY : 0, r);
-		gs_conn_fail(t->conn, GS_EBUFFER, "buffer %d (%llu bytes) lost its pages while gradsyncd was reading it (SIGBUS): a hole punched in a huge-page memfd whose pool then ran out, or a memory error; this trainer's step %llu fails and it must register again",
+		gs_trainer_fail(t, GS_EBUFFER, "buffer %d (%llu bytes) lost its pages while gradsyncd was reading it (SIGBUS): a hole punched in a huge-page memfd whose pool then ran out, or a memory error; this trainer's step %llu fails and it must register again",
 			     i, (unsigned long long)t->buffers[i].size, (unsigned long long)t->seq);
 	}
 }
@@ -697,11 +718,11 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 		 * coordinator's word naming the node follows within moments (and
 		 * names the step's abort, if this failure was its first cause).
 		 * Without that word, the group failed with every node there. */
-		if (collective && j->d->cluster.nodes > 1 &&
-		    j->d->cluster.group_ready && !j->holding_failure) {
+		if (collective && j->world.nodes > 1 &&
+		    j->world.group_ready && !j->holding_failure) {
 			j->holding_failure = true;
 			j->failure_renames = first;
-			j->failure_generation = j->d->cluster.generation;
+			j->failure_generation = j->world.generation;
 			snprintf(j->failure_why, sizeof(j->failure_why), "%.199s", why);
 			j->inflight++;
 			uv_timer_start(&j->failure_timer, on_failure_timer, 500, 0);
@@ -712,7 +733,7 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 		j->buckets_done++;
 		j->step_nonfinite += run->nonfinite;
 		j->step_wire_bytes += j->plan.buckets[run->bucket].elements *
-				      gs_wire_size(j->d->backend->wire);
+				      gs_wire_size(j->env.backend->wire);
 		for (unsigned r = 0; r < run->nranks; r++) {
 			struct gs_trainer *t = j->slots[r];
 			if (t && t->tensors == run->tensors[r])

@@ -3,8 +3,11 @@
  * the layout they all registered and its bucket plan, and the step in
  * progress: readiness per bucket, launching buckets in plan order once
  * every local trainer has marked all of a bucket's tensors, and step done.
- * It knows nothing of memfds, CUDA or Gloo: buckets run through the
- * backend on the worker thread (reduce.c).
+ * It knows nothing of memfds, CUDA, Gloo, sockets or the daemon: buckets
+ * run through the backend interface on the worker thread (reduce.c), the
+ * other nodes are reached through the group port (group_port.h) and the
+ * trainers' clients through the client port (client_port.h), all of them
+ * given at init (struct gs_engine_env).
  */
 #ifndef GS_JOB_H
 #define GS_JOB_H
@@ -14,15 +17,40 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include "gradsync.pb-c.h"
-#include "engine/layout.h"
+#include "backend/backend.h"
 #include "backend/plan.h"
+#include "engine/client_port.h"
+#include "engine/group_port.h"
+#include "engine/layout.h"
+#include "engine/stats.h"
+#include "gradsync.pb-c.h"
+#include "support/settings.h"
+#include "support/worker.h"
 
 #define GS_MAX_LOCAL 64
 
-struct gs_conn;
-struct gs_daemon;
+struct gs_trace;
 struct gs_trainer;
+
+/* What the job is given by whoever runs it (daemon.c; a unit test), for
+ * its whole life. */
+struct gs_engine_env {
+	uv_loop_t *loop;
+	const struct gs_settings *settings;
+	struct gs_backend *backend;
+	struct gs_worker *worker; /* runs buckets, in submission order */
+	struct gs_trace *trace;   /* bucket phases and their totals; NULL: none */
+	struct gs_group_port group; /* used with several nodes only */
+	/* A trainer's Buffer message: whether a descriptor comes with it, and
+	 * the descriptor the backend imports, checked (GS_OK, or a GS_E* code
+	 * with why). fd is the descriptor that came with it, or -1. */
+	bool (*buffer_takes_fd)(const Gradsync__Buffer *m);
+	int (*parse_buffer)(const Gradsync__Buffer *m, uint32_t rank, int fd,
+			    struct gs_buffer_desc *out, char *err, size_t errlen);
+	/* Whether the imported memory at addr lost its pages under the
+	 * daemon (a fault guard caught a SIGBUS there). NULL: it never does. */
+	bool (*memory_lost)(const void *addr);
+};
 
 /* A registered trainer whose connection went: a step cannot complete
  * until another takes its local rank. */
@@ -33,7 +61,10 @@ struct gs_departure {
 };
 
 struct gs_job {
-	struct gs_daemon *d;
+	struct gs_engine_env env;
+	struct gs_world world; /* as the group last said */
+	uv_timer_t reap_timer; /* frees trainers gone, from the loop */
+	uint64_t mappings;     /* trainers' buffers imported, all together */
 	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
 	unsigned attached;
 	char id[64];
@@ -80,34 +111,49 @@ struct gs_job {
 
 	/* Trainers gone while buckets that read their memory are in flight. */
 	struct gs_trainer *retired;
+
+	/* The node's figures of every job's steps so far. */
+	struct gs_stats stats;
 };
 
-void gs_job_init(struct gs_job *j, struct gs_daemon *d);
-/* The world is known (after joining): fixes the scale factors. */
-void gs_job_set_world(struct gs_job *j);
+/* Sets up the job on env->loop (env is copied). */
+void gs_job_init(struct gs_job *j, const struct gs_engine_env *env);
+/* The world is known (after joining, after a restarted coordinator
+ * brought a different one): fixes the scale factors. */
+void gs_job_set_world(struct gs_job *j, const struct gs_world *w);
 /* Closes the job's timers (shutdown, on the loop). */
 void gs_job_close(struct gs_job *j);
 void gs_job_destroy(struct gs_job *j);
-/* A node of the job went away (the coordinator said so, or is gone). */
+/* A node of the job went away (the coordinator said so, or is gone), or
+ * the group failed: the group is not whole, and the step in progress ends
+ * with why. */
 void gs_job_peer_lost(struct gs_job *j, const char *why);
-/* The group of nodes is whole again: buckets may launch. */
-void gs_job_resume(struct gs_job *j);
+/* The group is being rebuilt: buckets wait until gs_job_resume. */
+void gs_job_regrouping(struct gs_job *j);
+/* The group of nodes (of `generation`) is whole again: buckets may launch. */
+void gs_job_resume(struct gs_job *j, uint64_t generation);
 
 uint32_t gs_job_world_size(const struct gs_job *j);
 /* Whether the job has trainers or work left (then it has an owner). */
 bool gs_job_active(const struct gs_job *j);
 /* Whether a client of uid may see the job's identity and shape (its id,
- * trainers, layout): its owner, root and gradsyncd's own user. */
-bool gs_job_visible_to(const struct gs_job *j, uid_t uid);
+ * trainers, layout): its owner, and a privileged user (root, gradsyncd's
+ * own user: the caller knows). */
+bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged);
 const char *gs_job_state(const struct gs_job *j);
 
-/* A trainer said hello: gives it a local rank slot, or drops it with an
- * Error (rank out of range or taken, another job holds the node). */
-int gs_job_attach(struct gs_job *j, struct gs_conn *c, const Gradsync__Hello *h);
+/* A trainer said hello: gives it a local rank slot and returns it, or
+ * drops the client with an Error (rank out of range or taken, another job
+ * holds the node) and returns NULL. */
+struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *client,
+				 const Gradsync__Hello *h);
 /* The trainer's client is gone: frees its slot, aborts a step it was part
- * of, and frees it once no bucket uses its memory. */
+ * of, and frees it from the loop once no bucket uses its memory. */
 void gs_job_detach(struct gs_job *j, struct gs_trainer *t);
-/* Frees retired trainers when no bucket is in flight. */
+/* Frees the trainers gone if no bucket is in flight (and ends the job when
+ * the last has left). The job calls it itself, from the loop, after each
+ * detach and bucket; a caller that knows a moment is safe may too. Never
+ * inside a call that found a trainer gone. */
 void gs_job_reap(struct gs_job *j);
 
 /* A trainer's registration is complete: adopt its layout as the job's, or

@@ -4,9 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon.h"
-#include "gradsync.h"
+#include "clock.h"
 #include "engine/trainer.h"
+#include "gradsync.h"
+#include "support/trace.h"
 
 static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
 {
@@ -87,7 +88,8 @@ static void vote(struct gs_bucket_run *run)
 		v[3] = (float)run->abort_reason;
 	}
 	char err[256];
-	int rc = gs_cluster_vote(run->job->d, v, 4, err, sizeof(err));
+	const struct gs_group_port *g = &run->job->env.group;
+	int rc = g->vote(g->ctx, v, 4, err, sizeof(err));
 	if (rc != GS_OK) {
 		run->status = rc;
 		snprintf(run->error, sizeof(run->error), "%s", err);
@@ -164,18 +166,18 @@ static struct gs_bucket_run *run_alloc(struct gs_job *j, uint32_t bucket)
 	run->work.run = bucket_work;
 	run->work.done = bucket_done;
 	run->job = j;
-	run->backend = j->d->backend;
+	run->backend = j->env.backend;
+	run->trace = j->env.trace;
 	run->plan = &j->plan;
 	run->counts = j->layout.counts;
 	run->bucket = bucket;
 	run->step = j->step;
 	run->step_number = j->step_number;
-	run->trace = j->d->trace;
 	run->traced = (struct gs_trace_bucket){ j->step_number, bucket,
 						j->plan.buckets[bucket].elements,
 						run->backend->fusion_elements, j->owner };
-	run->nodes = j->d->cluster.nodes;
-	run->node_rank = j->d->cluster.node_rank;
+	run->nodes = j->world.nodes;
+	run->node_rank = j->world.node_rank;
 	return run;
 }
 
@@ -190,7 +192,7 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 		free(run);
 		return NULL;
 	}
-	run->nranks = j->d->settings.local_size;
+	run->nranks = j->env.settings->local_size;
 	run->postscale = j->postscale;
 	run->ready_ns = j->step_start_ns;
 	run->launch_ns = gs_now_ns();

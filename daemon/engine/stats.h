@@ -1,4 +1,9 @@
-/* The node's running figures of its steps, for status and metrics. */
+/*
+ * The node's running figures of steps: completed and aborted steps, their
+ * times (a median over recent steps and a histogram for the metrics) and
+ * what they reduced. The job keeps them (job.h); status, metrics and the
+ * systemd status line read them.
+ */
 #ifndef GS_STATS_H
 #define GS_STATS_H
 

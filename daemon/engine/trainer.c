@@ -1,39 +1,72 @@
 #include "engine/trainer.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "backend/cuda/buffer_desc.h"
-#include "serve/conn.h"
-#include "daemon.h"
+#include "engine/job.h"
 #include "frame.h"
 #include "gradsync.h"
-#include "engine/job.h"
 #include "support/log.h"
-#include "backend/host/shm_guard.h"
 
-struct gs_trainer *gs_trainer_create(struct gs_job *job, struct gs_conn *conn,
+/* As long as a connection's own Error message (serve/conn.c). */
+#define GS_CLIENT_MESSAGE_MAX 512
+
+static void vfail(const struct gs_client *c, int code, const char *fmt, va_list ap)
+{
+	char msg[GS_CLIENT_MESSAGE_MAX];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	c->ops->fail(c->ctx, code, msg);
+}
+
+void gs_client_fail(const struct gs_client *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(c, code, fmt, ap);
+	va_end(ap);
+}
+
+void gs_trainer_fail(struct gs_trainer *t, int code, const char *fmt, ...)
+{
+	if (!t->client.ctx)
+		return;
+	/* A copy: the client's going clears t->client.ctx meanwhile. */
+	struct gs_client c = t->client;
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(&c, code, fmt, ap);
+	va_end(ap);
+}
+
+void gs_trainer_send(struct gs_trainer *t, const Gradsync__Message *m)
+{
+	if (t->client.ctx)
+		t->client.ops->send(t->client.ctx, m);
+}
+
+struct gs_trainer *gs_trainer_create(struct gs_job *job, const struct gs_client *client,
 				     uint32_t rank)
 {
 	struct gs_trainer *t = calloc(1, sizeof(*t));
 	if (!t)
 		return NULL;
 	t->job = job;
-	t->conn = conn;
+	t->client = *client;
 	t->rank = rank;
-	t->pid = conn->cred.pid;
-	t->uid = conn->cred.uid;
+	t->pid = client->pid;
+	t->uid = client->uid;
 	return t;
 }
 
 void gs_trainer_destroy(struct gs_trainer *t)
 {
-	struct gs_backend *b = t->job->d->backend;
+	struct gs_backend *b = t->job->env.backend;
 	for (uint32_t i = 0; i < t->nbuffers; i++)
 		b->ops->release_buffer(b, t->buffers[i].addr, t->buffers[i].size);
-	t->job->d->mappings -= t->nbuffers;
+	t->job->mappings -= t->nbuffers;
 	free(t->buffers);
 	gs_layout_free(&t->layout);
 	free(t->tensor_buffer);
@@ -86,13 +119,13 @@ static const char *dtype_name(Gradsync__Dtype d)
  * dropped and -1 returned. */
 static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors *r)
 {
-	struct gs_conn *c = t->conn;
-	const struct gs_settings *s = &t->job->d->settings;
-	struct gs_backend *b = t->job->d->backend;
-	size_t n = r->n_buffers, nfds = 0, next_fd = 0;
+	struct gs_job *j = t->job;
+	const struct gs_settings *s = j->env.settings;
+	struct gs_backend *b = j->env.backend;
+	size_t n = r->n_buffers, nfds = 0, next_fd = 0, have = 0;
 	int fds[GS_FRAME_MAX_FDS];
 	if (n > GS_FRAME_MAX_FDS) {
-		gs_conn_fail(c, GS_ELIMIT, "RegisterTensors lists %zu buffers; at most %d per frame",
+		gs_trainer_fail(t, GS_ELIMIT, "RegisterTensors lists %zu buffers; at most %d per frame",
 			     n, GS_FRAME_MAX_FDS);
 		return -1;
 	}
@@ -100,20 +133,20 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 	 * import): bounded per trainer and for the node, under the kernel's
 	 * vm.max_map_count, before any is made. */
 	if (n > s->max_buffers - t->nbuffers) {
-		gs_conn_fail(c, GS_ELIMIT, "RegisterTensors brings its buffers to %llu; at most %llu per trainer (--max-buffers)",
+		gs_trainer_fail(t, GS_ELIMIT, "RegisterTensors brings its buffers to %llu; at most %llu per trainer (--max-buffers)",
 			     (unsigned long long)t->nbuffers + n, (unsigned long long)s->max_buffers);
 		return -1;
 	}
-	if (n > s->max_mappings - t->job->d->mappings) {
-		gs_conn_fail(c, GS_ELIMIT, "gradsyncd already maps %llu buffers of its trainers; at most %llu (--max-mappings)",
-			     (unsigned long long)t->job->d->mappings, (unsigned long long)s->max_mappings);
+	if (n > s->max_mappings - j->mappings) {
+		gs_trainer_fail(t, GS_ELIMIT, "gradsyncd already maps %llu buffers of its trainers; at most %llu (--max-mappings)",
+			     (unsigned long long)j->mappings, (unsigned long long)s->max_mappings);
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++)
-		nfds += gs_buffer_kind_of(r->buffers[i]) == GS_BUFFER_MEMFD;
-	if (gs_frame_reader_take_fds(&c->reader, fds, nfds) < 0) {
-		gs_conn_fail(c, GS_EPROTO, "RegisterTensors lists %zu buffers but only %zu descriptors arrived",
-			     nfds, c->reader.nfds);
+		nfds += j->env.buffer_takes_fd(r->buffers[i]);
+	if (t->client.ops->take_fds(t->client.ctx, fds, nfds, &have) < 0) {
+		gs_trainer_fail(t, GS_EPROTO, "RegisterTensors lists %zu buffers but only %zu descriptors arrived",
+				nfds, have);
 		return -1;
 	}
 	struct gs_trainer_buffer *grown =
@@ -121,29 +154,29 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 	if (!grown) {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
-		gs_conn_fail(c, GS_ENOMEM, "out of memory registering buffers");
+		gs_trainer_fail(t, GS_ENOMEM, "out of memory registering buffers");
 		return -1;
 	}
 	t->buffers = grown;
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
 		const Gradsync__Buffer *m = r->buffers[i];
-		int fd = gs_buffer_kind_of(m) == GS_BUFFER_MEMFD ? fds[next_fd++] : -1;
+		int fd = j->env.buffer_takes_fd(m) ? fds[next_fd++] : -1;
 		uint64_t size = m->size;
 		char why[256];
 		if (rc == 0 && size > s->max_bytes - t->buffer_bytes) {
-			gs_conn_fail(c, GS_ELIMIT, "buffer %u of %llu bytes passes the limit of %llu registered bytes (--max-bytes)",
+			gs_trainer_fail(t, GS_ELIMIT, "buffer %u of %llu bytes passes the limit of %llu registered bytes (--max-bytes)",
 				     t->nbuffers, (unsigned long long)size,
 				     (unsigned long long)s->max_bytes);
 			rc = -1;
 		}
 		struct gs_buffer_desc desc;
 		void *addr = NULL;
-		int err = rc == 0 ? gs_buffer_desc_parse(m, t->rank, fd, &desc, why, sizeof(why)) : GS_OK;
+		int err = rc == 0 ? j->env.parse_buffer(m, t->rank, fd, &desc, why, sizeof(why)) : GS_OK;
 		if (rc == 0 && err == GS_OK)
 			err = b->ops->import_buffer(b, &desc, &addr, why, sizeof(why));
 		if (rc == 0 && err != GS_OK) {
-			gs_conn_fail(c, err, "buffer %u: %s", t->nbuffers, why);
+			gs_trainer_fail(t, err, "buffer %u: %s", t->nbuffers, why);
 			rc = -1;
 		}
 		if (fd >= 0)
@@ -151,7 +184,7 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 		if (rc == 0) {
 			t->buffers[t->nbuffers++] = (struct gs_trainer_buffer){ addr, size };
 			t->buffer_bytes += size;
-			t->job->d->mappings++;
+			j->mappings++;
 		}
 	}
 	return rc;
@@ -168,46 +201,45 @@ static bool has_control_char(const char *s)
 
 static int check_tensor(struct gs_trainer *t, const Gradsync__TensorSpec *ts)
 {
-	struct gs_conn *c = t->conn;
-	const struct gs_settings *s = &t->job->d->settings;
+	const struct gs_settings *s = t->job->env.settings;
 	uint32_t index = t->layout.n;
 	const char *name = ts->name ? ts->name : "";
 	if (name[0] == '\0' || strlen(name) > GS_MAX_NAME) {
-		gs_conn_fail(c, GS_EINVAL, "tensor %u: name must have 1 to %d bytes", index, GS_MAX_NAME);
+		gs_trainer_fail(t, GS_EINVAL, "tensor %u: name must have 1 to %d bytes", index, GS_MAX_NAME);
 		return -1;
 	}
 	if (has_control_char(name)) {
-		gs_conn_fail(c, GS_EINVAL, "tensor %u: name holds a control character", index);
+		gs_trainer_fail(t, GS_EINVAL, "tensor %u: name holds a control character", index);
 		return -1;
 	}
 	if (ts->dtype != GRADSYNC__DTYPE__DTYPE_FLOAT32) {
-		gs_conn_fail(c, GS_EDTYPE, "tensor '%s' has dtype %s; only float32 is supported",
+		gs_trainer_fail(t, GS_EDTYPE, "tensor '%s' has dtype %s; only float32 is supported",
 			     name, dtype_name(ts->dtype));
 		return -1;
 	}
 	if (ts->count == 0) {
-		gs_conn_fail(c, GS_EINVAL, "tensor '%s' has zero elements", name);
+		gs_trainer_fail(t, GS_EINVAL, "tensor '%s' has zero elements", name);
 		return -1;
 	}
 	if (index >= s->max_tensors) {
-		gs_conn_fail(c, GS_ELIMIT, "more than %llu tensors (--max-tensors)",
+		gs_trainer_fail(t, GS_ELIMIT, "more than %llu tensors (--max-tensors)",
 			     (unsigned long long)s->max_tensors);
 		return -1;
 	}
 	if (ts->count > (s->max_bytes - t->bytes) / sizeof(float)) {
-		gs_conn_fail(c, GS_ELIMIT, "tensor '%s' (%llu elements) passes the limit of %llu registered bytes (--max-bytes)",
+		gs_trainer_fail(t, GS_ELIMIT, "tensor '%s' (%llu elements) passes the limit of %llu registered bytes (--max-bytes)",
 			     name, (unsigned long long)ts->count, (unsigned long long)s->max_bytes);
 		return -1;
 	}
 	if (ts->buffer >= t->nbuffers) {
-		gs_conn_fail(c, GS_EINVAL, "tensor '%s' names buffer %llu; only %u registered",
+		gs_trainer_fail(t, GS_EINVAL, "tensor '%s' names buffer %llu; only %u registered",
 			     name, (unsigned long long)ts->buffer, t->nbuffers);
 		return -1;
 	}
 	uint64_t size = t->buffers[ts->buffer].size;
 	uint64_t bytes = ts->count * sizeof(float);
 	if (ts->offset % sizeof(float) || ts->offset > size || bytes > size - ts->offset) {
-		gs_conn_fail(c, GS_EBUFFER, "tensor '%s' (%llu bytes at offset %llu) does not fit in buffer %llu of %llu bytes, or is misaligned",
+		gs_trainer_fail(t, GS_EBUFFER, "tensor '%s' (%llu bytes at offset %llu) does not fit in buffer %llu of %llu bytes, or is misaligned",
 			     name, (unsigned long long)bytes, (unsigned long long)ts->offset,
 			     (unsigned long long)ts->buffer, (unsigned long long)size);
 		return -1;
@@ -240,21 +272,20 @@ static int add_tensor(struct gs_trainer *t, const Gradsync__TensorSpec *ts)
 /* The whole layout is here: resolve pointers, check it against the job. */
 static void finish_registration(struct gs_trainer *t)
 {
-	struct gs_conn *c = t->conn;
 	uint32_t n = t->layout.n, a, b;
 	if (n == 0) {
-		gs_conn_fail(c, GS_EINVAL, "registration lists no tensors");
+		gs_trainer_fail(t, GS_EINVAL, "registration lists no tensors");
 		return;
 	}
 	if (gs_layout_find_duplicate(&t->layout, &a, &b) == 1) {
-		gs_conn_fail(c, GS_EINVAL, "tensor name '%s' appears twice (tensors %u and %u)",
+		gs_trainer_fail(t, GS_EINVAL, "tensor name '%s' appears twice (tensors %u and %u)",
 			     t->layout.names[a], a, b);
 		return;
 	}
 	t->tensors = calloc(n, sizeof(*t->tensors));
 	t->marked = calloc(n, sizeof(*t->marked));
 	if (!t->tensors || !t->marked) {
-		gs_conn_fail(c, GS_ENOMEM, "out of memory registering %u tensors", n);
+		gs_trainer_fail(t, GS_ENOMEM, "out of memory registering %u tensors", n);
 		return;
 	}
 	for (uint32_t i = 0; i < n; i++)
@@ -263,12 +294,12 @@ static void finish_registration(struct gs_trainer *t)
 	char why[512];
 	int err = gs_job_adopt_layout(t->job, t, why, sizeof(why));
 	if (err != GS_OK) {
-		gs_conn_fail(c, err, "%s", why);
+		gs_trainer_fail(t, err, "%s", why);
 		return;
 	}
 	t->layout_checked = true;
 	gs_info("trainer %s registered %u tensors (%llu bytes) in %u buffers",
-		gs_conn_name(c), n, (unsigned long long)t->bytes, t->nbuffers);
+		t->client.ops->name(t->client.ctx), n, (unsigned long long)t->bytes, t->nbuffers);
 	if (t->job->agreed)
 		gs_trainer_send_registered(t);
 }
@@ -283,13 +314,13 @@ void gs_trainer_send_registered(struct gs_trainer *t)
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	m.registered = &reg;
-	gs_conn_send(t->conn, &m);
+	gs_trainer_send(t, &m);
 }
 
 void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *r)
 {
 	if (t->layout_checked) {
-		gs_conn_fail(t->conn, GS_ESTATE, "tensors are already registered on this connection");
+		gs_trainer_fail(t, GS_ESTATE, "tensors are already registered on this connection");
 		return;
 	}
 	if (import_buffers(t, r) < 0)
@@ -298,7 +329,7 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 		if (check_tensor(t, r->tensors[i]) < 0)
 			return;
 		if (add_tensor(t, r->tensors[i]) < 0) {
-			gs_conn_fail(t->conn, GS_ENOMEM, "out of memory registering tensors");
+			gs_trainer_fail(t, GS_ENOMEM, "out of memory registering tensors");
 			return;
 		}
 	}
@@ -308,16 +339,15 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 
 int gs_trainer_lost_buffer(const struct gs_trainer *t)
 {
-	if (gs_shm_guard_lost_ranges() == 0)
-		return -1;
-	for (uint32_t i = 0; i < t->nbuffers; i++)
-		if (gs_shm_guard_lost(t->buffers[i].addr))
+	bool (*lost)(const void *addr) = t->job->env.memory_lost;
+	for (uint32_t i = 0; lost && i < t->nbuffers; i++)
+		if (lost(t->buffers[i].addr))
 			return (int)i;
 	return -1;
 }
 
 void gs_trainer_disconnected(struct gs_trainer *t)
 {
-	t->conn = NULL;
+	t->client.ctx = NULL;
 	gs_job_detach(t->job, t);
 }

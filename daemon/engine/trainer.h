@@ -1,6 +1,7 @@
 /*
- * A trainer of the node's job: its connection, its registered tensors
- * (mapped shared memory) and where it stands in the current step.
+ * A trainer of the node's job: its client (client_port.h), its registered
+ * tensors (imported by the backend) and where it stands in the current
+ * step.
  */
 #ifndef GS_TRAINER_H
 #define GS_TRAINER_H
@@ -10,10 +11,10 @@
 #include <sys/types.h>
 
 #include "convert.h"
-#include "gradsync.pb-c.h"
+#include "engine/client_port.h"
 #include "engine/layout.h"
+#include "gradsync.pb-c.h"
 
-struct gs_conn;
 struct gs_job;
 
 struct gs_trainer_buffer {
@@ -23,7 +24,7 @@ struct gs_trainer_buffer {
 
 struct gs_trainer {
 	struct gs_job *job;
-	struct gs_conn *conn; /* NULL once the client is gone */
+	struct gs_client client; /* client.ctx NULL once the client is gone */
 	struct gs_trainer *next_retired;
 	uint32_t rank;
 	pid_t pid;
@@ -54,7 +55,7 @@ struct gs_trainer {
 	uint64_t steps;           /* completed */
 };
 
-struct gs_trainer *gs_trainer_create(struct gs_job *job, struct gs_conn *conn,
+struct gs_trainer *gs_trainer_create(struct gs_job *job, const struct gs_client *client,
 				     uint32_t rank);
 /* Unmaps its buffers and frees it. */
 void gs_trainer_destroy(struct gs_trainer *t);
@@ -69,8 +70,15 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 /* Tells the trainer its registration is accepted. */
 void gs_trainer_send_registered(struct gs_trainer *t);
 
+/* Sends the trainer's client a message. */
+void gs_trainer_send(struct gs_trainer *t, const Gradsync__Message *m);
+/* Drops the trainer's client with an Error of code and the message (the
+ * client is gone when it returns: gs_trainer_disconnected has run). */
+void gs_trainer_fail(struct gs_trainer *t, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
 /* The first of its buffers whose pages vanished under the daemon (the
- * fault guard caught a SIGBUS there, shm_guard.h), or -1. */
+ * environment's memory_lost says so), or -1. */
 int gs_trainer_lost_buffer(const struct gs_trainer *t);
 
 /* The client went away: the job decides what that means for the step. */
