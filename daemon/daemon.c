@@ -96,7 +96,8 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	if (gs_notify_socket_activated())
 		d->settings.socket_path[0] = '\0';
 	gs_server_close(d);
-	gs_rdv_server_stop(d);
+	gs_rdv_server_stop(d->rdv_server);
+	d->rdv_server = NULL;
 	gs_cluster_cancel(d);
 	gs_job_close(&d->job);
 	if (d->cluster.agree_timer.loop)

@@ -597,7 +597,7 @@ int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, boo
 	if (s->cluster_secret_len == 0)
 		gs_warn("the rendezvous at %s is unauthenticated: anyone who reaches it can join as a node or read and overwrite its store; set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node",
 			s->coordinator);
-	if (s->node_rank == 0 && gs_rdv_server_start(d) < 0)
+	if (s->node_rank == 0 && gs_rdv_server_start(d->loop, s, d, &d->rdv_server) < 0)
 		return GS_ESYSTEM;
 	struct join_work *jw = calloc(1, sizeof(*jw));
 	if (!jw)
