@@ -15,6 +15,21 @@
 #include "serve/server.h"
 #include "support/trace.h"
 
+#ifdef GS_HAVE_CUDA
+static struct gs_backend *open_cuda(const struct gs_settings *s, char *why, size_t n)
+{
+	struct gs_cuda_options o = {
+		.local_size = s->local_size,
+		.wire = (enum gs_wire)s->wire,
+		.fusion_elements = s->fusion_elements,
+		.peer_timeout_ms = (int)(s->peer_timeout * 1000),
+		.nodes = s->nodes,
+		.join_timeout_ms = (int)(s->join_timeout * 1000),
+	};
+	return gs_backend_cuda_open(&o, why, n);
+}
+#endif
+
 static struct gs_backend *choose_backend(const struct gs_settings *s)
 {
 #ifdef GS_HAVE_CUDA
@@ -22,7 +37,7 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 		char why[400];
 		struct gs_backend *cb = NULL;
 		if (gs_cuda_usable(s->local_size, why, sizeof(why)))
-			cb = gs_backend_cuda_open(s, why, sizeof(why));
+			cb = open_cuda(s, why, sizeof(why));
 		if (cb && s->backend == GS_BACKEND_AUTO)
 			gs_info("backend auto: using cuda (one GPU per local rank)");
 		if (cb)

@@ -31,9 +31,6 @@ static void on_ready(struct gs_daemon *d, bool ok)
 		return;
 	}
 	gs_job_set_world(&d->job);
-	if (d->cluster.gloo)
-		gs_backend_host_attach_gloo(d->backend, d->cluster.gloo,
-					    (int)(d->settings.peer_timeout * 1000));
 	if (gs_server_listen(d) < 0) {
 		gs_daemon_shutdown(d, 1);
 		return;

@@ -8,6 +8,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
+#include "backend/gloo/gloo_comm.h"
 #include "serve/conn.h"
 #include "daemon.h"
 #include "gradsync.h"
@@ -15,76 +17,139 @@
 #include "cluster/liveness.h"
 #include "support/log.h"
 #include "support/worker.h"
-#ifdef GS_HAVE_GLOO
-#include "backend/gloo/gloo_comm.h"
-#endif
-#ifdef GS_HAVE_CUDA
-#include "backend/cuda/backend_cuda.h"
-#endif
 
-/* ---- The Gloo group, built on the worker thread --------------------------- */
+/* ---- The group, built on the worker thread -------------------------------- */
 
-#ifdef GS_HAVE_GLOO
 /* Store keys of one group generation of one coordinator's incarnation, so
  * that a rebuilt group never reads a departed one's addresses, nor one
- * built for a coordinator that has since restarted. */
-struct prefixed_store {
+ * built for a coordinator that has since restarted: the store of the
+ * group, for Gloo and for the backend (struct gs_kv). */
+struct group_store {
 	struct gs_rdv_client *rdv;
 	char prefix[48];
 };
 
-static int prefixed_set(void *ctx, const char *key, const void *value, size_t len)
+static int store_set(void *ctx, const char *key, const void *value, size_t len)
 {
-	struct prefixed_store *p = ctx;
+	struct group_store *p = ctx;
 	char k[256];
 	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
 	return gs_rdv_store_set(p->rdv, k, value, len);
 }
 
-static int prefixed_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+static int store_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
 {
-	struct prefixed_store *p = ctx;
+	struct group_store *p = ctx;
 	char k[256];
 	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
 	return gs_rdv_store_get(p->rdv, k, value, len, timeout_ms);
 }
-#endif
 
-/* The group of this generation (worker thread): with the cuda backend,
- * first the NCCL communicators (node 0's unique id shared through the
- * store), then the Gloo group, which every backend votes in. nodes are
- * the nodes as the coordinator welcomed them. */
+/* A park that fails leaves the pings unanswered: the backend goes on. */
+static void store_park(void *ctx)
+{
+	gs_rdv_client_park(((struct group_store *)ctx)->rdv);
+}
+
+static void store_unpark(void *ctx)
+{
+	gs_rdv_client_unpark(((struct group_store *)ctx)->rdv);
+}
+
+/* Every node says which backend it runs, and all must run the same one:
+ * a node that sums through Gloo cannot meet one that sums through NCCL. */
+static int same_backend(struct gs_daemon *d, const struct gs_kv *kv, char *why, size_t n)
+{
+	const struct gs_settings *s = &d->settings;
+	const char *mine = d->backend->name;
+	size_t mylen = strlen(mine);
+	char key[32];
+	snprintf(key, sizeof(key), "backend/%u", s->node_rank);
+	int rc = kv->set(kv->ctx, key, mine, mylen);
+	if (rc != GS_OK) {
+		snprintf(why, n, "saying which backend this node runs: %s", gs_strerror(rc));
+		return rc;
+	}
+	for (uint32_t r = 0; r < s->nodes; r++) {
+		void *value = NULL;
+		size_t len = 0;
+		snprintf(key, sizeof(key), "backend/%u", r);
+		rc = kv->get(kv->ctx, key, &value, &len, (int)(s->join_timeout * 1000));
+		if (rc != GS_OK) {
+			snprintf(why, n, "node %u did not say which backend it runs (%s)", r,
+				 gs_strerror(rc));
+			return rc;
+		}
+		bool same = len == mylen && !memcmp(value, mine, len);
+		if (!same)
+			snprintf(why, n, "node %u runs the %.*s backend and node %u the %s backend: every node of a job must run the same one (--backend)",
+				 r, (int)(len < 16 ? len : 16), (const char *)value, s->node_rank,
+				 mine);
+		free(value);
+		if (!same)
+			return GS_EINVAL;
+	}
+	return GS_OK;
+}
+
+/* The backend joins the group (its communicators, or its all-reduce
+ * through the Gloo context). */
+static int join_backend(struct gs_daemon *d, const struct gs_kv *kv,
+			const struct gs_node_info *nodes, char *err, size_t n)
+{
+	struct gs_cluster *c = &d->cluster;
+	const struct gs_settings *s = &d->settings;
+	struct gs_backend *b = d->backend;
+	if (!b->ops->join_group)
+		return GS_OK;
+	struct gs_group_join g = {
+		.node_rank = s->node_rank,
+		.nodes = s->nodes,
+		.generation = c->generation,
+		.join_timeout_ms = (int)(s->join_timeout * 1000),
+		.peer_timeout_ms = (int)(s->peer_timeout * 1000),
+		.cancel_fd = c->cancel_fd,
+		.kv = kv,
+		.gloo = c->gloo,
+	};
+	for (uint32_t r = 0; r < s->nodes; r++) {
+		if (r < s->node_rank)
+			g.rank_base += nodes[r].local_size;
+		g.world_size += nodes[r].local_size;
+	}
+	return b->ops->join_group(b, &g, err, n);
+}
+
+/* The group of this generation (worker thread): the Gloo context every
+ * node votes in, then the backend's part. nodes are the nodes as the
+ * coordinator welcomed them. */
 static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv,
 		       const struct gs_node_info *nodes, char *err, size_t n)
 {
-#ifdef GS_HAVE_GLOO
 	struct gs_cluster *c = &d->cluster;
 	const struct gs_settings *s = &d->settings;
-	struct prefixed_store ps = { rdv, "" };
-	snprintf(ps.prefix, sizeof(ps.prefix), "i%016llx/g%llu/",
+	struct group_store gs = { rdv, "" };
+	snprintf(gs.prefix, sizeof(gs.prefix), "i%016llx/g%llu/",
 		 (unsigned long long)c->incarnation, (unsigned long long)c->generation);
-#ifdef GS_HAVE_CUDA
-	int crc = gs_cuda_join(d->backend, rdv, ps.prefix, s, nodes, c->cancel_fd, err, n);
-	if (crc != GS_OK)
-		return crc;
-#else
-	(void)nodes;
-#endif
-	struct gs_gloo_store_ops store = { &ps, prefixed_set, prefixed_get };
-	char why[400];
-	int rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
-				s->gloo_host[0] ? s->gloo_host : NULL,
-				(int)(s->join_timeout * 1000), &c->gloo, why, sizeof(why));
+	const struct gs_kv kv = { &gs, store_set, store_get, store_park, store_unpark };
+	int rc = same_backend(d, &kv, err, n);
 	if (rc != GS_OK)
+		return rc;
+	struct gs_gloo_store_ops store = { &gs, store_set, store_get };
+	char why[400];
+	rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
+			    s->gloo_host[0] ? s->gloo_host : NULL, (int)(s->join_timeout * 1000),
+			    &c->gloo, why, sizeof(why));
+	if (rc != GS_OK) {
 		snprintf(err, n, "building the Gloo group: %s", why);
+		return rc;
+	}
+	rc = join_backend(d, &kv, nodes, err, n);
+	if (rc != GS_OK) {
+		gs_gloo_destroy(c->gloo);
+		c->gloo = NULL;
+	}
 	return rc;
-#else
-	(void)d;
-	(void)rdv;
-	(void)nodes;
-	snprintf(err, n, "built without Gloo");
-	return GS_EINVAL;
-#endif
 }
 
 /* ---- Joining, on the worker thread ------------------------------------- */
@@ -257,20 +322,16 @@ static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
 
 /* ---- Rebuilding the group when a node came back ---------------------------- */
 
-/* Worker thread: the backend stops using the group before it goes; the
- * cuda backend's communicators, which include the node that went away,
- * are aborted (made again with the next group). */
+/* Worker thread: the backend stops using the group before it goes (what
+ * it made of it, such as communicators that include the node that went
+ * away, is made again with the next group). */
 static void drop_group_run(struct gs_daemon *d)
 {
 	struct gs_cluster *c = &d->cluster;
-	gs_backend_host_attach_gloo(d->backend, NULL, 0);
-#ifdef GS_HAVE_CUDA
-	if (gs_backend_is_cuda(d->backend))
-		gs_backend_cuda_disconnect(d->backend);
-#endif
-#ifdef GS_HAVE_GLOO
+	struct gs_backend *b = d->backend;
+	if (b->ops->leave_group)
+		b->ops->leave_group(b);
 	gs_gloo_destroy(c->gloo);
-#endif
 	c->gloo = NULL;
 }
 
@@ -293,8 +354,6 @@ static void regroup_run(struct gs_work *w)
 		return;
 	rw->rc = build_group(d, store, c->node, rw->err, sizeof(rw->err));
 	gs_rdv_client_close(store);
-	if (rw->rc == GS_OK)
-		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
 }
 
 static void regroup_done(struct gs_work *w)
@@ -444,8 +503,6 @@ static void rebuild_run(struct gs_work *w)
 	c->generation = gs_rdv_generation(rw->rdv);
 	c->incarnation = gs_rdv_incarnation(rw->rdv);
 	rw->rc = build_group(d, rw->rdv, rw->node, rw->err, sizeof(rw->err));
-	if (rw->rc == GS_OK)
-		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
 }
 
 static void reannounce_layout(struct gs_daemon *d);
@@ -589,11 +646,11 @@ int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, boo
 		ready(d, true);
 		return GS_OK;
 	}
-#ifndef GS_HAVE_GLOO
-	gs_error("--nodes %u: this gradsyncd was built without Gloo, which several nodes need",
-		 s->nodes);
-	return GS_EINVAL;
-#endif
+	if (!gs_gloo_available()) {
+		gs_error("--nodes %u: this gradsyncd was built without Gloo, which several nodes need",
+			 s->nodes);
+		return GS_EINVAL;
+	}
 	if (s->cluster_secret_len == 0)
 		gs_warn("the rendezvous at %s is unauthenticated: anyone who reaches it can join as a node or read and overwrite its store; set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node",
 			s->coordinator);
@@ -629,9 +686,7 @@ void gs_cluster_destroy(struct gs_daemon *d)
 	if (c->cancel_fd >= 0)
 		close(c->cancel_fd);
 	c->cancel_fd = -1;
-#ifdef GS_HAVE_GLOO
 	gs_gloo_destroy(c->gloo);
-#endif
 	c->gloo = NULL;
 	gs_rdv_client_close(c->rdv);
 	c->rdv = NULL;
@@ -721,7 +776,6 @@ void gs_cluster_withdraw_layout(struct gs_daemon *d)
 
 int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t errlen)
 {
-#ifdef GS_HAVE_GLOO
 	/* A node votes once its trainers are ready with the bucket, so a vote
 	 * waits for the slowest node's trainers, which --step-timeout bounds
 	 * on that node (it then votes to abort, naming them); a trainer late
@@ -732,7 +786,6 @@ int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t e
 	if (d->cluster.gloo)
 		return gs_gloo_allreduce(d->cluster.gloo, GS_WIRE_F32, v, n, timeout_ms, err,
 					 errlen);
-#endif
 	snprintf(err, errlen, "no group of nodes to vote in");
 	return GS_ESTATE;
 }
