@@ -11,7 +11,6 @@
 #include "backend/cuda/backend_cuda.h"
 #endif
 #include "support/notify.h"
-#include "cluster/rendezvous.h"
 #include "serve/server.h"
 #include "support/trace.h"
 
@@ -74,11 +73,19 @@ int gs_daemon_init(struct gs_daemon *d, uv_loop_t *loop)
 	d->frame_budget.max_fds = d->settings.max_parked_fds;
 	d->frame_budget.max_bytes = d->settings.max_pending_bytes;
 	d->start_ns = gs_now_ns();
-	d->cluster.cancel_fd = -1;
 	d->backend = choose_backend(&d->settings);
 	if (!d->backend)
 		return -1;
 	gs_job_init(&d->job, d);
+	const struct gs_cluster_parts parts = {
+		.loop = loop,
+		.settings = &d->settings,
+		.backend = d->backend,
+		.worker = &d->worker,
+		.job = &d->job,
+		.conns = d,
+	};
+	gs_cluster_init(&d->cluster, &parts);
 	gs_access_init(&d->access, &d->settings);
 	d->trace = gs_trace_create(loop);
 	if (!d->trace || gs_notify_start(d) < 0) {
@@ -110,15 +117,11 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	/* systemd owns an activated socket's file: it must outlive us. */
 	if (gs_notify_socket_activated())
 		d->settings.socket_path[0] = '\0';
+	/* The cluster first: the connections closed next are no news to it. */
+	gs_cluster_cancel(&d->cluster);
 	gs_server_close(d);
-	gs_rdv_server_stop(d->rdv_server);
-	d->rdv_server = NULL;
-	gs_cluster_cancel(d);
 	gs_job_close(&d->job);
-	if (d->cluster.agree_timer.loop)
-		uv_close((uv_handle_t *)&d->cluster.agree_timer, NULL);
-	if (d->cluster.ping_timer.loop)
-		uv_close((uv_handle_t *)&d->cluster.ping_timer, NULL);
+	gs_cluster_close(&d->cluster);
 	/* The signals are the program's to watch: the fuzz target leaves
 	 * them to libFuzzer. */
 	if (d->sigint.loop)
@@ -133,6 +136,6 @@ void gs_daemon_free(struct gs_daemon *d)
 {
 	gs_trace_destroy(d->trace);
 	gs_job_destroy(&d->job);
-	gs_cluster_destroy(d);
+	gs_cluster_destroy(&d->cluster);
 	d->backend->ops->destroy(d->backend);
 }

@@ -44,7 +44,6 @@ struct gs_daemon {
 	struct gs_worker worker;
 	struct gs_job job;
 	struct gs_cluster cluster;
-	struct gs_rdv_server *rdv_server; /* node rank 0 only */
 	struct gs_stats stats;
 	int listen_fd;
 	uv_poll_t listen_poll;

@@ -24,8 +24,9 @@ static void on_signal(uv_signal_t *s, int signum)
 }
 
 /* The node has joined (or there was nothing to join): serve trainers. */
-static void on_ready(struct gs_daemon *d, bool ok)
+static void on_ready(void *arg, bool ok)
 {
+	struct gs_daemon *d = arg;
 	if (!ok || d->stopping) {
 		gs_daemon_shutdown(d, 1);
 		return;
@@ -52,7 +53,7 @@ static int run(struct gs_daemon *d)
 	d->sigint.data = d->sigterm.data = d;
 	uv_signal_start(&d->sigint, on_signal, SIGINT);
 	uv_signal_start(&d->sigterm, on_signal, SIGTERM);
-	if (gs_cluster_start(d, on_ready) != 0)
+	if (gs_cluster_start(&d->cluster, on_ready, d) != 0)
 		gs_daemon_shutdown(d, 1);
 
 	uv_run(d->loop, UV_RUN_DEFAULT);

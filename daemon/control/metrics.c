@@ -173,7 +173,7 @@ static void peers(struct text *t, const struct gs_daemon *d)
 	family(t, "gradsync_peer_up", "gauge",
 	       "Per node of the job: 1 once it has joined (this node included), else 0.");
 	for (uint32_t r = 0; c->node && r < c->nodes; r++) {
-		const char *state = gs_cluster_peer_state(d, r);
+		const char *state = gs_cluster_peer_state(&d->cluster, r);
 		put(t, "gradsync_peer_up{node=\"%u\",host=\"", r);
 		put_label(t, c->node[r].host);
 		put(t, "\",state=\"");

@@ -72,7 +72,7 @@ void gs_status_reply(struct gs_conn *c)
 		peers[r].node_rank = r;
 		peers[r].local_size = d->cluster.node[r].local_size;
 		peers[r].host = (char *)d->cluster.node[r].host;
-		peers[r].state = (char *)gs_cluster_peer_state(d, r);
+		peers[r].state = (char *)gs_cluster_peer_state(&d->cluster, r);
 		pptrs[r] = &peers[r];
 	}
 	s.n_peers = d->cluster.node ? np : 0;

@@ -33,7 +33,7 @@ void gs_job_set_world(struct gs_job *j)
 static void clear_layout(struct gs_job *j)
 {
 	if (j->has_layout && !j->d->stopping)
-		gs_cluster_withdraw_layout(j->d);
+		gs_cluster_withdraw_layout(&j->d->cluster);
 	gs_layout_free(&j->layout);
 	gs_plan_free(&j->plan);
 	free(j->bucket_marks);
@@ -363,7 +363,7 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 	j->agreed = j->d->cluster.nodes == 1;
 	if (!j->agreed) {
 		j->layout_round++;
-		if (gs_cluster_agree_layout(j->d, j->layout_round) != GS_OK) {
+		if (gs_cluster_agree_layout(&j->d->cluster, j->layout_round) != GS_OK) {
 			clear_layout(j);
 			snprintf(why, n, "the connection to the other nodes is gone");
 			return GS_EDISCONNECTED;
@@ -577,7 +577,7 @@ static void on_failure_timer(uv_timer_t *timer)
 	struct gs_job *j = timer->data;
 	if (!j->holding_failure)
 		return;
-	gs_cluster_request_regroup(j->d, j->failure_generation, j->failure_why);
+	gs_cluster_request_regroup(&j->d->cluster, j->failure_generation, j->failure_why);
 	j->holding_failure = false;
 	j->inflight--;
 	try_finish(j);

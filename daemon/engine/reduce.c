@@ -88,7 +88,7 @@ static void vote(struct gs_bucket_run *run)
 		v[3] = (float)run->abort_reason;
 	}
 	char err[256];
-	int rc = gs_cluster_vote(run->job->d, v, 4, err, sizeof(err));
+	int rc = gs_cluster_vote(&run->job->d->cluster, v, 4, err, sizeof(err));
 	if (rc != GS_OK) {
 		run->status = rc;
 		snprintf(run->error, sizeof(run->error), "%s", err);

@@ -206,8 +206,9 @@ static size_t first_frame_len(const uint8_t *buf, size_t len)
 
 /* ---- The daemon's side ------------------------------------------------------ */
 
-static void on_ready(struct gs_daemon *d, bool ok)
+static void on_ready(void *arg, bool ok)
 {
+	struct gs_daemon *d = arg;
 	if (!ok)
 		abort();
 	gs_job_set_world(&d->job);
@@ -239,7 +240,7 @@ static struct gs_daemon *daemon_open(unsigned flags)
 	    GS_SETTINGS_RUN)
 		abort();
 	gs_log_init((enum gs_log_level)d->settings.log_level);
-	if (gs_daemon_init(d, loop) < 0 || gs_cluster_start(d, on_ready) != 0)
+	if (gs_daemon_init(d, loop) < 0 || gs_cluster_start(&d->cluster, on_ready, d) != 0)
 		abort();
 	return d;
 }
