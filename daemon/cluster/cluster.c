@@ -732,11 +732,11 @@ static void on_agree_timeout(uv_timer_t *t)
 	gs_job_layout_verdict(c->job, round, GS_ETIMEDOUT, why);
 }
 
-/* Offers the job's layout as round `round`; a verdict not come within
- * --join-timeout fails the trainers that wait for it (timed). */
-static void offer_layout(struct gs_cluster *c, uint64_t round, bool timed)
+/* Offers layout (of this hash) as round `round`; a verdict not come
+ * within --join-timeout fails the trainers that wait for it (timed). */
+static void offer_layout(struct gs_cluster *c, uint64_t round, const struct gs_layout *layout,
+			 uint64_t hash, bool timed)
 {
-	const struct gs_job *j = c->job;
 	c->agree_round = round;
 	if (timed)
 		uv_timer_start(&c->agree_timer, on_agree_timeout, c->settings->join_timeout * 1000, 0);
@@ -744,20 +744,21 @@ static void offer_layout(struct gs_cluster *c, uint64_t round, bool timed)
 		return; /* re-joining: offered once the coordinator is back */
 	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
 	o.round = round;
-	o.hash = j->layout_hash;
-	o.n_names = j->layout.n;
-	o.names = j->layout.names;
-	o.n_counts = j->layout.n;
-	o.counts = j->layout.counts;
+	o.hash = hash;
+	o.n_names = layout->n;
+	o.names = layout->names;
+	o.n_counts = layout->n;
+	o.counts = layout->counts;
 	send_offer(c, &o);
 }
 
-int gs_cluster_agree_layout(void *cluster, uint64_t round)
+int gs_cluster_agree_layout(void *cluster, uint64_t round, const struct gs_layout *layout,
+			    uint64_t hash)
 {
 	struct gs_cluster *c = cluster;
 	if (!c->conn && !c->rejoining)
 		return GS_EDISCONNECTED;
-	offer_layout(c, round, true);
+	offer_layout(c, round, layout, hash, true);
 	return GS_OK;
 }
 
@@ -771,13 +772,14 @@ static void reannounce_layout(struct gs_cluster *c)
 		return;
 	j->layout_round++;
 	gs_info("job '%s': offering its layout to the restarted coordinator", j->id);
-	offer_layout(c, j->layout_round, !j->agreed);
+	offer_layout(c, j->layout_round, &j->layout, j->layout_hash, !j->agreed);
 }
 
 void gs_cluster_withdraw_layout(void *cluster)
 {
 	struct gs_cluster *c = cluster;
-	if (c->nodes == 1)
+	/* Shutting down, the coordinator learns it as the connection closes. */
+	if (c->nodes == 1 || c->stopping)
 		return;
 	c->agree_round = 0;
 	uv_timer_stop(&c->agree_timer);

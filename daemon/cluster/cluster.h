@@ -31,6 +31,7 @@ struct gs_backend;
 struct gs_daemon;
 struct gs_gloo;
 struct gs_job;
+struct gs_layout;
 struct gs_settings;
 
 /* What the cluster works with; none of it is the cluster's to free. */
@@ -105,12 +106,15 @@ void gs_cluster_destroy(struct gs_cluster *c);
 
 /* ---- What the engine asks of the node group (its group port) ------------- */
 
-/* Offers the job's layout (round-th of this node) to the other nodes; the
- * verdict, or a timeout after --join-timeout, reaches gs_job_layout_verdict
- * on the loop. cluster: a struct gs_cluster. Returns GS_OK, or
+/* Offers the job's layout (of this hash; round-th of this node) to the
+ * other nodes; the verdict, or a timeout after --join-timeout, reaches
+ * gs_job_layout_verdict on the loop. layout stays the caller's and must
+ * not change until then. cluster: a struct gs_cluster. Returns GS_OK, or
  * GS_EDISCONNECTED when there is no coordinator to ask. */
-int gs_cluster_agree_layout(void *cluster, uint64_t round);
-/* The node's job has ended: its layout no longer binds the others. */
+int gs_cluster_agree_layout(void *cluster, uint64_t round, const struct gs_layout *layout,
+			    uint64_t hash);
+/* The node's job has ended: its layout no longer binds the others.
+ * Nothing once the cluster is cancelled (shutting down). */
 void gs_cluster_withdraw_layout(void *cluster);
 
 /* Sums v[0..n) over all nodes (fp32, in place) through the Gloo group;

@@ -363,7 +363,8 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 	j->agreed = j->d->cluster.nodes == 1;
 	if (!j->agreed) {
 		j->layout_round++;
-		if (gs_cluster_agree_layout(&j->d->cluster, j->layout_round) != GS_OK) {
+		if (gs_cluster_agree_layout(&j->d->cluster, j->layout_round, &j->layout,
+					    j->layout_hash) != GS_OK) {
 			clear_layout(j);
 			snprintf(why, n, "the connection to the other nodes is gone");
 			return GS_EDISCONNECTED;
