@@ -16,37 +16,25 @@
 #include "backend/cuda/backend_cuda.h"
 #endif
 #include "backend/host/shm_guard.h"
-#include "cluster/rendezvous.h"
 #include "control/session.h"
 #include "control/status.h"
 #include "support/trace.h"
 
-/* ---- The engine's ports, over today's cluster ----------------------------- */
 
-static int group_agree_layout(void *ctx, uint64_t round, const struct gs_layout *layout,
-			      uint64_t hash)
+#ifdef GS_HAVE_CUDA
+static struct gs_backend *open_cuda(const struct gs_settings *s, char *why, size_t n)
 {
-	(void)layout; /* the cluster reads the job's own */
-	(void)hash;
-	return gs_cluster_agree_layout(ctx, round);
+	struct gs_cuda_options o = {
+		.local_size = s->local_size,
+		.wire = (enum gs_wire)s->wire,
+		.fusion_elements = s->fusion_elements,
+		.peer_timeout_ms = (int)(s->peer_timeout * 1000),
+		.nodes = s->nodes,
+		.join_timeout_ms = (int)(s->join_timeout * 1000),
+	};
+	return gs_backend_cuda_open(&o, why, n);
 }
-
-static void group_withdraw_layout(void *ctx)
-{
-	struct gs_daemon *d = ctx;
-	if (!d->stopping)
-		gs_cluster_withdraw_layout(d);
-}
-
-static void group_request_regroup(void *ctx, uint64_t generation, const char *why)
-{
-	gs_cluster_request_regroup(ctx, generation, why);
-}
-
-static int group_vote(void *ctx, float *v, size_t n, char *err, size_t errlen)
-{
-	return gs_cluster_vote(ctx, v, n, err, errlen);
-}
+#endif
 
 static bool buffer_takes_fd(const Gradsync__Buffer *m)
 {
@@ -66,8 +54,8 @@ static void start_job(struct gs_daemon *d)
 		.backend = d->backend,
 		.worker = &d->worker,
 		.trace = d->trace,
-		.group = { d, group_agree_layout, group_withdraw_layout, group_request_regroup,
-			   group_vote },
+		.group = { &d->cluster, gs_cluster_agree_layout, gs_cluster_withdraw_layout,
+			   gs_cluster_request_regroup, gs_cluster_vote },
 		.buffer_takes_fd = buffer_takes_fd,
 		.parse_buffer = gs_buffer_desc_parse,
 		.memory_lost = memory_lost,
@@ -82,7 +70,7 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 		char why[400];
 		struct gs_backend *cb = NULL;
 		if (gs_cuda_usable(s->local_size, why, sizeof(why)))
-			cb = gs_backend_cuda_open(s, why, sizeof(why));
+			cb = open_cuda(s, why, sizeof(why));
 		if (cb && s->backend == GS_BACKEND_AUTO)
 			gs_info("backend auto: using cuda (one GPU per local rank)");
 		if (cb)
@@ -138,6 +126,15 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 	d->backend = choose_backend(&d->settings);
 	if (!d->backend)
 		return -1;
+	const struct gs_cluster_parts parts = {
+		.loop = loop,
+		.settings = &d->settings,
+		.backend = d->backend,
+		.worker = &d->worker,
+		.job = &d->job,
+		.server = &d->server,
+	};
+	gs_cluster_init(&d->cluster, &parts);
 	gs_access_init(&d->access, &d->settings);
 	d->trace = gs_trace_create(loop);
 	start_job(d);
@@ -179,15 +176,13 @@ static void on_signal(uv_signal_t *s, int signum)
 }
 
 /* The node has joined (or there was nothing to join): serve trainers. */
-static void on_ready(struct gs_daemon *d, bool ok)
+static void on_ready(void *arg, bool ok)
 {
+	struct gs_daemon *d = arg;
 	if (!ok || d->stopping) {
 		gs_daemon_shutdown(d, 1);
 		return;
 	}
-	if (d->cluster.gloo)
-		gs_backend_host_attach_gloo(d->backend, d->cluster.gloo,
-					    (int)(d->settings.peer_timeout * 1000));
 	if (!d->serve)
 		return;
 	if (gs_server_listen(&d->server) < 0) {
@@ -216,7 +211,7 @@ int gs_daemon_start(struct gs_daemon *d, uv_loop_t *loop, bool serve)
 		uv_signal_start(&d->sigint, on_signal, SIGINT);
 		uv_signal_start(&d->sigterm, on_signal, SIGTERM);
 	}
-	if (gs_cluster_start(d, on_ready) != 0)
+	if (gs_cluster_start(&d->cluster, on_ready, d) != 0)
 		gs_daemon_shutdown(d, 1);
 	return 0;
 }
@@ -231,14 +226,13 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	/* systemd owns an activated socket's file: it must outlive us. */
 	if (gs_notify_socket_activated())
 		d->settings.socket_path[0] = '\0';
+	/* The cluster first: the connections closed next are no news to it. */
+	gs_cluster_cancel(&d->cluster);
 	gs_server_close(&d->server);
-	gs_rdv_server_stop(d);
-	gs_cluster_cancel(d);
 	gs_job_close(&d->job);
-	if (d->cluster.agree_timer.loop)
-		uv_close((uv_handle_t *)&d->cluster.agree_timer, NULL);
-	if (d->cluster.ping_timer.loop)
-		uv_close((uv_handle_t *)&d->cluster.ping_timer, NULL);
+	gs_cluster_close(&d->cluster);
+	/* The signals are the program's to watch: the fuzz target leaves
+	 * them to libFuzzer. */
 	if (d->sigint.loop)
 		uv_close((uv_handle_t *)&d->sigint, NULL);
 	if (d->sigterm.loop)
@@ -251,6 +245,6 @@ void gs_daemon_free(struct gs_daemon *d)
 {
 	gs_trace_destroy(d->trace);
 	gs_job_destroy(&d->job);
-	gs_cluster_destroy(d);
+	gs_cluster_destroy(&d->cluster);
 	d->backend->ops->destroy(d->backend);
 }

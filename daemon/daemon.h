@@ -34,7 +34,6 @@ struct gs_daemon {
 	struct gs_worker worker;
 	struct gs_job job;
 	struct gs_cluster cluster;
-	struct gs_rdv_server *rdv_server; /* node rank 0 only */
 	struct gs_conn_set conns;  /* local clients and nodes */
 	struct gs_server server;   /* the listening socket */
 	uv_signal_t sigint, sigterm;
@@ -46,13 +45,6 @@ struct gs_daemon {
 	int stopping;
 	int exit_code;
 };
-
-/* The daemon a connection of its set belongs to: how cluster/ finds it
- * from a connection's callbacks, until cluster/ is given what it needs. */
-static inline struct gs_daemon *gs_daemon_of(const struct gs_conn *c)
-{
-	return (struct gs_daemon *)((char *)c->set - offsetof(struct gs_daemon, conns));
-}
 
 /* Starts d (its settings already loaded) on loop: the backend the settings
  * ask for, the job, access rules, trace, systemd notifier and worker

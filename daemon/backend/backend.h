@@ -7,7 +7,9 @@
  * (cast, scale, count non-finite values, scatter). pack, allreduce and
  * unpack run on the worker thread, one chunk at a time; a backend that
  * does a whole bucket at once (the CUDA backend: one kernel launch per
- * bucket, not per tensor) provides reduce_bucket instead.
+ * bucket, not per tensor) provides reduce_bucket instead. With several
+ * nodes, a backend joins their group and leaves it through its ops too
+ * (join_group, leave_group), so that nothing above names a backend.
  */
 #ifndef GS_BACKEND_H
 #define GS_BACKEND_H
@@ -79,6 +81,51 @@ static inline void gs_io_mark(const struct gs_bucket_io *io, enum gs_chunk_mark 
 		io->mark(io, m, first, len);
 }
 
+/* ---- The group of nodes, as a backend joins it ---------------------------- */
+
+/* A key-value store every node of the group shares (the cluster backs it
+ * by its rendezvous): how a backend agrees on its own transport with the
+ * other nodes. The keys are the backend's choice ("nccl/uid"); the store
+ * is the group's own, so a group rebuilt later never reads a value left
+ * for an earlier one. Only the thread running join_group calls it. */
+struct gs_kv {
+	void *ctx;
+	/* Stores a copy of len bytes under key. Returns GS_OK or a GS_E* code. */
+	int (*set)(void *ctx, const char *key, const void *value, size_t len);
+	/* Waits until key exists, at most timeout_ms. On GS_OK *value is a
+	 * malloc'd copy, the caller's to free, and *len its size; GS_ETIMEDOUT
+	 * when the key did not appear, another GS_E* code on other failures. */
+	int (*get)(void *ctx, const char *key, void **value, size_t *len, int timeout_ms);
+	/* Optional, in pairs: around a long wait that is not the store
+	 * (making communicators, which waits for every node's), park keeps
+	 * this node's place in the group (the cluster answers the
+	 * coordinator's pings meanwhile, or it would take the node for lost);
+	 * the store is not used again until unpark. */
+	void (*park)(void *ctx);
+	void (*unpark)(void *ctx);
+};
+
+struct gs_gloo;
+
+/* The group of nodes this node is in, as join_group sees it. Every node's
+ * backend said its name (gs_backend.name) first, and the cluster checked
+ * that they all run the same backend. */
+struct gs_group_join {
+	uint32_t node_rank;  /* this node's, 0 to nodes - 1 */
+	uint32_t nodes;
+	uint32_t rank_base;  /* global rank of this node's local rank 0 */
+	uint32_t world_size; /* trainers of every node together */
+	uint64_t generation; /* of the group: each rebuild makes a new one */
+	int join_timeout_ms; /* the longest a wait on the other nodes takes while joining */
+	int peer_timeout_ms; /* the longest one collective with them may take */
+	int cancel_fd;       /* readable once the daemon shuts down: waits end (GS_EABORTED) */
+	const struct gs_kv *kv;
+	/* The group's Gloo context (backend/gloo/gloo_comm.h): the nodes'
+	 * votes go through it; the host backend sums its buckets through it
+	 * too. The cluster's: valid until leave_group. */
+	struct gs_gloo *gloo;
+};
+
 struct gs_backend_ops {
 	/* Validates a trainer's buffer and makes it usable here (maps a
 	 * memfd, opens a CUDA IPC handle); *addr is where its bytes are (for
@@ -107,6 +154,21 @@ struct gs_backend_ops {
 	uint64_t (*unpack)(struct gs_backend *b, float *const *const *tensors,
 			   const struct gs_span *spans, size_t nspans,
 			   float postscale);
+	/* Optional: this node is in the group of nodes g describes (joined at
+	 * start, or rebuilt after a node went away or came back): makes what
+	 * the backend reduces across nodes with (the CUDA backend: NCCL
+	 * communicators, from node 0's unique id shared through g->kv; the
+	 * host backend: sums through g->gloo). Runs on a thread of the
+	 * cluster's while no bucket runs (the worker thread, or one that
+	 * keeps it free). Returns GS_OK, or a GS_E* code with the reason in
+	 * err (GS_EABORTED when g->cancel_fd ended a wait). NULL: the backend
+	 * needs nothing but what every node shares anyway. */
+	int (*join_group)(struct gs_backend *b, const struct gs_group_join *g, char *err,
+			  size_t errlen);
+	/* Optional: the group is gone (a node went away, or it is to be
+	 * rebuilt): stop using it, on the worker thread. Buckets that need
+	 * the other nodes fail until the next join_group. */
+	void (*leave_group)(struct gs_backend *b);
 	void (*destroy)(struct gs_backend *b);
 };
 
@@ -125,11 +187,6 @@ struct gs_backend {
  * Returns NULL when out of memory. */
 struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
 					  uint64_t fusion_elements, bool allow_hugetlb);
-
-struct gs_gloo;
-/* From now on the host backend's all-reduce also sums across nodes through
- * this Gloo group (after the local reduce), waiting at most timeout_ms. */
-void gs_backend_host_attach_gloo(struct gs_backend *b, struct gs_gloo *g, int timeout_ms);
 
 /* Bytes this node has sent to other nodes in all-reduces (worker thread
  * writes, anyone reads). */

@@ -8,91 +8,159 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
+#include "backend/gloo/gloo_comm.h"
 #include "serve/conn.h"
-#include "daemon.h"
+#include "serve/server.h"
 #include "gradsync.h"
 #include "engine/job.h"
 #include "cluster/liveness.h"
 #include "support/log.h"
+#include "support/settings.h"
 #include "support/worker.h"
-#ifdef GS_HAVE_GLOO
-#include "backend/gloo/gloo_comm.h"
-#endif
-#ifdef GS_HAVE_CUDA
-#include "backend/cuda/backend_cuda.h"
-#endif
 
-/* ---- The Gloo group, built on the worker thread --------------------------- */
+/* ---- The group, built on the worker thread -------------------------------- */
 
-#ifdef GS_HAVE_GLOO
 /* Store keys of one group generation of one coordinator's incarnation, so
  * that a rebuilt group never reads a departed one's addresses, nor one
- * built for a coordinator that has since restarted. */
-struct prefixed_store {
+ * built for a coordinator that has since restarted: the store of the
+ * group, for Gloo and for the backend (struct gs_kv). */
+struct group_store {
 	struct gs_rdv_client *rdv;
 	char prefix[48];
 };
 
-static int prefixed_set(void *ctx, const char *key, const void *value, size_t len)
+static int store_set(void *ctx, const char *key, const void *value, size_t len)
 {
-	struct prefixed_store *p = ctx;
+	struct group_store *p = ctx;
 	char k[256];
 	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
 	return gs_rdv_store_set(p->rdv, k, value, len);
 }
 
-static int prefixed_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+static int store_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
 {
-	struct prefixed_store *p = ctx;
+	struct group_store *p = ctx;
 	char k[256];
 	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
 	return gs_rdv_store_get(p->rdv, k, value, len, timeout_ms);
 }
-#endif
 
-/* The group of this generation (worker thread): with the cuda backend,
- * first the NCCL communicators (node 0's unique id shared through the
- * store), then the Gloo group, which every backend votes in. nodes are
- * the nodes as the coordinator welcomed them. */
-static int build_group(struct gs_daemon *d, struct gs_rdv_client *rdv,
+/* A park that fails leaves the pings unanswered: the backend goes on. */
+static void store_park(void *ctx)
+{
+	gs_rdv_client_park(((struct group_store *)ctx)->rdv);
+}
+
+static void store_unpark(void *ctx)
+{
+	gs_rdv_client_unpark(((struct group_store *)ctx)->rdv);
+}
+
+static int join_timeout_ms(const struct gs_cluster *c)
+{
+	return (int)(c->settings->join_timeout * 1000);
+}
+
+/* Every node says which backend it runs, and all must run the same one:
+ * a node that sums through Gloo cannot meet one that sums through NCCL. */
+static int same_backend(struct gs_cluster *c, const struct gs_kv *kv, char *why, size_t n)
+{
+	const char *mine = c->backend->name;
+	size_t mylen = strlen(mine);
+	char key[32];
+	snprintf(key, sizeof(key), "backend/%u", c->node_rank);
+	int rc = kv->set(kv->ctx, key, mine, mylen);
+	if (rc != GS_OK) {
+		snprintf(why, n, "saying which backend this node runs: %s", gs_strerror(rc));
+		return rc;
+	}
+	for (uint32_t r = 0; r < c->nodes; r++) {
+		void *value = NULL;
+		size_t len = 0;
+		snprintf(key, sizeof(key), "backend/%u", r);
+		rc = kv->get(kv->ctx, key, &value, &len, join_timeout_ms(c));
+		if (rc != GS_OK) {
+			snprintf(why, n, "node %u did not say which backend it runs (%s)", r,
+				 gs_strerror(rc));
+			return rc;
+		}
+		bool same = len == mylen && !memcmp(value, mine, len);
+		if (!same)
+			snprintf(why, n, "node %u runs the %.*s backend and node %u the %s backend: every node of a job must run the same one (--backend)",
+				 r, (int)(len < 16 ? len : 16), (const char *)value, c->node_rank,
+				 mine);
+		free(value);
+		if (!same)
+			return GS_EINVAL;
+	}
+	return GS_OK;
+}
+
+/* The backend joins the group (its communicators, or its all-reduce
+ * through the Gloo context). */
+static int join_backend(struct gs_cluster *c, const struct gs_kv *kv,
+			const struct gs_node_info *nodes, char *err, size_t n)
+{
+	struct gs_backend *b = c->backend;
+	if (!b->ops->join_group)
+		return GS_OK;
+	struct gs_group_join g = {
+		.node_rank = c->node_rank,
+		.nodes = c->nodes,
+		.generation = c->generation,
+		.join_timeout_ms = join_timeout_ms(c),
+		.peer_timeout_ms = (int)(c->settings->peer_timeout * 1000),
+		.cancel_fd = c->cancel_fd,
+		.kv = kv,
+		.gloo = c->gloo,
+	};
+	for (uint32_t r = 0; r < c->nodes; r++) {
+		if (r < c->node_rank)
+			g.rank_base += nodes[r].local_size;
+		g.world_size += nodes[r].local_size;
+	}
+	return b->ops->join_group(b, &g, err, n);
+}
+
+/* The group of this generation (worker thread): the Gloo context every
+ * node votes in, then the backend's part. nodes are the nodes as the
+ * coordinator welcomed them. */
+static int build_group(struct gs_cluster *c, struct gs_rdv_client *rdv,
 		       const struct gs_node_info *nodes, char *err, size_t n)
 {
-#ifdef GS_HAVE_GLOO
-	struct gs_cluster *c = &d->cluster;
-	const struct gs_settings *s = &d->settings;
-	struct prefixed_store ps = { rdv, "" };
-	snprintf(ps.prefix, sizeof(ps.prefix), "i%016llx/g%llu/",
+	const struct gs_settings *s = c->settings;
+	struct group_store gs = { rdv, "" };
+	snprintf(gs.prefix, sizeof(gs.prefix), "i%016llx/g%llu/",
 		 (unsigned long long)c->incarnation, (unsigned long long)c->generation);
-#ifdef GS_HAVE_CUDA
-	int crc = gs_cuda_join(d->backend, rdv, ps.prefix, s, nodes, c->cancel_fd, err, n);
-	if (crc != GS_OK)
-		return crc;
-#else
-	(void)nodes;
-#endif
-	struct gs_gloo_store_ops store = { &ps, prefixed_set, prefixed_get };
-	char why[400];
-	int rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
-				s->gloo_host[0] ? s->gloo_host : NULL,
-				(int)(s->join_timeout * 1000), &c->gloo, why, sizeof(why));
+	const struct gs_kv kv = { &gs, store_set, store_get, store_park, store_unpark };
+	int rc = same_backend(c, &kv, err, n);
 	if (rc != GS_OK)
+		return rc;
+	struct gs_gloo_store_ops store = { &gs, store_set, store_get };
+	char why[400];
+	rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
+			    s->gloo_host[0] ? s->gloo_host : NULL, join_timeout_ms(c), &c->gloo, why,
+			    sizeof(why));
+	if (rc != GS_OK) {
 		snprintf(err, n, "building the Gloo group: %s", why);
+		return rc;
+	}
+	rc = join_backend(c, &kv, nodes, err, n);
+	if (rc != GS_OK) {
+		gs_gloo_destroy(c->gloo);
+		c->gloo = NULL;
+	}
 	return rc;
-#else
-	(void)d;
-	(void)rdv;
-	(void)nodes;
-	snprintf(err, n, "built without Gloo");
-	return GS_EINVAL;
-#endif
 }
 
 /* ---- Joining, on the worker thread ------------------------------------- */
 
 struct join_work {
 	struct gs_work work;
-	struct gs_daemon *d;
-	void (*ready)(struct gs_daemon *d, bool ok);
+	struct gs_cluster *c;
+	void (*ready)(void *arg, bool ok);
+	void *arg;
 	int rc;
 	char err[512];
 };
@@ -100,9 +168,8 @@ struct join_work {
 static void join_run(struct gs_work *w)
 {
 	struct join_work *jw = (struct join_work *)w;
-	struct gs_daemon *d = jw->d;
-	struct gs_cluster *c = &d->cluster;
-	const struct gs_settings *s = &d->settings;
+	struct gs_cluster *c = jw->c;
+	const struct gs_settings *s = c->settings;
 	const char *host = s->gloo_host[0] ? s->gloo_host : NULL;
 	jw->rc = gs_rdv_join(s, host ? host : "", c->cancel_fd, c->node, &c->rdv, jw->err,
 			     sizeof(jw->err));
@@ -110,25 +177,23 @@ static void join_run(struct gs_work *w)
 		return;
 	c->generation = gs_rdv_generation(c->rdv);
 	c->incarnation = gs_rdv_incarnation(c->rdv);
-	jw->rc = build_group(d, c->rdv, c->node, jw->err, sizeof(jw->err));
+	jw->rc = build_group(c, c->rdv, c->node, jw->err, sizeof(jw->err));
 }
 
 /* ---- The coordinator's connection, on the loop -------------------------- */
 
-static void start_regroup(struct gs_daemon *d, uint64_t generation);
+static void start_regroup(struct gs_cluster *c, uint64_t generation);
 
 /* The engine learns the world through its calls (engine/job.h). */
-static void tell_world(struct gs_daemon *d)
+static void tell_world(const struct gs_cluster *c)
 {
-	const struct gs_cluster *c = &d->cluster;
 	struct gs_world w = { c->nodes, c->node_rank, c->world_size, c->rank_base,
 			      c->generation, c->group_ready };
-	gs_job_set_world(&d->job, &w);
+	gs_job_set_world(c->job, &w);
 }
 
-static void on_node_lost(struct gs_daemon *d, const Gradsync__NodeLost *m)
+static void on_node_lost(struct gs_cluster *c, const Gradsync__NodeLost *m)
 {
-	struct gs_cluster *c = &d->cluster;
 	if (m->node_rank >= c->nodes)
 		return;
 	c->lost[m->node_rank] = true;
@@ -137,12 +202,12 @@ static void on_node_lost(struct gs_daemon *d, const Gradsync__NodeLost *m)
 	snprintf(why, sizeof(why), "node %u went away: %s", m->node_rank,
 		 m->reason ? m->reason : "");
 	gs_warn("%s; steps wait until it returns", why);
-	gs_job_peer_lost(&d->job, why);
+	gs_job_peer_lost(c->job, why);
 }
 
 static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *m)
 {
-	struct gs_daemon *d = gs_daemon_of(conn);
+	struct gs_cluster *c = conn->owner;
 	struct gs_liveness_msg lm;
 	switch (m->body_case) {
 	case GRADSYNC__MESSAGE__BODY_PING:
@@ -152,22 +217,22 @@ static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *
 	case GRADSYNC__MESSAGE__BODY_PONG:
 		break; /* its arrival was the point */
 	case GRADSYNC__MESSAGE__BODY_NODE_LOST:
-		on_node_lost(d, m->node_lost);
+		on_node_lost(c, m->node_lost);
 		break;
 	case GRADSYNC__MESSAGE__BODY_REGROUP:
 		/* A group that failed on some node: the step in flight cannot
 		 * finish on any node. */
 		if (m->regroup->reason && m->regroup->reason[0])
-			gs_job_peer_lost(&d->job, m->regroup->reason);
-		start_regroup(d, m->regroup->generation);
+			gs_job_peer_lost(c->job, m->regroup->reason);
+		start_regroup(c, m->regroup->generation);
 		break;
 	case GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT: {
 		const Gradsync__LayoutVerdict *v = m->layout_verdict;
-		if (v->round != d->cluster.agree_round)
+		if (v->round != c->agree_round)
 			break; /* a verdict for an offer given up on */
-		d->cluster.agree_round = 0;
-		uv_timer_stop(&d->cluster.agree_timer);
-		gs_job_layout_verdict(&d->job, v->round, v->agreed ? GS_OK : GS_ELAYOUT,
+		c->agree_round = 0;
+		uv_timer_stop(&c->agree_timer);
+		gs_job_layout_verdict(c->job, v->round, v->agreed ? GS_OK : GS_ELAYOUT,
 				      v->message);
 		break;
 	}
@@ -179,8 +244,8 @@ static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *
 	}
 }
 
-static void start_rejoin(struct gs_daemon *d);
-static void drop_group(struct gs_daemon *d);
+static void start_rejoin(struct gs_cluster *c);
+static void drop_group(struct gs_cluster *c);
 
 /* Node 0's daemon went away. Under systemd it is back within seconds,
  * knowing nothing of this job: the step in flight is aborted, trainers
@@ -188,28 +253,27 @@ static void drop_group(struct gs_daemon *d);
  * start. Node 0's own connection closes only when it stops. */
 static void coordinator_closed(struct gs_conn *conn)
 {
-	struct gs_daemon *d = gs_daemon_of(conn);
-	struct gs_cluster *c = &d->cluster;
+	struct gs_cluster *c = conn->owner;
 	c->conn = NULL;
 	uv_timer_stop(&c->ping_timer);
-	if (d->stopping)
+	if (c->stopping)
 		return;
 	c->group_ready = false;
 	if (c->node_rank == 0) {
 		gs_error("lost this node's own connection to its rendezvous: several-node steps stop until gradsyncd is restarted");
-		gs_job_peer_lost(&d->job, "node 0 lost its connection to its own rendezvous");
+		gs_job_peer_lost(c->job, "node 0 lost its connection to its own rendezvous");
 		return;
 	}
 	if (c->lost)
 		c->lost[0] = true;
 	char why[320];
 	snprintf(why, sizeof(why), "node 0 (the coordinator) went away: the connection to its rendezvous at %.200s closed; steps wait until it is back",
-		 d->settings.coordinator);
+		 c->settings->coordinator);
 	gs_error("lost the connection to the coordinator (node 0) at %s: re-joining it when it is back (steps wait meanwhile, each up to --step-timeout)",
-		 d->settings.coordinator);
-	gs_job_peer_lost(&d->job, why);
-	drop_group(d);
-	start_rejoin(d);
+		 c->settings->coordinator);
+	gs_job_peer_lost(c->job, why);
+	drop_group(c);
+	start_rejoin(c);
 }
 
 /* A coordinator that sent nothing for --peer-timeout (a partition, a
@@ -217,46 +281,45 @@ static void coordinator_closed(struct gs_conn *conn)
  * had closed: coordinator_closed re-joins it. */
 static void on_ping_timer(uv_timer_t *t)
 {
-	struct gs_daemon *d = t->data;
-	struct gs_cluster *c = &d->cluster;
+	struct gs_cluster *c = t->data;
 	if (!c->conn)
 		return;
 	uint64_t silent = gs_conn_silent_ms(c->conn);
-	if (silent < d->settings.peer_timeout * 1000) {
+	if (silent < c->settings->peer_timeout * 1000) {
 		struct gs_liveness_msg lm;
 		gs_liveness_ping(&lm, ++c->ping_seq);
 		gs_conn_send(c->conn, &lm.m);
 		return;
 	}
 	gs_error("the coordinator (node 0) at %s sent nothing for %.1f s (--peer-timeout %llu s): taking it as gone",
-		 d->settings.coordinator, (double)silent / 1000.0,
-		 (unsigned long long)d->settings.peer_timeout);
+		 c->settings->coordinator, (double)silent / 1000.0,
+		 (unsigned long long)c->settings->peer_timeout);
 	gs_conn_close(c->conn);
 }
 
-static void start_pinging(struct gs_daemon *d, int fd)
+static void start_pinging(struct gs_cluster *c, int fd)
 {
-	if (gs_tcp_liveness(fd, d->settings.peer_timeout) < 0)
+	if (gs_tcp_liveness(fd, c->settings->peer_timeout) < 0)
 		gs_debug("cannot set TCP keepalive on the connection to the coordinator");
-	uint64_t every = gs_ping_interval_ms(d->settings.peer_timeout);
-	uv_timer_start(&d->cluster.ping_timer, on_ping_timer, every, every);
+	uint64_t every = gs_ping_interval_ms(c->settings->peer_timeout);
+	uv_timer_start(&c->ping_timer, on_ping_timer, every, every);
 }
 
-static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
+static bool adopt_connection(struct gs_cluster *c, struct gs_rdv_client *rdv)
 {
-	struct gs_cluster *c = &d->cluster;
 	uint8_t *pending;
 	size_t len;
 	int fd = gs_rdv_client_detach(rdv, &pending, &len);
-	c->conn = gs_conn_create(&d->conns, fd, 64u << 20, coordinator_dispatch, coordinator_closed);
+	c->conn = gs_conn_create(c->server->conns, fd, 64u << 20, coordinator_dispatch, coordinator_closed);
 	if (c->conn) {
 		c->conn->role = GS_CONN_NODE;
+		c->conn->owner = c;
 		snprintf(c->conn->addr, sizeof(c->conn->addr), "coordinator %.51s",
-			 d->settings.coordinator);
+			 c->settings->coordinator);
 		/* Bytes that came with the welcome are the start of what follows. */
 		if (len > 0 && gs_frame_reader_prepend(&c->conn->reader, pending, len) < 0)
 			gs_warn("dropped %zu bytes from the coordinator", len);
-		start_pinging(d, fd);
+		start_pinging(c, fd);
 	}
 	free(pending);
 	if (!c->lost)
@@ -266,26 +329,21 @@ static bool adopt_connection(struct gs_daemon *d, struct gs_rdv_client *rdv)
 
 /* ---- Rebuilding the group when a node came back ---------------------------- */
 
-/* Worker thread: the backend stops using the group before it goes; the
- * cuda backend's communicators, which include the node that went away,
- * are aborted (made again with the next group). */
-static void drop_group_run(struct gs_daemon *d)
+/* Worker thread: the backend stops using the group before it goes (what
+ * it made of it, such as communicators that include the node that went
+ * away, is made again with the next group). */
+static void drop_group_run(struct gs_cluster *c)
 {
-	struct gs_cluster *c = &d->cluster;
-	gs_backend_host_attach_gloo(d->backend, NULL, 0);
-#ifdef GS_HAVE_CUDA
-	if (gs_backend_is_cuda(d->backend))
-		gs_backend_cuda_disconnect(d->backend);
-#endif
-#ifdef GS_HAVE_GLOO
+	struct gs_backend *b = c->backend;
+	if (b->ops->leave_group)
+		b->ops->leave_group(b);
 	gs_gloo_destroy(c->gloo);
-#endif
 	c->gloo = NULL;
 }
 
 struct regroup_work {
 	struct gs_work work;
-	struct gs_daemon *d;
+	struct gs_cluster *c;
 	int rc;
 	char err[512];
 };
@@ -293,52 +351,48 @@ struct regroup_work {
 static void regroup_run(struct gs_work *w)
 {
 	struct regroup_work *rw = (struct regroup_work *)w;
-	struct gs_daemon *d = rw->d;
-	struct gs_cluster *c = &d->cluster;
-	drop_group_run(d);
+	struct gs_cluster *c = rw->c;
+	drop_group_run(c);
 	struct gs_rdv_client *store;
-	rw->rc = gs_rdv_store_connect(&d->settings, c->cancel_fd, &store, rw->err, sizeof(rw->err));
+	rw->rc = gs_rdv_store_connect(c->settings, c->cancel_fd, &store, rw->err, sizeof(rw->err));
 	if (rw->rc != GS_OK)
 		return;
-	rw->rc = build_group(d, store, c->node, rw->err, sizeof(rw->err));
+	rw->rc = build_group(c, store, c->node, rw->err, sizeof(rw->err));
 	gs_rdv_client_close(store);
-	if (rw->rc == GS_OK)
-		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
 }
 
 static void regroup_done(struct gs_work *w)
 {
 	struct regroup_work *rw = (struct regroup_work *)w;
-	struct gs_daemon *d = rw->d;
-	struct gs_cluster *c = &d->cluster;
+	struct gs_cluster *c = rw->c;
 	if (rw->rc == GS_OK) {
 		memset(c->lost, 0, c->nodes * sizeof(*c->lost));
 		c->group_ready = true;
 		gs_info("the group of %u nodes is whole again (generation %llu)", c->nodes,
 			(unsigned long long)c->generation);
-		gs_job_resume(&d->job, c->generation);
-	} else if (!d->stopping) {
+		gs_job_resume(c->job, c->generation);
+	} else if (!c->stopping) {
 		gs_error("cannot rebuild the group of nodes: %s", rw->err);
 	}
 	free(rw);
 }
 
-static void start_regroup(struct gs_daemon *d, uint64_t generation)
+static void start_regroup(struct gs_cluster *c, uint64_t generation)
 {
 	struct regroup_work *rw = calloc(1, sizeof(*rw));
 	if (!rw) {
 		gs_error("out of memory rebuilding the group");
 		return;
 	}
-	d->cluster.generation = generation;
-	d->cluster.group_ready = false;
-	gs_job_regrouping(&d->job);
+	c->generation = generation;
+	c->group_ready = false;
+	gs_job_regrouping(c->job);
 	rw->work.run = regroup_run;
 	rw->work.done = regroup_done;
-	rw->d = d;
+	rw->c = c;
 	gs_info("every node is back: rebuilding the group (generation %llu)",
 		(unsigned long long)generation);
-	gs_worker_submit(&d->worker, &rw->work);
+	gs_worker_submit(c->worker, &rw->work);
 }
 
 static void count_world(struct gs_cluster *c)
@@ -361,12 +415,12 @@ static void count_world(struct gs_cluster *c)
 
 struct drop_work {
 	struct gs_work work;
-	struct gs_daemon *d;
+	struct gs_cluster *c;
 };
 
 static void drop_run(struct gs_work *w)
 {
-	drop_group_run(((struct drop_work *)w)->d);
+	drop_group_run(((struct drop_work *)w)->c);
 }
 
 static void drop_done(struct gs_work *w)
@@ -376,20 +430,20 @@ static void drop_done(struct gs_work *w)
 
 /* The group includes node 0, which is gone: votes fail at once instead of
  * in a collective with it, and the backend no longer uses it. */
-static void drop_group(struct gs_daemon *d)
+static void drop_group(struct gs_cluster *c)
 {
 	struct drop_work *dw = calloc(1, sizeof(*dw));
 	if (!dw)
 		return; /* the group is dropped when it is rebuilt */
 	dw->work.run = drop_run;
 	dw->work.done = drop_done;
-	dw->d = d;
-	gs_worker_submit(&d->worker, &dw->work);
+	dw->c = c;
+	gs_worker_submit(c->worker, &dw->work);
 }
 
 struct rejoin_work {
 	struct gs_work work;
-	struct gs_daemon *d;
+	struct gs_cluster *c;
 	struct gs_node_info *node; /* as the new coordinator welcomed them */
 	struct gs_rdv_client *rdv;
 	int rc;
@@ -419,24 +473,24 @@ static bool pause_between(int cancel_fd)
 static void rejoin_run(struct gs_work *w)
 {
 	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_daemon *d = rw->d;
-	const struct gs_settings *s = &d->settings;
+	struct gs_cluster *c = rw->c;
+	const struct gs_settings *s = c->settings;
 	const char *host = s->gloo_host[0] ? s->gloo_host : "";
 	unsigned failures = 0;
 	uint64_t logged_ns = 0;
 	for (;;) {
-		rw->rc = gs_rdv_join(s, host, d->cluster.cancel_fd, rw->node, &rw->rdv, rw->err,
+		rw->rc = gs_rdv_join(s, host, c->cancel_fd, rw->node, &rw->rdv, rw->err,
 				     sizeof(rw->err));
 		if (rw->rc == GS_OK || rw->rc == GS_EABORTED)
 			return;
 		failures++;
-		uint64_t now = gs_now_ns();
+		uint64_t now = uv_hrtime();
 		if (failures == 1 || now - logged_ns >= REJOIN_LOG_MS * 1000000ull) {
 			gs_warn("cannot re-join the coordinator (node 0) yet (%u attempts): %s; trying again",
 				failures, rw->err);
 			logged_ns = now;
 		}
-		if (!pause_between(d->cluster.cancel_fd)) {
+		if (!pause_between(c->cancel_fd)) {
 			rw->rc = GS_EABORTED;
 			return;
 		}
@@ -447,25 +501,21 @@ static void rejoin_run(struct gs_work *w)
 static void rebuild_run(struct gs_work *w)
 {
 	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_daemon *d = rw->d;
-	struct gs_cluster *c = &d->cluster;
+	struct gs_cluster *c = rw->c;
 	gs_rdv_client_unpark(rw->rdv);
-	drop_group_run(d);
+	drop_group_run(c);
 	c->generation = gs_rdv_generation(rw->rdv);
 	c->incarnation = gs_rdv_incarnation(rw->rdv);
-	rw->rc = build_group(d, rw->rdv, rw->node, rw->err, sizeof(rw->err));
-	if (rw->rc == GS_OK)
-		gs_backend_host_attach_gloo(d->backend, c->gloo, (int)(d->settings.peer_timeout * 1000));
+	rw->rc = build_group(c, rw->rdv, rw->node, rw->err, sizeof(rw->err));
 }
 
-static void reannounce_layout(struct gs_daemon *d);
+static void reannounce_layout(struct gs_cluster *c);
 
 static void rebuild_done(struct gs_work *w)
 {
 	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_daemon *d = rw->d;
-	struct gs_cluster *c = &d->cluster;
-	if (d->stopping) {
+	struct gs_cluster *c = rw->c;
+	if (c->stopping) {
 		rejoin_free(rw);
 		return;
 	}
@@ -476,7 +526,7 @@ static void rebuild_done(struct gs_work *w)
 			 rw->err);
 		rejoin_free(rw);
 		c->rejoining = false;
-		start_rejoin(d);
+		start_rejoin(c);
 		return;
 	}
 	uint32_t world = c->world_size;
@@ -485,13 +535,13 @@ static void rebuild_done(struct gs_work *w)
 	if (c->world_size != world) {
 		gs_warn("node 0 came back with %u trainers: %u in all, %u before", c->node[0].local_size,
 			c->world_size, world);
-		tell_world(d);
+		tell_world(c);
 	}
 	struct gs_rdv_client *rdv = rw->rdv;
 	rw->rdv = NULL;
 	rejoin_free(rw);
 	c->rejoining = false;
-	if (!adopt_connection(d, rdv)) {
+	if (!adopt_connection(c, rdv)) {
 		gs_error("out of memory adopting the connection to the coordinator");
 		return;
 	}
@@ -499,16 +549,16 @@ static void rebuild_done(struct gs_work *w)
 	c->group_ready = true;
 	gs_info("re-joined the coordinator (node 0, incarnation %016llx): the group of %u nodes is whole again",
 		(unsigned long long)c->incarnation, c->nodes);
-	reannounce_layout(d);
-	gs_job_resume(&d->job, c->generation);
+	reannounce_layout(c);
+	gs_job_resume(c->job, c->generation);
 }
 
 static void rejoin_done(struct gs_work *w)
 {
 	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_daemon *d = rw->d;
-	if (rw->rc != GS_OK || d->stopping) {
-		d->cluster.rejoining = false;
+	struct gs_cluster *c = rw->c;
+	if (rw->rc != GS_OK || c->stopping) {
+		c->rejoining = false;
 		rejoin_free(rw);
 		return;
 	}
@@ -519,16 +569,15 @@ static void rejoin_done(struct gs_work *w)
 		gs_warn("cannot start a thread to answer the coordinator's pings while the group is rebuilt");
 	rw->work.run = rebuild_run;
 	rw->work.done = rebuild_done;
-	gs_worker_submit(&d->worker, &rw->work);
+	gs_worker_submit(c->worker, &rw->work);
 }
 
-static void start_rejoin(struct gs_daemon *d)
+static void start_rejoin(struct gs_cluster *c)
 {
-	struct gs_cluster *c = &d->cluster;
 	if (c->rejoining)
 		return;
 	if (!c->rejoiner_started) {
-		int r = gs_worker_start(&c->rejoiner, d->loop);
+		int r = gs_worker_start(&c->rejoiner, c->loop);
 		if (r < 0) {
 			gs_error("cannot start the thread that re-joins the coordinator: %s", strerror(-r));
 			return;
@@ -545,18 +594,17 @@ static void start_rejoin(struct gs_daemon *d)
 	}
 	rw->work.run = rejoin_run;
 	rw->work.done = rejoin_done;
-	rw->d = d;
+	rw->c = c;
 	c->rejoining = true;
 	gs_info("node %u: re-joining the rendezvous at %s (each attempt up to %llu s, until it answers)",
-		c->node_rank, d->settings.coordinator, (unsigned long long)d->settings.join_timeout);
+		c->node_rank, c->settings->coordinator, (unsigned long long)c->settings->join_timeout);
 	gs_worker_submit(&c->rejoiner, &rw->work);
 }
 
 static void join_done(struct gs_work *w)
 {
 	struct join_work *jw = (struct join_work *)w;
-	struct gs_daemon *d = jw->d;
-	struct gs_cluster *c = &d->cluster;
+	struct gs_cluster *c = jw->c;
 	bool ok = jw->rc == GS_OK;
 	if (ok) {
 		count_world(c);
@@ -564,86 +612,108 @@ static void join_done(struct gs_work *w)
 		c->group_ready = true;
 		gs_info("joined as node %u of %u: %u trainers in all, this node's are global ranks %u to %u",
 			c->node_rank, c->nodes, c->world_size, c->rank_base,
-			c->rank_base + d->settings.local_size - 1);
-		ok = adopt_connection(d, c->rdv);
+			c->rank_base + c->settings->local_size - 1);
+		ok = adopt_connection(c, c->rdv);
 		c->rdv = NULL;
-		tell_world(d);
+		tell_world(c);
 	} else if (jw->rc == GS_EABORTED) {
 		gs_info("node %u stopped joining: shutting down", c->node_rank);
 	} else {
 		gs_error("node %u cannot join the job: %s", c->node_rank, jw->err);
 	}
-	void (*ready)(struct gs_daemon *, bool) = jw->ready;
+	void (*ready)(void *, bool) = jw->ready;
+	void *arg = jw->arg;
 	free(jw);
-	ready(d, ok);
+	ready(arg, ok);
 }
 
-int gs_cluster_start(struct gs_daemon *d, void (*ready)(struct gs_daemon *d, bool ok))
+void gs_cluster_init(struct gs_cluster *c, const struct gs_cluster_parts *parts)
 {
-	struct gs_cluster *c = &d->cluster;
-	const struct gs_settings *s = &d->settings;
+	*c = (struct gs_cluster){
+		.loop = parts->loop,
+		.settings = parts->settings,
+		.backend = parts->backend,
+		.worker = parts->worker,
+		.job = parts->job,
+		.server = parts->server,
+		.cancel_fd = -1,
+	};
+}
+
+int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, bool ok), void *arg)
+{
+	const struct gs_settings *s = c->settings;
 	c->nodes = s->nodes;
 	c->node_rank = s->node_rank;
 	c->node = calloc(s->nodes, sizeof(*c->node));
 	c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (!c->node || c->cancel_fd < 0)
 		return GS_ENOMEM;
-	uv_timer_init(d->loop, &c->agree_timer);
-	c->agree_timer.data = d;
-	uv_timer_init(d->loop, &c->ping_timer);
-	c->ping_timer.data = d;
+	uv_timer_init(c->loop, &c->agree_timer);
+	c->agree_timer.data = c;
+	uv_timer_init(c->loop, &c->ping_timer);
+	c->ping_timer.data = c;
 	if (s->nodes == 1) {
 		c->node[0].local_size = s->local_size;
 		c->world_size = s->local_size;
 		c->joined = true;
 		c->group_ready = true;
-		tell_world(d);
-		ready(d, true);
+		tell_world(c);
+		ready(arg, true);
 		return GS_OK;
 	}
-#ifndef GS_HAVE_GLOO
-	gs_error("--nodes %u: this gradsyncd was built without Gloo, which several nodes need",
-		 s->nodes);
-	return GS_EINVAL;
-#endif
+	if (!gs_gloo_available()) {
+		gs_error("--nodes %u: this gradsyncd was built without Gloo, which several nodes need",
+			 s->nodes);
+		return GS_EINVAL;
+	}
 	if (s->cluster_secret_len == 0)
 		gs_warn("the rendezvous at %s is unauthenticated: anyone who reaches it can join as a node or read and overwrite its store; set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node",
 			s->coordinator);
-	if (s->node_rank == 0 && gs_rdv_server_start(d) < 0)
+	if (s->node_rank == 0 && gs_rdv_server_start(c->loop, s, c->server, &c->rdv_server) < 0)
 		return GS_ESYSTEM;
 	struct join_work *jw = calloc(1, sizeof(*jw));
 	if (!jw)
 		return GS_ENOMEM;
 	jw->work.run = join_run;
 	jw->work.done = join_done;
-	jw->d = d;
+	jw->c = c;
 	jw->ready = ready;
+	jw->arg = arg;
 	gs_info("node %u of %u: joining the rendezvous at %s (up to %llu s)", s->node_rank,
 		s->nodes, s->coordinator, (unsigned long long)s->join_timeout);
-	gs_worker_submit(&d->worker, &jw->work);
+	gs_worker_submit(c->worker, &jw->work);
 	return GS_OK;
 }
 
-void gs_cluster_cancel(struct gs_daemon *d)
+void gs_cluster_cancel(struct gs_cluster *c)
 {
 	uint64_t one = 1;
-	if (d->cluster.cancel_fd >= 0 && write(d->cluster.cancel_fd, &one, sizeof(one)) < 0)
+	c->stopping = true;
+	if (c->cancel_fd >= 0 && write(c->cancel_fd, &one, sizeof(one)) < 0)
 		gs_warn("cannot signal the cluster's waits to end");
-	if (d->cluster.rejoiner_started) {
-		d->cluster.rejoiner_started = false;
-		gs_worker_stop(&d->cluster.rejoiner);
+	if (c->rejoiner_started) {
+		c->rejoiner_started = false;
+		gs_worker_stop(&c->rejoiner);
 	}
 }
 
-void gs_cluster_destroy(struct gs_daemon *d)
+void gs_cluster_close(struct gs_cluster *c)
 {
-	struct gs_cluster *c = &d->cluster;
+	gs_rdv_server_stop(c->rdv_server);
+	c->rdv_server = NULL;
+	if (c->agree_timer.loop)
+		uv_close((uv_handle_t *)&c->agree_timer, NULL);
+	if (c->ping_timer.loop)
+		uv_close((uv_handle_t *)&c->ping_timer, NULL);
+}
+
+void gs_cluster_destroy(struct gs_cluster *c)
+{
 	if (c->cancel_fd >= 0)
 		close(c->cancel_fd);
 	c->cancel_fd = -1;
-#ifdef GS_HAVE_GLOO
 	gs_gloo_destroy(c->gloo);
-#endif
 	c->gloo = NULL;
 	gs_rdv_client_close(c->rdv);
 	c->rdv = NULL;
@@ -655,72 +725,73 @@ void gs_cluster_destroy(struct gs_daemon *d)
 
 /* ---- Layout agreement ---------------------------------------------------- */
 
-static void send_offer(struct gs_daemon *d, Gradsync__LayoutOffer *o)
+static void send_offer(struct gs_cluster *c, Gradsync__LayoutOffer *o)
 {
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_OFFER;
 	m.layout_offer = o;
-	gs_conn_send(d->cluster.conn, &m);
+	gs_conn_send(c->conn, &m);
 }
 
 static void on_agree_timeout(uv_timer_t *t)
 {
-	struct gs_daemon *d = t->data;
-	uint64_t round = d->cluster.agree_round;
-	d->cluster.agree_round = 0;
+	struct gs_cluster *c = t->data;
+	uint64_t round = c->agree_round;
+	c->agree_round = 0;
 	char why[160];
 	snprintf(why, sizeof(why), "not every node registered its trainers' layout within %llu s (--join-timeout)",
-		 (unsigned long long)d->settings.join_timeout);
-	gs_job_layout_verdict(&d->job, round, GS_ETIMEDOUT, why);
+		 (unsigned long long)c->settings->join_timeout);
+	gs_job_layout_verdict(c->job, round, GS_ETIMEDOUT, why);
 }
 
-/* Offers the job's layout as round `round`; a verdict not come within
- * --join-timeout fails the trainers that wait for it (timed). */
-static void offer_layout(struct gs_daemon *d, uint64_t round, bool timed)
+/* Offers layout (of this hash) as round `round`; a verdict not come
+ * within --join-timeout fails the trainers that wait for it (timed). */
+static void offer_layout(struct gs_cluster *c, uint64_t round, const struct gs_layout *layout,
+			 uint64_t hash, bool timed)
 {
-	struct gs_cluster *c = &d->cluster;
-	const struct gs_job *j = &d->job;
 	c->agree_round = round;
 	if (timed)
-		uv_timer_start(&c->agree_timer, on_agree_timeout, d->settings.join_timeout * 1000, 0);
+		uv_timer_start(&c->agree_timer, on_agree_timeout, c->settings->join_timeout * 1000, 0);
 	if (!c->conn)
 		return; /* re-joining: offered once the coordinator is back */
 	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
 	o.round = round;
-	o.hash = j->layout_hash;
-	o.n_names = j->layout.n;
-	o.names = j->layout.names;
-	o.n_counts = j->layout.n;
-	o.counts = j->layout.counts;
-	send_offer(d, &o);
+	o.hash = hash;
+	o.n_names = layout->n;
+	o.names = layout->names;
+	o.n_counts = layout->n;
+	o.counts = layout->counts;
+	send_offer(c, &o);
 }
 
-int gs_cluster_agree_layout(struct gs_daemon *d, uint64_t round)
+int gs_cluster_agree_layout(void *cluster, uint64_t round, const struct gs_layout *layout,
+			    uint64_t hash)
 {
-	struct gs_cluster *c = &d->cluster;
+	struct gs_cluster *c = cluster;
 	if (!c->conn && !c->rejoining)
 		return GS_EDISCONNECTED;
-	offer_layout(d, round, true);
+	offer_layout(c, round, layout, hash, true);
 	return GS_OK;
 }
 
 /* A restarted coordinator knows no layout: this node's job offers its own
  * again, to be compared with what node 0's restarted trainers register.
  * Trainers already registered are not timed out waiting for that. */
-static void reannounce_layout(struct gs_daemon *d)
+static void reannounce_layout(struct gs_cluster *c)
 {
-	struct gs_job *j = &d->job;
+	struct gs_job *j = c->job;
 	if (!j->has_layout)
 		return;
 	j->layout_round++;
 	gs_info("job '%s': offering its layout to the restarted coordinator", j->id);
-	offer_layout(d, j->layout_round, !j->agreed);
+	offer_layout(c, j->layout_round, &j->layout, j->layout_hash, !j->agreed);
 }
 
-void gs_cluster_withdraw_layout(struct gs_daemon *d)
+void gs_cluster_withdraw_layout(void *cluster)
 {
-	struct gs_cluster *c = &d->cluster;
-	if (c->nodes == 1)
+	struct gs_cluster *c = cluster;
+	/* Shutting down, the coordinator learns it as the connection closes. */
+	if (c->nodes == 1 || c->stopping)
 		return;
 	c->agree_round = 0;
 	uv_timer_stop(&c->agree_timer);
@@ -728,30 +799,28 @@ void gs_cluster_withdraw_layout(struct gs_daemon *d)
 		return; /* a restarted coordinator knows no layout to withdraw */
 	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
 	o.withdraw = true;
-	send_offer(d, &o);
+	send_offer(c, &o);
 }
 
-int gs_cluster_vote(struct gs_daemon *d, float *v, size_t n, char *err, size_t errlen)
+int gs_cluster_vote(void *cluster, float *v, size_t n, char *err, size_t errlen)
 {
-#ifdef GS_HAVE_GLOO
+	struct gs_cluster *c = cluster;
 	/* A node votes once its trainers are ready with the bucket, so a vote
 	 * waits for the slowest node's trainers, which --step-timeout bounds
 	 * on that node (it then votes to abort, naming them); a trainer late
 	 * past --peer-timeout must not break the group. A peer that dies
 	 * fails the vote at once (its connections close). */
-	const struct gs_settings *s = &d->settings;
+	const struct gs_settings *s = c->settings;
 	int timeout_ms = (int)((s->step_timeout + s->peer_timeout) * 1000);
-	if (d->cluster.gloo)
-		return gs_gloo_allreduce(d->cluster.gloo, GS_WIRE_F32, v, n, timeout_ms, err,
-					 errlen);
-#endif
+	if (c->gloo)
+		return gs_gloo_allreduce(c->gloo, GS_WIRE_F32, v, n, timeout_ms, err, errlen);
 	snprintf(err, errlen, "no group of nodes to vote in");
 	return GS_ESTATE;
 }
 
-void gs_cluster_request_regroup(struct gs_daemon *d, uint64_t generation, const char *why)
+void gs_cluster_request_regroup(void *cluster, uint64_t generation, const char *why)
 {
-	struct gs_cluster *c = &d->cluster;
+	struct gs_cluster *c = cluster;
 	if (c->nodes == 1 || generation != c->generation || !c->group_ready)
 		return;
 	c->group_ready = false;

@@ -17,10 +17,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <uv.h>
+
 #include "gradsync.pb-c.h"
 #include "engine/layout.h"
 
-struct gs_daemon;
+struct gs_server;
+struct gs_rdv_server;
 struct gs_settings;
 
 /* Splits "host:port" or "[v6]:port". Returns 0 or -EINVAL. */
@@ -29,9 +32,16 @@ int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
 
 /* ---- Server (node rank 0, loop thread) --------------------------------- */
 
-/* Listens on the coordinator address. Returns 0 or -errno after logging. */
-int gs_rdv_server_start(struct gs_daemon *d);
-void gs_rdv_server_stop(struct gs_daemon *d);
+/* Listens on settings->coordinator, on loop; its connections join the
+ * local listener's connection set (serve/server.h). settings stay the caller's
+ * and must outlive the server. Returns 0 with *out set, or -errno after
+ * logging. */
+int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
+			struct gs_server *server, struct gs_rdv_server **out);
+/* Stops listening; the server is freed once its handles and its peers'
+ * connections have closed (with every other connection, at shutdown).
+ * NULL does nothing. */
+void gs_rdv_server_stop(struct gs_rdv_server *s);
 
 /* ---- Client (worker thread) -------------------------------------------- */
 

@@ -8,10 +8,10 @@
 
 #include "cluster/auth.h"
 #include "serve/conn.h"
-#include "daemon.h"
 #include "gradsync.h"
 #include "node_protocol.h"
 #include "cluster/rendezvous_server.h"
+#include "support/settings.h"
 
 static void send_challenge(struct rdv_peer *p, bool has_secret)
 {
@@ -29,7 +29,7 @@ static void send_challenge(struct rdv_peer *p, bool has_secret)
  * coordinator's half, or refused. */
 static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeAuth *a)
 {
-	const struct gs_settings *set = &s->d->settings;
+	const struct gs_settings *set = s->settings;
 	bool mine = set->cluster_secret_len > 0;
 	if (a->protocol_version != GS_NODE_PROTOCOL_VERSION) {
 		rdv_refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
@@ -70,7 +70,7 @@ static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Grads
 /* The node's proof; a good one is answered with the coordinator's. */
 static void handle_proof(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeProof *pr)
 {
-	const struct gs_settings *set = &s->d->settings;
+	const struct gs_settings *set = s->settings;
 	if (!gs_auth_check(set->cluster_secret, set->cluster_secret_len, GS_AUTH_NODE, p->rank,
 			   p->node_nonce, p->nonce, pr->mac.data, pr->mac.len)) {
 		rdv_refuse(p, GS_EREFUSED, "cluster secret differs (check --cluster-secret-file on every node)");

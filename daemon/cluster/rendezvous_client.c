@@ -14,8 +14,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <uv.h>
+
 #include "cluster/auth.h"
-#include "daemon.h"
 #include "frame.h"
 #include "gradsync.h"
 #include "cluster/liveness.h"
@@ -48,9 +49,10 @@ struct gs_rdv_client {
 	int park_stop; /* an eventfd that ends it */
 };
 
+/* Of a monotonic clock (libuv's, as the loop's timers). */
 static int64_t now_ms(void)
 {
-	return (int64_t)(gs_now_ns() / 1000000u);
+	return (int64_t)(uv_hrtime() / 1000000u);
 }
 
 /* Waits until fd is ready for events, the deadline passes (GS_ETIMEDOUT)

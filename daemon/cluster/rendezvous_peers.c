@@ -19,11 +19,12 @@
 #include <string.h>
 
 #include "serve/conn.h"
-#include "daemon.h"
+#include "serve/server.h"
 #include "gradsync.h"
 #include "cluster/liveness.h"
 #include "support/log.h"
 #include "cluster/rendezvous_server.h"
+#include "support/settings.h"
 
 void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
 {
@@ -49,7 +50,7 @@ static void on_auth_timeout(uv_timer_t *t)
 	struct rdv_peer *p = t->data;
 	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
 	rdv_refuse(p, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
-		   (unsigned long long)gs_daemon_of(p->conn)->settings.auth_timeout);
+		   (unsigned long long)p->server->settings->auth_timeout);
 }
 
 /* ---- Strangers, in the order they came ---------------------------------- */
@@ -129,7 +130,7 @@ static void drop_silent(struct rdv_peer *p, uint64_t silent_ms)
 {
 	struct gs_conn *c = p->conn;
 	double s = (double)silent_ms / 1000.0;
-	unsigned long long limit = (unsigned long long)gs_daemon_of(c)->settings.peer_timeout;
+	unsigned long long limit = (unsigned long long)p->server->settings->peer_timeout;
 	if (p->node)
 		gs_warn("rendezvous: node %u (%s) sent nothing for %.1f s (--peer-timeout %llu s): taking it as lost",
 			p->rank, c->addr, s, limit);
@@ -148,7 +149,7 @@ static void on_ping_tick(uv_timer_t *t)
 {
 	struct rdv_peer *p = t->data;
 	uint64_t silent = gs_conn_silent_ms(p->conn);
-	if (silent >= gs_daemon_of(p->conn)->settings.peer_timeout * 1000)
+	if (silent >= p->server->settings->peer_timeout * 1000)
 		drop_silent(p, silent);
 	else
 		ping(p);
@@ -156,7 +157,7 @@ static void on_ping_tick(uv_timer_t *t)
 
 static void watch(struct rdv_peer *p)
 {
-	uint64_t every = gs_ping_interval_ms(gs_daemon_of(p->conn)->settings.peer_timeout);
+	uint64_t every = gs_ping_interval_ms(p->server->settings->peer_timeout);
 	uv_timer_start(&p->timer, on_ping_tick, every, every);
 }
 
@@ -201,7 +202,7 @@ static void end_claim(struct rdv_node *n)
 static void claim_refused(struct rdv_node *n)
 {
 	struct rdv_peer *p = n->claimant;
-	struct gs_rdv_server *s = gs_daemon_of(p->conn)->rdv_server;
+	struct gs_rdv_server *s = p->server;
 	end_claim(n);
 	gs_conn_fail(p->conn, GS_EREFUSED, "node rank %u has already joined (%s); two daemons claim it",
 		     rank_of(s, n), n->conn->addr);
@@ -210,12 +211,12 @@ static void claim_refused(struct rdv_node *n)
 static void on_probe_timeout(uv_timer_t *t)
 {
 	struct rdv_peer *p = t->data;
-	struct gs_rdv_server *s = gs_daemon_of(p->conn)->rdv_server;
+	struct gs_rdv_server *s = p->server;
 	struct rdv_node *n = p->claim;
 	if (!n || !n->conn)
 		return; /* settled meanwhile */
 	struct rdv_peer *holder = n->conn->owner;
-	double waited = (double)gs_probe_ms(s->d->settings.peer_timeout) / 1000.0;
+	double waited = (double)gs_probe_ms(s->settings->peer_timeout) / 1000.0;
 	gs_warn("rendezvous: node %u at %s did not answer within %.1f s while a daemon at %s claims its rank: taking it as lost",
 		rank_of(s, n), holder->conn->addr, waited, p->conn->addr);
 	snprintf(holder->gone, sizeof(holder->gone),
@@ -242,7 +243,7 @@ void rdv_claim(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
 	snprintf(n->claim_host, sizeof(n->claim_host), "%s", host);
 	p->claim = n;
 	n->probe_seq = holder->ping_seq + 1;
-	uint64_t bound = gs_probe_ms(s->d->settings.peer_timeout);
+	uint64_t bound = gs_probe_ms(s->settings->peer_timeout);
 	uv_timer_stop(&p->timer);
 	uv_timer_start(&p->timer, on_probe_timeout, bound, 0);
 	gs_info("rendezvous: a daemon at %s claims node rank %u, which %s holds: asking the holder whether it is alive (up to %.1f s)",
@@ -283,19 +284,22 @@ void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
 
 static void free_peer(uv_handle_t *h)
 {
-	free(h->data);
+	struct rdv_peer *p = h->data;
+	struct gs_rdv_server *s = p->server;
+	free(p);
+	rdv_server_unref(s);
 }
 
 static void node_closed(struct gs_conn *c)
 {
-	struct gs_rdv_server *s = gs_daemon_of(c)->rdv_server;
 	struct rdv_peer *p = c->owner;
 	if (!p)
 		return;
+	struct gs_rdv_server *s = p->server;
 	/* The record goes with the connection; its timer is closed first. */
 	uv_timer_stop(&p->timer);
 	uv_close((uv_handle_t *)&p->timer, free_peer);
-	if (!s)
+	if (s->stopped)
 		return; /* shutting down */
 	if (p->state != PEER_AUTHED)
 		unlist(s, p);
@@ -328,9 +332,9 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
 		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
 		return;
 	}
-	if (gs_tcp_liveness(fd, s->d->settings.peer_timeout) < 0)
+	if (gs_tcp_liveness(fd, s->settings->peer_timeout) < 0)
 		gs_debug("rendezvous: cannot set TCP keepalive on the connection from %s", addr);
-	struct gs_conn *c = gs_conn_create(&s->d->conns, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
+	struct gs_conn *c = gs_conn_create(s->server->conns, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
 	if (!c) {
 		free(p);
 		return;
@@ -338,11 +342,13 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
 	c->role = GS_CONN_NODE;
 	c->log_group = &s->quiet;
 	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	p->server = s;
 	p->conn = c;
 	p->from = *a;
-	uv_timer_init(s->d->loop, &p->timer);
+	uv_timer_init(s->loop, &p->timer);
 	p->timer.data = p;
-	uv_timer_start(&p->timer, on_auth_timeout, s->d->settings.auth_timeout * 1000, 0);
+	s->handles++; /* until free_peer */
+	uv_timer_start(&p->timer, on_auth_timeout, s->settings->auth_timeout * 1000, 0);
 	c->owner = p;
 	list(s, p);
 	gs_debug("rendezvous: connection from %s", addr);

@@ -14,13 +14,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "engine/job.h"
 #include "serve/conn.h"
-#include "daemon.h"
 #include "gradsync.h"
 #include "support/log.h"
 #include "node_protocol.h"
 #include "cluster/rendezvous.h"
 #include "serve/server.h"
+#include "support/settings.h"
 #include "cluster/rendezvous_server.h"
 
 int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
@@ -149,9 +150,9 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 			     h->node_rank, s->nodes);
 		return;
 	}
-	if (strcmp(h->settings, s->settings) != 0) {
+	if (strcmp(h->settings, s->shared_settings) != 0) {
 		gs_conn_fail(c, GS_EREFUSED, "node %u's settings '%s' differ from the coordinator's '%s'",
-			     h->node_rank, h->settings, s->settings);
+			     h->node_rank, h->settings, s->shared_settings);
 		return;
 	}
 	if (h->local_size == 0 || h->local_size > GS_MAX_LOCAL) {
@@ -385,10 +386,10 @@ static void handle_regroup_request(struct gs_rdv_server *s, struct gs_conn *c,
 
 void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
-	struct gs_rdv_server *s = gs_daemon_of(c)->rdv_server;
 	struct rdv_peer *p = c->owner;
-	if (!s || !p)
+	if (!p || p->server->stopped)
 		return; /* shutting down */
+	struct gs_rdv_server *s = p->server;
 	if (p->state != PEER_AUTHED) {
 		rdv_authenticate(s, p, m);
 		return;
@@ -477,7 +478,7 @@ static void on_accept(uv_poll_t *p, int status, int events)
 	for (int i = 0; i < 16; i++) {
 		struct sockaddr_storage a;
 		/* Out of descriptors, a node is told to come back later. */
-		int fd = gs_server_accept(&s->d->server, s->fd, &a, GS_EAGAIN);
+		int fd = gs_server_accept(s->server, s->fd, &a, GS_EAGAIN);
 		if (fd == -EMFILE) {
 			/* Not even the reserve: on_tick listens again. */
 			uv_poll_stop(&s->poll);
@@ -545,41 +546,43 @@ static void on_tick(uv_timer_t *t)
 	}
 }
 
-int gs_rdv_server_start(struct gs_daemon *d)
+int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
+			struct gs_server *server, struct gs_rdv_server **out)
 {
 	struct gs_rdv_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
-	s->d = d;
-	s->nodes = d->settings.nodes;
+	s->loop = loop;
+	s->settings = settings;
+	s->server = server;
+	s->nodes = settings->nodes;
 	s->node = calloc(s->nodes, sizeof(*s->node));
 	s->quiet.what = "unauthenticated connections to the rendezvous";
-	gs_settings_shared_text(&d->settings, s->settings, sizeof(s->settings));
+	gs_settings_shared_text(settings, s->shared_settings, sizeof(s->shared_settings));
 	s->fd = !s->node ? -ENOMEM
 		: draw_incarnation(&s->incarnation) < 0 ? -EIO
-		: listen_on(d->settings.coordinator);
+		: listen_on(settings->coordinator);
 	if (s->fd < 0) {
 		int err = s->fd;
 		free(s->node);
 		free(s);
 		return err;
 	}
-	uv_poll_init(d->loop, &s->poll, s->fd);
+	uv_poll_init(loop, &s->poll, s->fd);
 	s->poll.data = s;
 	uv_poll_start(&s->poll, UV_READABLE, on_accept);
-	uv_timer_init(d->loop, &s->tick);
+	uv_timer_init(loop, &s->tick);
 	s->tick.data = s;
 	uv_timer_start(&s->tick, on_tick, GS_LOG_GROUP_WINDOW_MS, GS_LOG_GROUP_WINDOW_MS);
 	s->handles = 2;
-	d->rdv_server = s;
+	*out = s;
 	gs_info("rendezvous: serving %u nodes on %s (incarnation %016llx)", s->nodes,
-		d->settings.coordinator, (unsigned long long)s->incarnation);
+		settings->coordinator, (unsigned long long)s->incarnation);
 	return 0;
 }
 
-static void free_server(uv_handle_t *h)
+void rdv_server_unref(struct gs_rdv_server *s)
 {
-	struct gs_rdv_server *s = h->data;
 	if (--s->handles > 0)
 		return;
 	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
@@ -596,15 +599,19 @@ static void free_server(uv_handle_t *h)
 	free(s);
 }
 
-void gs_rdv_server_stop(struct gs_daemon *d)
+static void free_server(uv_handle_t *h)
 {
-	struct gs_rdv_server *s = d->rdv_server;
+	rdv_server_unref(h->data);
+}
+
+void gs_rdv_server_stop(struct gs_rdv_server *s)
+{
 	if (!s)
 		return;
 	/* Node connections are closed with every other connection. */
 	uv_poll_stop(&s->poll);
 	close(s->fd);
-	d->rdv_server = NULL;
+	s->stopped = true;
 	uv_close((uv_handle_t *)&s->poll, free_server);
 	uv_close((uv_handle_t *)&s->tick, free_server);
 }

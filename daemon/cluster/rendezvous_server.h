@@ -24,7 +24,8 @@
 #include "support/log.h"
 
 struct gs_conn;
-struct gs_daemon;
+
+struct gs_settings;
 
 /* Layouts of large models exceed a trainer's frame limit. */
 #define NODE_MAX_FRAME (64u << 20)
@@ -42,6 +43,7 @@ enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
 /* One connection to the rendezvous: how far it has authenticated, and the
  * node it joined as (NULL: not yet, or a connection for the store alone). */
 struct rdv_peer {
+	struct gs_rdv_server *server;
 	struct gs_conn *conn;
 	struct rdv_peer *prev, *next; /* unauthenticated: gs_rdv_server.oldest */
 	struct sockaddr_storage from;
@@ -90,12 +92,17 @@ struct rdv_wait {
 };
 
 struct gs_rdv_server {
-	struct gs_daemon *d;
+	uv_loop_t *loop;
+	const struct gs_settings *settings;
+	struct gs_server *server; /* the local listener: its connection set and spare descriptor */
 	int fd;
 	uv_poll_t poll;
 	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
 	bool paused;     /* out of descriptors: tick listens again */
-	int handles;     /* poll and tick: the server is freed with the last */
+	bool stopped;    /* gs_rdv_server_stop: its peers' closing is not news */
+	/* poll, tick and each peer's timer: the server is freed with the
+	 * last of them (rdv_server_unref). */
+	int handles;
 	uint32_t nodes, joined;
 	uint32_t pending; /* connections not yet authenticated */
 	struct rdv_peer *oldest, *newest; /* those, in the order they came */
@@ -106,7 +113,7 @@ struct gs_rdv_server {
 	uint64_t incarnation; /* drawn at start: this coordinator's store keys */
 	bool has_agreed;      /* the job's layout, once every node agreed */
 	struct gs_layout agreed;
-	char settings[512];
+	char shared_settings[512]; /* what every node must say alike */
 	struct rdv_entry *store;
 	struct rdv_wait *waits;
 };
@@ -141,6 +148,9 @@ void rdv_authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsyn
 
 /* Every message of a node connection (conn.c's dispatch). */
 void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m);
+/* A handle of the server's, or a peer's timer, has closed: the server is
+ * freed with the last. */
+void rdv_server_unref(struct gs_rdv_server *s);
 /* An authenticated peer's connection has closed: its waits go, and the
  * node it joined as is free again, which the other nodes are told. */
 void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p);

@@ -40,7 +40,7 @@ static void cuda_destroy(struct gs_backend *b)
 	 * Trainers' memory and events are closed, and buffers freed, only
 	 * once nothing queued can touch them; else they are left to the
 	 * process's exit. */
-	gs_backend_cuda_disconnect(b);
+	cuda_disconnect(b);
 	if (!streams_drained(cb, SHUTDOWN_DRAIN_MS)) {
 		gs_warn("cuda: GPU work still queued after %d s at shutdown: leaving the trainers' mappings to the exit",
 			SHUTDOWN_DRAIN_MS / 1000);
@@ -71,13 +71,10 @@ static const struct gs_backend_ops cuda_ops = {
 	.import_buffer = cuda_import_buffer,
 	.release_buffer = cuda_release_buffer,
 	.reduce_bucket = cuda_reduce_bucket,
+	.join_group = cuda_join_group,
+	.leave_group = cuda_disconnect,
 	.destroy = cuda_destroy,
 };
-
-bool gs_backend_is_cuda(const struct gs_backend *b)
-{
-	return b && b->ops == &cuda_ops;
-}
 
 static int setup_rank(struct cuda_backend *cb, unsigned r, char *why, size_t n)
 {
@@ -107,7 +104,7 @@ static int setup_rank(struct cuda_backend *cb, unsigned r, char *why, size_t n)
 	return GS_OK;
 }
 
-struct gs_backend *gs_backend_cuda_create(const struct gs_cuda_options *o, char *why, size_t n)
+struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_t n)
 {
 	if (o->local_size == 0 || o->local_size > MAX_RANKS) {
 		snprintf(why, n, "--local-size %u is out of range", o->local_size);

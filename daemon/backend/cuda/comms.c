@@ -11,7 +11,7 @@
 #include "gradsync.h"
 #include "support/log.h"
 
-int gs_cuda_nccl_uid(uint8_t uid[GS_NCCL_UID_BYTES], char *why, size_t n)
+int cuda_nccl_uid(uint8_t uid[GS_NCCL_UID_BYTES], char *why, size_t n)
 {
 	ncclUniqueId id;
 	ncclResult_t res = ncclGetUniqueId(&id);
@@ -23,12 +23,11 @@ int gs_cuda_nccl_uid(uint8_t uid[GS_NCCL_UID_BYTES], char *why, size_t n)
 	return GS_OK;
 }
 
-int gs_backend_cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_BYTES],
-			    uint32_t rank_base, uint32_t world, int timeout_ms, int cancel_fd,
-			    char *why, size_t n)
+int cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_BYTES], uint32_t rank_base,
+		 uint32_t world, int timeout_ms, int cancel_fd, char *why, size_t n)
 {
 	struct cuda_backend *cb = cuda(b);
-	gs_backend_cuda_disconnect(b);
+	cuda_disconnect(b);
 	ncclUniqueId id;
 	memcpy(id.internal, uid, GS_NCCL_UID_BYTES);
 	ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -67,7 +66,7 @@ int gs_backend_cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_
 	return GS_OK;
 }
 
-void gs_backend_cuda_disconnect(struct gs_backend *b)
+void cuda_disconnect(struct gs_backend *b)
 {
 	struct cuda_backend *cb = cuda(b);
 	for (unsigned r = 0; r < cb->n; r++) {
@@ -89,10 +88,10 @@ int cuda_reconnect_alone(struct cuda_backend *cb)
 	if (rc == GS_OK) {
 		gs_warn("cuda: rebuilding the NCCL communicators aborted after: %s", cb->broken_why);
 		uint8_t uid[GS_NCCL_UID_BYTES];
-		rc = gs_cuda_nccl_uid(uid, why, sizeof(why));
+		rc = cuda_nccl_uid(uid, why, sizeof(why));
 		if (rc == GS_OK)
-			rc = gs_backend_cuda_connect(&cb->base, uid, 0, cb->n, cb->timeout_ms, -1, why,
-						     sizeof(why));
+			rc = cuda_connect(&cb->base, uid, 0, cb->n, cb->timeout_ms, -1, why,
+					  sizeof(why));
 	} else {
 		snprintf(why, sizeof(why), "%s", cb->base.error);
 	}

@@ -26,6 +26,7 @@
 #include "backend/cuda/table.h"
 
 #define MAX_RANKS 64
+#define GS_NCCL_UID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 /* Kernels are built for sm_80 and sm_90 (plus PTX): Ampere or later. */
 #define MIN_CC_MAJOR 8
 
@@ -82,6 +83,14 @@ static inline struct cuda_backend *cuda(struct gs_backend *b)
 	return (struct cuda_backend *)b;
 }
 
+/* backend_cuda.c: sets up every local rank's GPU (stream, fusion buffer);
+ * communicators come with cuda_connect. NULL with the reason in why. */
+struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_t n);
+
+/* start.c: the backend's join_group: node 0's NCCL unique id shared
+ * through the group's store (key "nccl/uid"), then the communicators. */
+int cuda_join_group(struct gs_backend *b, const struct gs_group_join *g, char *why, size_t n);
+
 /* bucket.c: the backend's reduce_bucket. */
 int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io);
 
@@ -92,8 +101,22 @@ int cuda_import_buffer(struct gs_backend *b, const struct gs_buffer_desc *d, voi
 void cuda_release_buffer(struct gs_backend *b, void *addr, uint64_t size);
 void cuda_close_import(struct cuda_backend *cb, struct cuda_import *im);
 
-/* comms.c: alone (one node), communicators aborted after a failure made
- * again with a fresh unique id once the streams have drained. */
+/* comms.c */
+/* A fresh NCCL unique id, made by node rank 0 and shared with the others. */
+int cuda_nccl_uid(uint8_t uid[GS_NCCL_UID_BYTES], char *why, size_t n);
+/* Creates one communicator per local GPU, global ranks rank_base + r of
+ * world, in one group call and non-blocking (aborting any it had before),
+ * and waits up to timeout_ms for them (less if cancel_fd, when >= 0,
+ * becomes readable). On failure every communicator is aborted and why says
+ * what went wrong. */
+int cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_BYTES], uint32_t rank_base,
+		 uint32_t world, int timeout_ms, int cancel_fd, char *why, size_t n);
+/* Aborts the communicators (the backend's leave_group: a node went away,
+ * or they are to be made again): buckets fail with GS_ESTATE until
+ * cuda_connect. */
+void cuda_disconnect(struct gs_backend *b);
+/* Alone (one node), communicators aborted after a failure made again
+ * with a fresh unique id once the streams have drained. */
 int cuda_reconnect_alone(struct cuda_backend *cb);
 
 /* wait.c */

@@ -14,10 +14,14 @@
  *
  * Gloo writes to sockets whose peer may be gone: the process must ignore
  * SIGPIPE (gradsyncd does, in main).
+ *
+ * A build without Gloo links gloo_absent.c instead: the same functions,
+ * where gs_gloo_available() is false and no group can be made.
  */
 #ifndef GS_GLOO_COMM_H
 #define GS_GLOO_COMM_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "convert.h"
@@ -27,6 +31,10 @@ extern "C" {
 #endif
 
 struct gs_gloo;
+
+/* Whether this build has Gloo: without it, gs_gloo_create fails (GS_EINVAL)
+ * and a daemon cannot join other nodes. */
+bool gs_gloo_available(void);
 
 /* A key-value store shared by all ranks of the group. Gloo picks the keys
  * and values: with this Gloo, "rank_<r>" holds rank r's host name and "<r>"

@@ -42,9 +42,7 @@
 #include "gradsync.h"
 #include "backend/host/shm.h"
 #include "backend/host/shm_guard.h"
-#ifdef GS_HAVE_GLOO
 #include "backend/gloo/gloo_comm.h"
-#endif
 
 /* Threads of one backend: the worker thread (0) and its helpers. */
 #define HOST_MAX_THREADS 8
@@ -79,9 +77,9 @@ struct host_backend {
 	void *fusion;
 	char *staging; /* staged buckets' results */
 	uint64_t staging_elements;
-	struct gs_gloo *gloo; /* NULL on a single node */
+	struct gs_gloo *gloo; /* the group of nodes (join_group); NULL: none */
 	int gloo_timeout_ms;
-	uint32_t node_rank;
+	uint32_t node_rank, nodes;
 	bool allow_hugetlb;
 
 	struct host_thread thread[HOST_MAX_THREADS];
@@ -289,7 +287,6 @@ static void start_helpers(struct host_backend *h, unsigned want)
 
 static int all_nodes(struct host_backend *h, size_t n)
 {
-#ifdef GS_HAVE_GLOO
 	struct gs_backend *b = &h->base;
 	if (h->gloo) {
 		int rc = gs_gloo_allreduce(h->gloo, b->wire, h->fusion, n, h->gloo_timeout_ms,
@@ -297,11 +294,10 @@ static int all_nodes(struct host_backend *h, size_t n)
 		if (rc != GS_OK)
 			return rc;
 		/* A ring all-reduce sends 2 (N - 1) / N of the buffer. */
-		uint64_t nodes = (uint64_t)gs_gloo_size(h->gloo);
+		uint64_t nodes = h->nodes;
 		atomic_fetch_add(&b->internode_bytes,
 				 2 * (nodes - 1) * n * gs_wire_size(b->wire) / nodes);
 	}
-#endif
 	return GS_OK;
 }
 
@@ -441,17 +437,28 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 	return rc;
 }
 
-void gs_backend_host_attach_gloo(struct gs_backend *b, struct gs_gloo *g, int timeout_ms)
+/* From now on the all-reduce also sums across nodes through the group's
+ * Gloo context (after the local reduce), waiting at most --peer-timeout. */
+static int host_join_group(struct gs_backend *b, const struct gs_group_join *g, char *err,
+			   size_t errlen)
 {
-	/* The CUDA backend reduces across nodes with NCCL; there the Gloo
-	 * group only carries the nodes' votes. */
-	if (strcmp(b->name, "host") != 0)
-		return;
-	host(b)->gloo = g;
-	host(b)->gloo_timeout_ms = timeout_ms;
-#ifdef GS_HAVE_GLOO
-	host(b)->node_rank = g ? (uint32_t)gs_gloo_rank(g) : 0; /* NULL: the group is gone */
-#endif
+	(void)err;
+	(void)errlen;
+	struct host_backend *h = host(b);
+	h->gloo = g->gloo;
+	h->gloo_timeout_ms = g->peer_timeout_ms;
+	h->node_rank = g->node_rank;
+	h->nodes = g->nodes;
+	return GS_OK;
+}
+
+static void host_leave_group(struct gs_backend *b)
+{
+	struct host_backend *h = host(b);
+	h->gloo = NULL;
+	h->gloo_timeout_ms = 0;
+	h->node_rank = 0;
+	h->nodes = 1;
 }
 
 uint64_t gs_backend_internode_bytes(const struct gs_backend *b)
@@ -477,6 +484,8 @@ static const struct gs_backend_ops host_ops = {
 	.import_buffer = host_import,
 	.release_buffer = host_release,
 	.reduce_bucket = host_reduce_bucket,
+	.join_group = host_join_group,
+	.leave_group = host_leave_group,
 	.destroy = host_destroy,
 };
 
@@ -505,6 +514,7 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->base.wire = wire;
 	h->base.fusion_elements = fusion_elements;
 	h->allow_hugetlb = allow_hugetlb;
+	h->nodes = 1;
 	h->nthreads = 1;
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
 		h->thread[t] = (struct host_thread){ .h = h, .index = t };
