@@ -15,7 +15,7 @@
 
 #include "file_store.h"
 #include "backend/gloo/gloo_comm.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "ranks.h"
 
 #define TIMEOUT_MS 60000

@@ -10,7 +10,7 @@
 
 #include "serve/conn.h"
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "engine/job.h"
 #include "cluster/liveness.h"
 #include "support/log.h"

@@ -9,7 +9,7 @@
 #include "cluster/auth.h"
 #include "serve/conn.h"
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "node_protocol.h"
 #include "cluster/rendezvous_server.h"
 

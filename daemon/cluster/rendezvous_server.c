@@ -16,7 +16,7 @@
 
 #include "serve/conn.h"
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 #include "node_protocol.h"
 #include "cluster/rendezvous.h"

@@ -6,7 +6,7 @@
 
 #include "serve/conn.h"
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "control/metrics.h"
 #include "control/status.h"
 #include "support/trace.h"

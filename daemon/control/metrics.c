@@ -9,7 +9,7 @@
 
 #include "serve/conn.h"
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 #include "support/trace.h"
 

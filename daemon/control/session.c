@@ -2,7 +2,7 @@
 
 #include "control/control.h"
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "engine/job.h"
 #include "support/log.h"
 #include "control/status.h"

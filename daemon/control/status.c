@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "engine/trainer.h"
 
 /* Status lists at most this many nodes; the count says how many there are. */

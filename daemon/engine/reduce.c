@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/trace.h"
 #include "engine/trainer.h"
 

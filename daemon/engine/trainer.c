@@ -9,7 +9,7 @@
 #include "serve/conn.h"
 #include "daemon.h"
 #include "frame.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "engine/job.h"
 #include "support/log.h"
 #include "backend/host/shm_guard.h"

@@ -14,7 +14,7 @@
 #include "serve/access.h"
 #include "serve/conn.h"
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 #include "support/notify.h"
 #include "control/session.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "support/config_file.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 enum kind { K_TEXT, K_UINT, K_CHOICE, K_PREDIVIDE };

@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 #include "engine/reduce.h"
 

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gradsync.h"
+#include "errors.h"
 
 /* Keys become file names: refuse anything that could leave the directory. */
 static int key_path(const char *dir, const char *key, char *path, size_t len)

@@ -19,7 +19,7 @@
 
 #include "file_store.h"
 #include "backend/gloo/gloo_comm.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "ranks.h"
 
 #define MSG_LEN 512
@@ -94,7 +94,7 @@ static void missing_peer_times_out(void **state)
 
 	struct outcome *o = &s->out[0];
 	double took = o->end - o->start;
-	print_message("missing peer: %s after %.0f ms: %s\n", gs_err_name(o->rc), took, o->msg);
+	print_message("missing peer: %s after %.0f ms: %s\n", gs_error_name(o->rc), took, o->msg);
 	assert_int_equal(o->rc, GS_ETIMEDOUT);
 	assert_true(took >= s->timeout - 50);
 	assert_true(took <= s->timeout + SLACK_MS);
@@ -142,7 +142,7 @@ static void stalled_peer_times_out(void **state)
 
 	struct outcome *o = &s->out[0];
 	double took = o->end - o->start;
-	print_message("stalled peer: %s after %.0f ms: %s\n", gs_err_name(o->rc), took, o->msg);
+	print_message("stalled peer: %s after %.0f ms: %s\n", gs_error_name(o->rc), took, o->msg);
 	assert_int_equal(o->rc, GS_ETIMEDOUT);
 	assert_true(took >= s->timeout - 50);
 	assert_true(took <= s->timeout + SLACK_MS);
@@ -203,7 +203,7 @@ static void killed_peer_fails_in_time(void **state)
 	struct outcome *o = &s->out[0];
 	double took = o->end - killed;
 	print_message("killed peer after %d rounds: %s %.0f ms after the kill: %s\n", o->rounds,
-		      gs_err_name(o->rc), took, o->msg);
+		      gs_error_name(o->rc), took, o->msg);
 	assert_true(o->rc == GS_EDISCONNECTED || o->rc == GS_ETIMEDOUT);
 	assert_true(took <= s->timeout + SLACK_MS);
 	assert_non_null(strstr(o->msg, "4194304 fp16 elements"));
@@ -254,7 +254,7 @@ static void failing_store(void **state)
 	struct gs_gloo *g = NULL;
 	char err[MSG_LEN];
 	int rc = gs_gloo_create(&store, 0, 2, "127.0.0.1", 1000, &g, err, sizeof(err));
-	print_message("failing store: %s: %s\n", gs_err_name(rc), err);
+	print_message("failing store: %s: %s\n", gs_error_name(rc), err);
 	assert_int_equal(rc, GS_ESYSTEM);
 	assert_null(g);
 	assert_non_null(strstr(err, "store"));

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/cuda/backend_cuda.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "cluster/rendezvous.h"
 #include "support/settings.h"
 
@@ -28,7 +28,7 @@ static int check_backends(struct gs_rdv_client *rdv, const char *prefix,
 		int rc = gs_rdv_store_get(rdv, key, &value, &len, timeout_ms);
 		if (rc != GS_OK) {
 			snprintf(why, n, "node %u did not say which backend it runs (%s)", r,
-				 gs_strerror(rc));
+				 gs_error_desc(rc));
 			return rc;
 		}
 		bool same = len == 4 && !memcmp(value, "cuda", 4);
@@ -52,7 +52,7 @@ static int share_uid(struct gs_rdv_client *rdv, const char *prefix, const struct
 		if (rc == GS_OK)
 			rc = gs_rdv_store_set(rdv, key, uid, GS_NCCL_UID_BYTES);
 		if (rc != GS_OK && !why[0])
-			snprintf(why, n, "publishing the NCCL unique id: %s", gs_strerror(rc));
+			snprintf(why, n, "publishing the NCCL unique id: %s", gs_error_desc(rc));
 		return rc;
 	}
 	void *value = NULL;
@@ -63,7 +63,7 @@ static int share_uid(struct gs_rdv_client *rdv, const char *prefix, const struct
 	if (rc == GS_OK)
 		memcpy(uid, value, GS_NCCL_UID_BYTES);
 	else
-		snprintf(why, n, "getting node 0's NCCL unique id: %s", gs_strerror(rc));
+		snprintf(why, n, "getting node 0's NCCL unique id: %s", gs_error_desc(rc));
 	free(value);
 	return rc;
 }
@@ -78,7 +78,7 @@ int gs_cuda_join(struct gs_backend *b, struct gs_rdv_client *rdv, const char *pr
 	snprintf(key, sizeof(key), "%sbackend/%u", prefix, s->node_rank);
 	int rc = gs_rdv_store_set(rdv, key, b->name, strlen(b->name));
 	if (rc != GS_OK) {
-		snprintf(why, n, "saying which backend this node runs: %s", gs_strerror(rc));
+		snprintf(why, n, "saying which backend this node runs: %s", gs_error_desc(rc));
 		return rc;
 	}
 	if (!gs_backend_is_cuda(b))

@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "gradsync.h"
+#include "errors.h"
 
 uint64_t cuda_now_ms(void)
 {
