@@ -43,7 +43,7 @@ pids=()
 names=()
 for node in $(seq 0 $((nodes - 1))); do
   for rank in $(seq 0 $((trainers - 1))); do
-    "$build/client/gradsync-example-trainer" --socket "$dir/node-$node.sock" \
+    "$build/tests/trainer/gradsync-verifying-trainer" --socket "$dir/node-$node.sock" \
       --layout layouts/resnet50.txt --rank "$rank" --steps "$steps" \
       > "$dir/trainer-$node-$rank.log" 2>&1 &
     pids+=($!)

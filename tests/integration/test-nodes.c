@@ -1,7 +1,7 @@
 /*
  * Several nodes on this machine: one gradsyncd per node, joined through the
  * node-rank-0 daemon's rendezvous and all-reducing over Gloo on loopback,
- * each with its own trainer processes (gradsync-example-trainer). Every
+ * each with its own trainer processes (gradsync-verifying-trainer). Every
  * trainer regenerates every global rank's inputs and checks each element
  * against its fp64 reference (allowing one rounding per node hop), so the
  * test passes only when all trainers of all nodes got the same correct sum.

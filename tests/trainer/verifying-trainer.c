@@ -1,8 +1,10 @@
 /*
- * gradsync-example-trainer: a trainer without a model. It registers a
- * gradient layout read from a file, fills the gradients with inputs that
- * every rank can regenerate, runs steps through gradsyncd and checks each
- * reduced result against its own fp64 reference of all ranks' inputs.
+ * gradsync-verifying-trainer: the tests' trainer, without a model. It
+ * registers a gradient layout read from a file, fills the gradients with
+ * inputs that every rank can regenerate, runs steps through gradsyncd and
+ * checks each reduced result against its own fp64 reference of all ranks'
+ * inputs. The integration tests drive it through its flags; for a short
+ * trainer to read, see examples/trainer.c.
  *
  * The inputs x(rank, step, tensor, element) are a splitmix64 hash of
  * (seed, global rank, step, tensor, element); "tensor" is the registration
@@ -87,7 +89,7 @@ struct trainer {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: gradsync-example-trainer --layout FILE [options]\n"
+		"Usage: gradsync-verifying-trainer --layout FILE [options]\n"
 		"\n"
 		"Registers the gradient tensors of FILE (lines 'name count shape', '#'\n"
 		"comments, in model.parameters() order) with gradsyncd, in REVERSED\n"
@@ -244,19 +246,19 @@ static int parse_args(int argc, char **argv, struct options *o)
 			return 0;
 		}
 		if (opt == '?' || opt == ':') {
-			fprintf(stderr, "gradsync-example-trainer: unknown or incomplete option: %s\n",
+			fprintf(stderr, "gradsync-verifying-trainer: unknown or incomplete option: %s\n",
 				argv[optind - 1]);
 			return 2;
 		}
 		if (!parse_one(opt, optarg, o)) {
-			fprintf(stderr, "gradsync-example-trainer: bad value for --%s: %s\n",
+			fprintf(stderr, "gradsync-verifying-trainer: bad value for --%s: %s\n",
 				opts[index].name, optarg);
 			return 2;
 		}
 		index = -1;
 	}
 	if (optind < argc || !o->layout) {
-		fprintf(stderr, "gradsync-example-trainer: %s\n",
+		fprintf(stderr, "gradsync-verifying-trainer: %s\n",
 			optind < argc ? "unexpected argument" : "--layout is required");
 		return 2;
 	}
@@ -429,7 +431,7 @@ static bool setup_reference(struct trainer *tr)
 	gs_session_info(tr->c, &info);
 	double pre = info.predivide_factor;
 	if (!(pre > 0) || !isfinite(pre) || info.world_size == 0) {
-		fprintf(stderr, "gradsync-example-trainer: daemon has predivide %g, world size %u\n",
+		fprintf(stderr, "gradsync-verifying-trainer: daemon has predivide %g, world size %u\n",
 			pre, info.world_size);
 		return false;
 	}
@@ -459,7 +461,7 @@ static bool setup_reference(struct trainer *tr)
 
 static bool gs_failed(const struct trainer *tr, const char *what, int r)
 {
-	fprintf(stderr, "gradsync-example-trainer: %s: %s (%s): %s\n", what,
+	fprintf(stderr, "gradsync-verifying-trainer: %s: %s (%s): %s\n", what,
 		gs_strerror(r), gs_err_name(r), gs_last_error(tr->c));
 	return false;
 }
@@ -481,7 +483,7 @@ static bool register_layout(struct trainer *tr)
 	tr->counts = calloc(l->n, sizeof(*tr->counts));
 	if (!specs || !tr->names || !tr->counts) {
 		free(specs);
-		fprintf(stderr, "gradsync-example-trainer: out of memory\n");
+		fprintf(stderr, "gradsync-verifying-trainer: out of memory\n");
 		return false;
 	}
 	tr->n = l->n;
