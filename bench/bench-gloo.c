@@ -15,6 +15,7 @@
 
 #include "file_store.h"
 #include "backend/gloo/gloo_comm.h"
+#include "clock.h"
 #include "errors.h"
 #include "ranks.h"
 
@@ -67,12 +68,12 @@ static double time_config(struct bench *b, struct gs_gloo *g, const struct confi
 		memcpy(b->buf, b->wire, bytes);
 		if (gs_gloo_allreduce(g, GS_WIRE_F32, &one, 1, TIMEOUT_MS, err, errlen) < 0)
 			goto fail;
-		double t0 = now_ms();
+		double t0 = gs_now_ms();
 		if (gs_gloo_allreduce_with(g, c->wire, b->buf, n, c->sum, TIMEOUT_MS, err, errlen) <
 		    0)
 			goto fail;
 		if (i >= 0)
-			t[i] = now_ms() - t0;
+			t[i] = gs_now_ms() - t0;
 	}
 	qsort(t, (size_t)b->iterations, sizeof(*t), cmp_double);
 	double median = t[b->iterations / 2];

@@ -11,6 +11,7 @@
 #include "serve/access.h"
 #include "backend/backend.h"
 #include "cluster/cluster.h"
+#include "clock.h"
 #include "frame.h"
 #include "engine/job.h"
 #include "support/settings.h"
@@ -80,9 +81,6 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code);
 /* Frees what gs_daemon_init and the cluster made, once gs_daemon_shutdown
  * has run and the loop has run dry. The loop stays the caller's to close. */
 void gs_daemon_free(struct gs_daemon *d);
-
-/* Nanoseconds of a monotonic clock. */
-uint64_t gs_now_ns(void);
 
 /* The median of the recent step times (0 before the first step). */
 uint64_t gs_stats_median(const struct gs_stats *s);

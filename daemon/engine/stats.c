@@ -4,13 +4,6 @@
 
 #include "daemon.h"
 
-uint64_t gs_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 const uint64_t gs_step_bounds_ns[GS_STEP_BUCKETS] = {
 	1000000, 2500000, 5000000, 10000000, 25000000, 50000000, 100000000, 250000000,
 	500000000, 1000000000, 2500000000u, 5000000000u, 10000000000u, 30000000000u,

@@ -19,6 +19,7 @@
 
 #include "file_store.h"
 #include "backend/gloo/gloo_comm.h"
+#include "clock.h"
 #include "errors.h"
 #include "ranks.h"
 
@@ -68,9 +69,9 @@ static struct gs_gloo *join(struct scenario *s, int rank)
 	struct gs_gloo_store_ops store = file_store(s->dir);
 	struct outcome *o = &s->out[rank];
 	struct gs_gloo *g = NULL;
-	o->start = now_ms();
+	o->start = gs_now_ms();
 	o->rc = gs_gloo_create(&store, rank, s->size, "127.0.0.1", s->timeout, &g, o->msg, MSG_LEN);
-	o->end = now_ms();
+	o->end = gs_now_ms();
 	return g;
 }
 
@@ -114,14 +115,14 @@ static int stalling_pair(int rank, int size, void *arg)
 	static uint16_t buf[100000];
 	if (rank == 1) {
 		/* Connected, but busy elsewhere until rank 0 has given up. */
-		double give_up = now_ms() + 4 * s->timeout;
+		double give_up = gs_now_ms() + 4 * s->timeout;
 		while (__atomic_load_n(&s->out[0].rc_after, __ATOMIC_ACQUIRE) == 0 &&
-		       now_ms() < give_up)
+		       gs_now_ms() < give_up)
 			nanosleep(&(struct timespec){0, 10000000}, NULL);
 	} else {
-		o->start = now_ms();
+		o->start = gs_now_ms();
 		o->rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, 100000, s->timeout, o->msg, MSG_LEN);
-		o->end = now_ms();
+		o->end = gs_now_ms();
 		int rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, 100000, s->timeout, o->msg_after,
 					   MSG_LEN);
 		__atomic_store_n(&o->rc_after, rc, __ATOMIC_RELEASE);
@@ -165,9 +166,9 @@ static int streaming_rank(int rank, int size, void *arg)
 		return 1;
 	/* Until rank 1 is killed: the parent waits for three rounds first. */
 	for (int i = 0; i < 100000; i++) {
-		o->start = now_ms();
+		o->start = gs_now_ms();
 		o->rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, STREAM, s->timeout, o->msg, MSG_LEN);
-		o->end = now_ms();
+		o->end = gs_now_ms();
 		if (o->rc < 0)
 			break;
 		o->rounds++;
@@ -189,11 +190,11 @@ static void killed_peer_fails_in_time(void **state)
 	struct ranks rk;
 	int status[RANKS_MAX];
 	assert_int_equal(ranks_start(&rk, 2, streaming_rank, s), 0);
-	double deadline = now_ms() + 20000;
-	while (s->out[0].rounds < 3 && now_ms() < deadline)
+	double deadline = gs_now_ms() + 20000;
+	while (s->out[0].rounds < 3 && gs_now_ms() < deadline)
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
 	int rounds = s->out[0].rounds;
-	double killed = now_ms();
+	double killed = gs_now_ms();
 	ranks_kill(&rk, 1);
 	assert_int_equal(ranks_wait(&rk, s->timeout + 10000, status), 0);
 	assert_int_equal(status[1], 128 + 9);

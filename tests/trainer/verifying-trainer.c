@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "gradsync.h"
 #include "layout_file.h"
 
@@ -466,13 +467,6 @@ static bool gs_failed(const struct trainer *tr, const char *what, int r)
 	return false;
 }
 
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Registers the layout in reverse: backpropagation yields the last
  * parameters' gradients first. */
 static bool register_layout(struct trainer *tr)
@@ -593,9 +587,9 @@ static bool reconnect(const struct trainer *tr, uint64_t step)
 {
 	printf("DISCONNECTED in step %" PRIu64 ": %s\n", step, gs_last_error(tr->c));
 	fflush(stdout);
-	double deadline = now_ms() + 30000;
+	double deadline = gs_now_ms() + 30000;
 	int r;
-	while ((r = gs_reconnect(tr->c, 1000)) < 0 && now_ms() < deadline)
+	while ((r = gs_reconnect(tr->c, 1000)) < 0 && gs_now_ms() < deadline)
 		usleep(100000);
 	if (r < 0)
 		return gs_failed(tr, "gs_reconnect", r);
@@ -638,15 +632,15 @@ static bool run_step(const struct trainer *tr, uint64_t step,
 	so.clip_value = tr->o.clip;
 	so.bucket_events = tr->o.bucket_events;
 
-	double t0 = now_ms();
+	double t0 = gs_now_ms();
 	int r = gs_step_begin(tr->c, &so);
 	if (r == GS_OK && !mark_all(tr, step, batch))
 		return false;
 	struct gs_step_result res;
-	double t1 = now_ms();
+	double t1 = gs_now_ms();
 	if (r == GS_OK)
 		r = gs_step_wait(tr->c, WAIT_TIMEOUT_MS, &res);
-	double t2 = now_ms();
+	double t2 = gs_now_ms();
 	if (r == GS_EDISCONNECTED && tr->o.reconnect)
 		return reconnect(tr, step) && run_step(tr, step, batch, step_ms);
 	if (r == GS_EABORTED && step == tr->o.expect_abort_at)
