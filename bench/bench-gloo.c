@@ -1,7 +1,7 @@
 /*
  * bench-gloo [ITERATIONS]: two processes on loopback all-reduce 8 MB and
  * 16 MB buffers through gs_gloo, in fp32 (Gloo's sum), fp16 with Gloo's own
- * float16 sum (element by element, the slow path of issue 3), and fp16 and
+ * float16 sum (element by element, its slow path), and fp16 and
  * bf16 with the vectorised kernels. Prints the median time and bandwidth
  * (buffer bytes / time) of each, and the ratio of ours to Gloo's fp16 sum
  * measured in the same run. Every timed all-reduce starts right after a
