@@ -5,9 +5,10 @@ one source, so that a copy that drifts fails the suite:
   python/gradsync/errors.py and the names and texts the library gives;
 - the version: meson's project version, against gradsync.__version__ (which
   pyproject.toml reads) and the loaded library's gs_version();
-- the default socket: GS_DEFAULT_SOCKET in proto/client_protocol.h, against
-  every path to a gradsyncd socket the README, the man pages and python/
-  name.
+- the default socket: GS_DEFAULT_SOCKET in proto/client_protocol.h (which
+  meson passes to the systemd units and man pages), against every socket
+  path under /run that the README, python/ and the man pages' templates
+  write out.
 
 Needs no NumPy: runs on the system's python3 (GS_SOURCE_ROOT, GRADSYNC_LIBRARY
 and GS_PROJECT_VERSION come from meson)."""
