@@ -161,7 +161,7 @@ static int step(gs_client *c, size_t n, unsigned batch, uint32_t *idx, double *m
 		struct gs_step_result *res)
 {
 	struct gs_step_options so = GS_STEP_OPTIONS_INIT;
-	double t0 = bench_now_ms();
+	double t0 = gs_now_ms();
 	int r = gs_step_begin(c, &so);
 	if (r < 0)
 		return failed(c, "gs_step_begin", r);
@@ -174,7 +174,7 @@ static int step(gs_client *c, size_t n, unsigned batch, uint32_t *idx, double *m
 			return failed(c, "gs_mark_ready", r);
 	}
 	r = gs_step_wait(c, WAIT_TIMEOUT_MS, res);
-	*ms = bench_now_ms() - t0;
+	*ms = gs_now_ms() - t0;
 	if (r < 0)
 		return failed(c, "gs_step_wait", r);
 	if (res->nonfinite) {

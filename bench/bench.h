@@ -1,7 +1,7 @@
 /*
- * What the benchmark programs share: the clock, order statistics, child
- * processes and the CSV of every measurement. Gradient layouts come from
- * layouts/layout_file.h.
+ * What the benchmark programs share: order statistics, child processes
+ * and the CSV of every measurement. Gradient layouts come from
+ * layouts/layout_file.h, the clock from common/clock.h.
  */
 #ifndef GS_BENCH_H
 #define GS_BENCH_H
@@ -12,10 +12,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "clock.h"
 #include "layout_file.h"
-
-/* CLOCK_MONOTONIC in milliseconds. */
-double bench_now_ms(void);
 
 /* An option's value: a decimal number in [min, max] into *out. Returns 0,
  * or -1 when s is not one. */

@@ -73,10 +73,10 @@ int bench_cluster_start(struct bench_cluster *cl, const struct bench_config *c, 
 			goto fail;
 		cl->nodes = i + 1;
 	}
-	double deadline = bench_now_ms() + READY_TIMEOUT_MS;
+	double deadline = gs_now_ms() + READY_TIMEOUT_MS;
 	for (unsigned i = 0; i < nodes; i++) {
 		while (!can_connect(cl->socket[i])) {
-			if (!bench_alive(cl->daemon[i]) || bench_now_ms() > deadline) {
+			if (!bench_alive(cl->daemon[i]) || gs_now_ms() > deadline) {
 				fprintf(stderr, "gradsync-bench: gradsyncd %u did not start\n", i);
 				bench_dump(cl->log[i]);
 				goto fail;

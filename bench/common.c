@@ -16,13 +16,6 @@
 #include <time.h>
 #include <unistd.h>
 
-double bench_now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
 int bench_parse_uint(const char *s, unsigned long min, unsigned long max, unsigned long *out)
 {
 	char *end;
@@ -120,7 +113,7 @@ static int decode(int ws)
 
 int bench_wait(pid_t pid, int timeout_ms)
 {
-	double deadline = bench_now_ms() + timeout_ms;
+	double deadline = gs_now_ms() + timeout_ms;
 	int ws;
 	for (;;) {
 		pid_t r = waitpid(pid, &ws, WNOHANG);
@@ -128,7 +121,7 @@ int bench_wait(pid_t pid, int timeout_ms)
 			return decode(ws);
 		if (r < 0 && errno != EINTR)
 			return -1;
-		if (bench_now_ms() > deadline)
+		if (gs_now_ms() > deadline)
 			break;
 		nanosleep(&(struct timespec){0, 5000000}, NULL);
 	}

@@ -136,13 +136,13 @@ static int take_turns(gs_client *gc, struct pingpong *pp, unsigned n, double *da
 {
 	unsigned warmup = n / 10;
 	for (unsigned i = 0; i < warmup + n; i++) {
-		double t0 = bench_now_ms(), in;
+		double t0 = gs_now_ms(), in;
 		if (step_once(gc, &in) < 0)
 			return -1;
-		double t1 = bench_now_ms();
+		double t1 = gs_now_ms();
 		if (pingpong_once(pp) < 0)
 			return -1;
-		double t2 = bench_now_ms();
+		double t2 = gs_now_ms();
 		if (i >= warmup) {
 			daemon[i - warmup] = t1 - t0;
 			inside[i - warmup] = in;

@@ -461,7 +461,7 @@ static FILE *open_out(const char *dir, const char *name, const char *header)
 
 static void phase(unsigned *k, unsigned total, const char *what, double t0)
 {
-	printf("[%u/%u %5.0f s] %s\n", ++*k, total, (bench_now_ms() - t0) / 1e3, what);
+	printf("[%u/%u %5.0f s] %s\n", ++*k, total, (gs_now_ms() - t0) / 1e3, what);
 	fflush(stdout);
 }
 
@@ -555,7 +555,7 @@ int main(int argc, char **argv)
 	if (!o.c.csv || !sum || !txt)
 		return 1;
 
-	double t0 = bench_now_ms(), load = loadavg();
+	double t0 = gs_now_ms(), load = loadavg();
 	printf("gradsync-bench: %u node(s) x %u trainer(s), %u steps, layouts %s; results in %s\n",
 	       o.c.nodes, o.c.trainers, o.c.steps, o.layouts, o.out);
 	struct kernel_result k[KERNEL_RESULTS];
@@ -577,7 +577,7 @@ int main(int argc, char **argv)
 				"missing\n");
 	printf("\n%.0f s in all; every measurement in %s/measurements.csv, summary in "
 	       "%s/summary.{txt,csv}, chart %s/steps.png\n",
-	       (bench_now_ms() - t0) / 1e3, o.out, o.out, o.out);
+	       (gs_now_ms() - t0) / 1e3, o.out, o.out, o.out);
 	if (rc == 0 && !o.keep)
 		nftw(tmp, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	else if (rc == 0)

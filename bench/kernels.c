@@ -81,7 +81,7 @@ static double run_one(int k, struct buffers *b)
 	struct gs_pack_params p[64];
 	for (unsigned i = 0; i < b->nsrc; i++)
 		p[i] = clip;
-	double t0 = bench_now_ms();
+	double t0 = gs_now_ms();
 	switch (k) {
 	case K_MEMCPY:
 		memcpy(b->copy, b->src[0], b->n * sizeof(float));
@@ -105,7 +105,7 @@ static double run_one(int k, struct buffers *b)
 		gs_unpack(GS_WIRE_F16, b->dst, b->nsrc, b->wire[0], b->n, 0.5f);
 		break;
 	}
-	return bench_now_ms() - t0;
+	return gs_now_ms() - t0;
 }
 
 int bench_kernels(const struct bench_config *c, size_t elements,

@@ -140,11 +140,11 @@ static int rank_main(struct gloo_run *run, unsigned rank)
 	unsigned every = c->steps >= 10 ? c->steps / 5 : 1;
 	for (unsigned sys = 0; rc == GS_OK && sys < GLOO_SYSTEMS; sys++) {
 		for (unsigned s = 0; rc == GS_OK && s < c->warmup + c->steps; s++) {
-			double t0 = bench_now_ms();
+			double t0 = gs_now_ms();
 			for (size_t b = 0; rc == GS_OK && b < run->nbuckets; b++)
 				rc = one_bucket(g, systems[sys].wire, &run->buckets[b], l, offs,
 						grads, buf, prescale, err, sizeof(err));
-			double ms = bench_now_ms() - t0;
+			double ms = gs_now_ms() - t0;
 			if (s < c->warmup)
 				continue;
 			unsigned k = s - c->warmup;
@@ -235,9 +235,9 @@ int sync_gloo(const struct bench_config *c, const struct layout_file *l,
 		}
 		started++;
 	}
-	double deadline = bench_now_ms() + 600000;
+	double deadline = gs_now_ms() + 600000;
 	for (unsigned r = 0; r < started; r++) {
-		int left = (int)(deadline - bench_now_ms());
+		int left = (int)(deadline - gs_now_ms());
 		int st = bench_wait(pids[r], left > 0 ? left : 1);
 		if (st != 0) {
 			fprintf(stderr, "gradsync-bench: Gloo rank %u %s (status %d)\n", r,

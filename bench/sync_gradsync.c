@@ -113,9 +113,9 @@ static int run_job(const struct bench_config *c, const struct bench_cluster *cl,
 {
 	struct job jb;
 	int rc = spawn_trainers(&jb, c, cl, local, layout_path, label, dir);
-	double deadline = bench_now_ms() + timeout_ms;
+	double deadline = gs_now_ms() + timeout_ms;
 	for (unsigned k = 0; k < jb.ranks; k++) {
-		int left = (int)(deadline - bench_now_ms());
+		int left = (int)(deadline - gs_now_ms());
 		int st = bench_wait(jb.pid[k], left > 0 ? left : 1);
 		if (st != 0) {
 			fprintf(stderr, "gradsync-bench: trainer %u %s (status %d)\n", k,

@@ -12,9 +12,6 @@
 #include "frame.h"
 #include "gradsync.h"
 
-/* The library is built with hidden visibility; this marks the public API. */
-#define GS_EXPORT __attribute__((visibility("default")))
-
 #define GS_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
 
 /* Largest frame accepted from gradsyncd; a StatusReply of a busy node is

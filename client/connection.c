@@ -14,26 +14,20 @@
 #include <unistd.h>
 
 #include "client.h"
+#include "clock.h"
 
 /* ---- deadlines --------------------------------------------------------- */
 
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int64_t gs_deadline(int timeout_ms)
 {
-	return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+	return timeout_ms < 0 ? -1 : (int64_t)(gs_now_ns() / 1000000) + timeout_ms;
 }
 
 int gs_remaining(int64_t deadline)
 {
 	if (deadline < 0)
 		return -1;
-	int64_t left = deadline - now_ms();
+	int64_t left = deadline - (int64_t)(gs_now_ns() / 1000000);
 	if (left <= 0)
 		return 0;
 	return left > INT_MAX ? INT_MAX : (int)left;

@@ -10,7 +10,7 @@
 
 #include "client.h"
 
-GS_EXPORT int gs_control_connect(const char *socket_path, int timeout_ms,
+int gs_control_connect(const char *socket_path, int timeout_ms,
 				 gs_client **out)
 {
 	if (!out)
@@ -140,7 +140,7 @@ static void drop_reply(struct gs_client *c)
 	c->reply = NULL;
 }
 
-GS_EXPORT int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out)
+int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out)
 {
 	if (!c || !out)
 		return gs_fail(c, GS_EINVAL, "gs_status_get: NULL argument");
@@ -158,7 +158,7 @@ GS_EXPORT int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out
 	return r;
 }
 
-GS_EXPORT void gs_status_free(struct gs_status *s)
+void gs_status_free(struct gs_status *s)
 {
 	if (!s)
 		return;
@@ -169,7 +169,7 @@ GS_EXPORT void gs_status_free(struct gs_status *s)
 
 /* ---- metrics ------------------------------------------------------------- */
 
-GS_EXPORT int gs_metrics_get(gs_client *c, int timeout_ms, char **text)
+int gs_metrics_get(gs_client *c, int timeout_ms, char **text)
 {
 	if (!c || !text)
 		return gs_fail(c, GS_EINVAL, "gs_metrics_get: NULL argument");
@@ -188,7 +188,7 @@ GS_EXPORT int gs_metrics_get(gs_client *c, int timeout_ms, char **text)
 	return *text ? GS_OK : gs_fail(c, GS_ENOMEM, "out of memory");
 }
 
-GS_EXPORT void gs_metrics_free(char *text)
+void gs_metrics_free(char *text)
 {
 	free(text);
 }
@@ -211,7 +211,7 @@ static void copy_connection(struct gs_connection_status *o, const Gradsync__Clie
 	o->hidden = m->hidden;
 }
 
-GS_EXPORT int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_status **out,
+int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_status **out,
 			     size_t *count)
 {
 	if (!c || !out || !count)
@@ -240,7 +240,7 @@ GS_EXPORT int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_
 	return GS_OK;
 }
 
-GS_EXPORT void gs_clients_free(struct gs_connection_status *list)
+void gs_clients_free(struct gs_connection_status *list)
 {
 	free(list);
 }
@@ -272,7 +272,7 @@ static int trace_request(gs_client *c, Gradsync__Message *m, int fd, int timeout
 	return GS_OK;
 }
 
-GS_EXPORT int gs_trace_start(gs_client *c, int fd, int timeout_ms, struct gs_trace_status *out)
+int gs_trace_start(gs_client *c, int fd, int timeout_ms, struct gs_trace_status *out)
 {
 	if (!c || fd < 0)
 		return gs_fail(c, GS_EINVAL, "gs_trace_start: %s",
@@ -285,7 +285,7 @@ GS_EXPORT int gs_trace_start(gs_client *c, int fd, int timeout_ms, struct gs_tra
 	return trace_request(c, &m, fd, timeout_ms, out);
 }
 
-GS_EXPORT int gs_trace_stop(gs_client *c, int timeout_ms, struct gs_trace_status *out)
+int gs_trace_stop(gs_client *c, int timeout_ms, struct gs_trace_status *out)
 {
 	if (!c)
 		return gs_fail(c, GS_EINVAL, "gs_trace_stop: NULL handle");

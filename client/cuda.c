@@ -370,7 +370,7 @@ static int adopt_tensors(struct gs_client *c, const struct gs_cuda_tensor_spec *
 	return GS_OK;
 }
 
-GS_EXPORT int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
+int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
 {
 	if (!c)
 		return gs_fail(NULL, GS_EINVAL, "gs_register_cuda: NULL handle");
@@ -417,7 +417,7 @@ static struct gs_cuda *cuda_of(struct gs_client *c, const char *fn)
 	return NULL;
 }
 
-GS_EXPORT int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *stream)
+int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *stream)
 {
 	struct gs_cuda *g = cuda_of(c, "gs_cuda_mark_ready");
 	if (!g)
@@ -437,7 +437,7 @@ GS_EXPORT int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n
 	return r;
 }
 
-GS_EXPORT int gs_cuda_stream_wait(gs_client *c, void *stream)
+int gs_cuda_stream_wait(gs_client *c, void *stream)
 {
 	struct gs_cuda *g = cuda_of(c, "gs_cuda_stream_wait");
 	if (!g)

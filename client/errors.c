@@ -1,14 +1,15 @@
 /*
  * Error messages: the detail of the last failure lives in the handle, or
  * per thread while there is no handle yet. gs_strerror and gs_err_name
- * live in proto/errors.c, shared with the daemon, and are exported from
- * here through the symbol map.
+ * give the daemon's own names and descriptions (proto/errors.c, from the
+ * one map in client_protocol.h).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "client.h"
+#include "errors.h"
 
 static _Thread_local char thread_error[GS_ERRMSG_SIZE];
 
@@ -23,7 +24,17 @@ bool gs_err_known(int code)
 	return false;
 }
 
-GS_EXPORT const char *gs_last_error(const gs_client *c)
+const char *gs_strerror(int code)
+{
+	return gs_error_desc(code);
+}
+
+const char *gs_err_name(int code)
+{
+	return gs_error_name(code);
+}
+
+const char *gs_last_error(const gs_client *c)
 {
 	return c ? c->error : thread_error;
 }

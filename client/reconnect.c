@@ -35,7 +35,7 @@ static void reset_session(struct gs_client *c)
 		c->tensors[i].marked_step = 0;
 }
 
-GS_EXPORT int gs_reconnect(gs_client *c, int timeout_ms)
+int gs_reconnect(gs_client *c, int timeout_ms)
 {
 	if (!c)
 		return gs_fail(NULL, GS_EINVAL, "gs_reconnect: NULL handle");
@@ -54,7 +54,7 @@ GS_EXPORT int gs_reconnect(gs_client *c, int timeout_ms)
 	return r;
 }
 
-GS_EXPORT bool gs_tensor_reduced(const gs_client *c, size_t index)
+bool gs_tensor_reduced(const gs_client *c, size_t index)
 {
 	return c && c->reduced && index < c->ntensors && c->reduced[index];
 }

@@ -8,6 +8,23 @@
 
 #include "client.h"
 
+/* The public enums are gradsync.proto's (the source): the welcome's values
+ * and a tensor's dtype pass between them by a cast. */
+#define GS_SAME(a, b) _Static_assert((int)(a) == (int)(b), #a " is " #b)
+GS_SAME(GS_FLOAT32, GRADSYNC__DTYPE__DTYPE_FLOAT32);
+GS_SAME(GS_FLOAT16, GRADSYNC__DTYPE__DTYPE_FLOAT16);
+GS_SAME(GS_BFLOAT16, GRADSYNC__DTYPE__DTYPE_BFLOAT16);
+GS_SAME(GS_FLOAT64, GRADSYNC__DTYPE__DTYPE_FLOAT64);
+GS_SAME(GS_INT32, GRADSYNC__DTYPE__DTYPE_INT32);
+GS_SAME(GS_INT64, GRADSYNC__DTYPE__DTYPE_INT64);
+GS_SAME(GS_UINT8, GRADSYNC__DTYPE__DTYPE_UINT8);
+GS_SAME(GS_WIRE_DTYPE_FP16, GRADSYNC__WIRE_DTYPE__WIRE_FP16);
+GS_SAME(GS_WIRE_DTYPE_BF16, GRADSYNC__WIRE_DTYPE__WIRE_BF16);
+GS_SAME(GS_WIRE_DTYPE_FP32, GRADSYNC__WIRE_DTYPE__WIRE_FP32);
+GS_SAME(GS_OP_AVERAGE, GRADSYNC__REDUCE_OP__OP_AVERAGE);
+GS_SAME(GS_OP_SUM, GRADSYNC__REDUCE_OP__OP_SUM);
+#undef GS_SAME
+
 static const char *socket_path(const char *path)
 {
 	if (path)
@@ -132,7 +149,7 @@ err_client:
 	return r;
 }
 
-GS_EXPORT int gs_connect(const struct gs_connect_options *opts,
+int gs_connect(const struct gs_connect_options *opts,
 			 gs_client **out)
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
@@ -151,7 +168,7 @@ GS_EXPORT int gs_connect(const struct gs_connect_options *opts,
 			       o.local_rank, o.job_id, o.timeout_ms, out);
 }
 
-GS_EXPORT void gs_close(gs_client *c)
+void gs_close(gs_client *c)
 {
 	if (!c)
 		return;
@@ -168,7 +185,7 @@ GS_EXPORT void gs_close(gs_client *c)
 	free(c);
 }
 
-GS_EXPORT int gs_session_info(const gs_client *c, struct gs_session_info *info)
+int gs_session_info(const gs_client *c, struct gs_session_info *info)
 {
 	if (!c || !info)
 		return gs_fail(NULL, GS_EINVAL, "gs_session_info: NULL argument");
@@ -176,7 +193,7 @@ GS_EXPORT int gs_session_info(const gs_client *c, struct gs_session_info *info)
 	return GS_OK;
 }
 
-GS_EXPORT int gs_fd(const gs_client *c)
+int gs_fd(const gs_client *c)
 {
 	return c ? c->fd : -1;
 }

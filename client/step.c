@@ -38,7 +38,7 @@ static int send_begin(struct gs_client *c, const struct gs_step_options *o)
 	return gs_conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
 }
 
-GS_EXPORT int gs_step_begin(gs_client *c, const struct gs_step_options *opts)
+int gs_step_begin(gs_client *c, const struct gs_step_options *opts)
 {
 	struct gs_step_options o = GS_STEP_OPTIONS_INIT;
 	if (!c)
@@ -126,7 +126,7 @@ static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 	return r;
 }
 
-GS_EXPORT int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)
+int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)
 {
 	if (!c)
 		return gs_fail(NULL, GS_EINVAL, "gs_mark_ready: NULL handle");
@@ -188,7 +188,7 @@ static int wait_step(struct gs_client *c, int timeout_ms,
 	return r < 0 ? r : collect(c, out);
 }
 
-GS_EXPORT int gs_step_wait(gs_client *c, int timeout_ms,
+int gs_step_wait(gs_client *c, int timeout_ms,
 			   struct gs_step_result *out)
 {
 	if (!c)
@@ -196,7 +196,7 @@ GS_EXPORT int gs_step_wait(gs_client *c, int timeout_ms,
 	return wait_step(c, timeout_ms, out);
 }
 
-GS_EXPORT int gs_step_poll(gs_client *c, struct gs_step_result *out)
+int gs_step_poll(gs_client *c, struct gs_step_result *out)
 {
 	if (!c)
 		return gs_fail(NULL, GS_EINVAL, "gs_step_poll: NULL handle");
@@ -207,7 +207,7 @@ GS_EXPORT int gs_step_poll(gs_client *c, struct gs_step_result *out)
 	return r;
 }
 
-GS_EXPORT uint32_t gs_buckets_done(const gs_client *c)
+uint32_t gs_buckets_done(const gs_client *c)
 {
 	return c ? c->buckets_done : 0;
 }

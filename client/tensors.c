@@ -350,7 +350,7 @@ static int check_register(struct gs_client *c,
 	return GS_OK;
 }
 
-GS_EXPORT int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
+int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
 			  size_t n)
 {
 	if (!c)
@@ -402,17 +402,17 @@ err_release:
 	return r;
 }
 
-GS_EXPORT size_t gs_tensor_count(const gs_client *c)
+size_t gs_tensor_count(const gs_client *c)
 {
 	return c && c->registered ? c->ntensors : 0;
 }
 
-GS_EXPORT size_t gs_bucket_count(const gs_client *c)
+size_t gs_bucket_count(const gs_client *c)
 {
 	return c && c->registered ? c->nbuckets : 0;
 }
 
-GS_EXPORT float *gs_tensor_data(gs_client *c, size_t index)
+float *gs_tensor_data(gs_client *c, size_t index)
 {
 	if (!c || !c->registered || index >= c->ntensors)
 		return NULL;

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Fills a man page template from gradsyncd's own settings table.
 
-Usage: mkman.py GRADSYNCD TEMPLATE OUTPUT VERSION CONFIG
+Usage: mkman.py GRADSYNCD TEMPLATE OUTPUT VERSION CONFIG SOCKET
 
 The template's line "@SETTINGS@" becomes one entry per setting, read from
 `gradsyncd --help` (which the table prints), as flags in gradsyncd(8) and
 as file keys in gradsync.conf(5) (the template's first line says which:
-".\\" settings: flags" or ".\\" settings: keys"). @VERSION@ and @CONFIG@
-are replaced everywhere. The pages so never miss or misstate a setting.
+".\\" settings: flags" or ".\\" settings: keys"). @VERSION@, @CONFIG@ and
+@SOCKET@ are replaced everywhere. The pages so never miss or misstate a
+setting.
 """
 import re
 import subprocess
@@ -47,7 +48,7 @@ def entries(found, style):
 
 
 def main():
-    gradsyncd, template, output, version, config = sys.argv[1:6]
+    gradsyncd, template, output, version, config, socket = sys.argv[1:7]
     src = open(template).read().splitlines()
     style = "flags" if "settings: flags" in src[0] else "keys"
     found = settings(gradsyncd)
@@ -56,7 +57,8 @@ def main():
         if line == "@SETTINGS@":
             out += entries(found, style)
         else:
-            out.append(line.replace("@VERSION@", version).replace("@CONFIG@", roff(config)))
+            out.append(line.replace("@VERSION@", version).replace("@CONFIG@", roff(config))
+                       .replace("@SOCKET@", roff(socket)))
     open(output, "w").write("\n".join(out) + "\n")
 
 

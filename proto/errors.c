@@ -1,11 +1,12 @@
 /*
- * The names and descriptions of gradsync's error codes, from the one
- * X-macro map in gradsync.h. Shared by the daemon (for its Error messages
- * and logs) and libgradsync (which exports them).
+ * The names and descriptions of gradsync's error codes, generated from the
+ * one X-macro map in client_protocol.h. Linked into the daemon and, with
+ * hidden visibility, into libgradsync, whose gs_strerror and gs_err_name
+ * (client/errors.c) return these.
  */
-#include "gradsync.h"
+#include "errors.h"
 
-__attribute__((visibility("default"))) const char *gs_strerror(int code)
+const char *gs_error_desc(int code)
 {
 	switch (code) {
 #define GS_ERR_DESC(name, value, desc)                                         \
@@ -17,7 +18,7 @@ __attribute__((visibility("default"))) const char *gs_strerror(int code)
 	return "unknown error";
 }
 
-__attribute__((visibility("default"))) const char *gs_err_name(int code)
+const char *gs_error_name(int code)
 {
 	switch (code) {
 #define GS_ERR_NAME(name, value, desc)                                         \

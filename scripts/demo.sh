@@ -32,7 +32,7 @@ for node in $(seq 0 $((nodes - 1))); do
 done
 for node in $(seq 0 $((nodes - 1))); do
   for _ in $(seq 600); do
-    "$build/client/gradsyncctl" --socket "$dir/node-$node.sock" status >/dev/null 2>&1 && break
+    "$build/client/gradsyncctl/gradsyncctl" --socket "$dir/node-$node.sock" status >/dev/null 2>&1 && break
     sleep 0.1
   done
   sed "s/^/  daemon $node: /" "$dir/gradsyncd-$node.log"
@@ -43,7 +43,7 @@ pids=()
 names=()
 for node in $(seq 0 $((nodes - 1))); do
   for rank in $(seq 0 $((trainers - 1))); do
-    "$build/client/gradsync-example-trainer" --socket "$dir/node-$node.sock" \
+    "$build/tests/trainer/gradsync-verifying-trainer" --socket "$dir/node-$node.sock" \
       --layout layouts/resnet50.txt --rank "$rank" --steps "$steps" \
       > "$dir/trainer-$node-$rank.log" 2>&1 &
     pids+=($!)
@@ -57,5 +57,5 @@ for i in "${!pids[@]}"; do
 done
 
 echo "== gradsyncctl status (node 0)"
-"$build/client/gradsyncctl" --socket "$dir/node-0.sock" status
+"$build/client/gradsyncctl/gradsyncctl" --socket "$dir/node-0.sock" status
 exit $status

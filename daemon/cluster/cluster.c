@@ -12,7 +12,7 @@
 #include "backend/gloo/gloo_comm.h"
 #include "serve/conn.h"
 #include "serve/server.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "engine/job.h"
 #include "cluster/liveness.h"
 #include "support/log.h"
@@ -72,7 +72,7 @@ static int same_backend(struct gs_cluster *c, const struct gs_kv *kv, char *why,
 	snprintf(key, sizeof(key), "backend/%u", c->node_rank);
 	int rc = kv->set(kv->ctx, key, mine, mylen);
 	if (rc != GS_OK) {
-		snprintf(why, n, "saying which backend this node runs: %s", gs_strerror(rc));
+		snprintf(why, n, "saying which backend this node runs: %s", gs_error_desc(rc));
 		return rc;
 	}
 	for (uint32_t r = 0; r < c->nodes; r++) {
@@ -82,7 +82,7 @@ static int same_backend(struct gs_cluster *c, const struct gs_kv *kv, char *why,
 		rc = kv->get(kv->ctx, key, &value, &len, join_timeout_ms(c));
 		if (rc != GS_OK) {
 			snprintf(why, n, "node %u did not say which backend it runs (%s)", r,
-				 gs_strerror(rc));
+				 gs_error_desc(rc));
 			return rc;
 		}
 		bool same = len == mylen && !memcmp(value, mine, len);

@@ -8,7 +8,7 @@
 
 #include "cluster/auth.h"
 #include "serve/conn.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "node_protocol.h"
 #include "cluster/rendezvous_server.h"
 #include "support/settings.h"

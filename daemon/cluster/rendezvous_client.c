@@ -18,7 +18,7 @@
 
 #include "cluster/auth.h"
 #include "frame.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "cluster/liveness.h"
 #include "support/log.h"
 #include "node_protocol.h"
@@ -232,7 +232,7 @@ static int expect(struct gs_rdv_client *c, Gradsync__Message__BodyCase want,
 	}
 	if (rc != GS_OK) {
 		snprintf(err, n, "the coordinator closed the connection or sent garbage (%s)",
-			 gs_strerror(rc));
+			 gs_error_desc(rc));
 		return rc;
 	}
 	if (m->body_case == GRADSYNC__MESSAGE__BODY_ERROR) {
@@ -431,7 +431,7 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 	am.node_auth = &a;
 	int rc = send_msg(c, &am, deadline);
 	if (rc != GS_OK) {
-		snprintf(err, n, "cannot reach the coordinator: %s", gs_strerror(rc));
+		snprintf(err, n, "cannot reach the coordinator: %s", gs_error_desc(rc));
 		return rc;
 	}
 	Gradsync__Message *m;
@@ -458,7 +458,7 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 		return GS_OK;
 	rc = send_proof(c, s, nn, cn, deadline);
 	if (rc != GS_OK) {
-		snprintf(err, n, "cannot send this node's proof to the coordinator: %s", gs_strerror(rc));
+		snprintf(err, n, "cannot send this node's proof to the coordinator: %s", gs_error_desc(rc));
 		return rc;
 	}
 	rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_PROOF, deadline, &m, err, n);
@@ -553,7 +553,7 @@ static int join_attempt(struct gs_rdv_client *c, void *ctx, int64_t deadline, ch
 	if (rc == GS_OK)
 		rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_WELCOME, deadline, &m, err, n);
 	else
-		snprintf(err, n, "cannot send hello to the coordinator: %s", gs_strerror(rc));
+		snprintf(err, n, "cannot send hello to the coordinator: %s", gs_error_desc(rc));
 	if (rc == GS_ETIMEDOUT)
 		snprintf(err, n, "not every node joined within %llu s (--join-timeout)",
 			 (unsigned long long)s->join_timeout);

@@ -20,7 +20,7 @@
 
 #include "serve/conn.h"
 #include "serve/server.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "cluster/liveness.h"
 #include "support/log.h"
 #include "cluster/rendezvous_server.h"

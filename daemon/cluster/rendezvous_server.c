@@ -16,7 +16,7 @@
 
 #include "engine/job.h"
 #include "serve/conn.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 #include "node_protocol.h"
 #include "cluster/rendezvous.h"

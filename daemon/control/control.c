@@ -9,7 +9,7 @@
 #include "control/status.h"
 #include "control/view.h"
 #include "engine/trainer.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "serve/access.h"
 #include "serve/conn.h"
 #include "support/trace.h"

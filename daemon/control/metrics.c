@@ -13,7 +13,7 @@
 #include "control/view.h"
 #include "engine/job.h"
 #include "engine/stats.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "serve/conn.h"
 #include "support/log.h"
 #include "support/settings.h"

@@ -9,7 +9,7 @@
 #include "control/view.h"
 #include "engine/job.h"
 #include "engine/trainer.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 #include "support/settings.h"
 

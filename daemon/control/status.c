@@ -10,7 +10,7 @@
 #include "engine/job.h"
 #include "engine/stats.h"
 #include "engine/trainer.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "serve/access.h"
 #include "support/settings.h"
 

@@ -8,7 +8,7 @@
 #include "clock.h"
 #include "engine/reduce.h"
 #include "engine/trainer.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 static void on_reap_timer(uv_timer_t *timer)
@@ -711,7 +711,7 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 			snprintf(why, sizeof(why), "%s", run->error);
 		else
 			snprintf(why, sizeof(why), "all-reduce of bucket %u failed: %s",
-				 run->bucket, run->error[0] ? run->error : gs_strerror(run->status));
+				 run->bucket, run->error[0] ? run->error : gs_error_desc(run->status));
 		bool first = !j->aborting;
 		abort_step(j, why, 0, 0);
 		/* A peer's death shows here first, as a broken connection; the

@@ -6,7 +6,7 @@
 
 #include "clock.h"
 #include "engine/trainer.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/trace.h"
 
 static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)

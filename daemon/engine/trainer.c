@@ -8,7 +8,7 @@
 
 #include "engine/job.h"
 #include "frame.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 /* As long as a connection's own Error message (serve/conn.c). */

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 static void on_poll(uv_poll_t *p, int status, int events);
@@ -216,7 +216,7 @@ void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	conn_warn(c, "dropping client %s: %s: %s", gs_conn_name(c), gs_err_name(code), msg);
+	conn_warn(c, "dropping client %s: %s: %s", gs_conn_name(c), gs_error_name(code), msg);
 	gs_conn_end(c, code, msg);
 }
 

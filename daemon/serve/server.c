@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 #include "support/notify.h"
 

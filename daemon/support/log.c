@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 /* Each call site (its format string) may log this many lines per window;
  * more are counted and summed up in one line when the window has passed,
  * so a client that provokes the same warning in a loop cannot flood the
@@ -60,13 +62,6 @@ static const char *level_name(enum gs_log_level level)
 	default:
 		return "debug";
 	}
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* Control characters and backslashes as \xNN and \\: text from clients
@@ -183,7 +178,7 @@ void gs_vlog(enum gs_log_level level, const char *fmt, va_list ap)
 	vsnprintf(line, sizeof(line), fmt, ap);
 	escape(line, safe, sizeof(safe));
 	pthread_mutex_lock(&lock);
-	if (admit(fmt, level, now_ns()))
+	if (admit(fmt, level, gs_now_ns()))
 		emit(level, safe);
 	pthread_mutex_unlock(&lock);
 }
@@ -198,7 +193,7 @@ void gs_log(enum gs_log_level level, const char *fmt, ...)
 
 void gs_log_flush(void)
 {
-	uint64_t now = now_ns();
+	uint64_t now = gs_now_ns();
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < LOG_SITES; i++)
 		if (sites[i].fmt)
@@ -212,7 +207,7 @@ void gs_log_flush(void)
  * and starts a new one. */
 static void roll(struct gs_log_group *g, enum gs_log_level level)
 {
-	uint64_t now = now_ns(), began = g->window.start_ns;
+	uint64_t now = gs_now_ns(), began = g->window.start_ns;
 	unsigned long long held = roll_window(&g->window, GS_LOG_GROUP_WINDOW_MS * 1000000ull, now);
 	if (held)
 		gs_log(level, "%llu more lines about %s held back in %.1f s (at most %d every %d s are logged)",

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "support/config_file.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 enum kind { K_TEXT, K_UINT, K_CHOICE, K_PREDIVIDE };
@@ -23,6 +23,7 @@ struct setting {
 	const char *name; /* --name, GRADSYNC_NAME (upper case, '-' as '_') */
 	enum kind kind;
 	size_t offset;
+	size_t size;      /* of the field: a K_UINT is 4 or 8 bytes */
 	const char *def;
 	uint64_t min, max;      /* K_UINT; K_TEXT: max is the longest length */
 	const struct choice *choices; /* K_CHOICE, ended by a NULL name */
@@ -50,75 +51,78 @@ static const struct choice yes_no_choices[] = {
 };
 
 #define OFF(field) offsetof(struct gs_settings, field)
+/* A setting's field: where it is and how large, so that its type comes
+ * from struct gs_settings itself. */
+#define FIELD(field) OFF(field), sizeof(((struct gs_settings *)0)->field)
 
 static const struct setting table[] = {
-	{ "config", K_TEXT, OFF(config_path), GS_DEFAULT_CONFIG, 0, 255, NULL,
+	{ "config", K_TEXT, FIELD(config_path), GS_DEFAULT_CONFIG, 0, 255, NULL,
 	  "configuration file read at start (gradsync.conf(5)); a missing default file is no error; empty: read none" },
-	{ "socket", K_TEXT, OFF(socket_path), GS_DEFAULT_SOCKET, 1, 107, NULL,
+	{ "socket", K_TEXT, FIELD(socket_path), GS_DEFAULT_SOCKET, 1, 107, NULL,
 	  "Unix socket to listen on" },
-	{ "local-size", K_UINT, OFF(local_size), "1", 1, 64, NULL,
+	{ "local-size", K_UINT, FIELD(local_size), "1", 1, 64, NULL,
 	  "trainers (GPUs) per node that take part in every step" },
-	{ "threshold", K_UINT, OFF(threshold), "2097152", 0, UINT64_C(1) << 32, NULL,
+	{ "threshold", K_UINT, FIELD(threshold), "2097152", 0, UINT64_C(1) << 32, NULL,
 	  "fusion threshold in elements: larger tensors go alone, smaller ones are grouped until the group exceeds it" },
-	{ "wire", K_CHOICE, OFF(wire), "fp16", 0, 0, wire_choices,
+	{ "wire", K_CHOICE, FIELD(wire), "fp16", 0, 0, wire_choices,
 	  "dtype gradients travel and are summed in" },
-	{ "op", K_CHOICE, OFF(op), "average", 0, 0, op_choices,
+	{ "op", K_CHOICE, FIELD(op), "average", 0, 0, op_choices,
 	  "reduce operation across all ranks" },
-	{ "predivide", K_PREDIVIDE, OFF(predivide), "world", 0, 0, NULL,
+	{ "predivide", K_PREDIVIDE, FIELD(predivide), "world", 0, 0, NULL,
 	  "divide gradients by this factor before the cast and by world/factor after it (average); 'world' divides wholly before" },
-	{ "fusion-buffer", K_UINT, OFF(fusion_elements), "4194304", 1024, UINT64_C(1) << 30, NULL,
+	{ "fusion-buffer", K_UINT, FIELD(fusion_elements), "4194304", 1024, UINT64_C(1) << 30, NULL,
 	  "elements per fusion buffer; larger buckets go through it in chunks" },
-	{ "backend", K_CHOICE, OFF(backend), "auto", 0, 0, backend_choices,
+	{ "backend", K_CHOICE, FIELD(backend), "auto", 0, 0, backend_choices,
 	  "where gradients live and are reduced: host (shared memory), cuda (GPU; needs a usable GPU), auto (cuda when usable)" },
-	{ "log-level", K_CHOICE, OFF(log_level), "info", 0, 0, log_choices,
+	{ "log-level", K_CHOICE, FIELD(log_level), "info", 0, 0, log_choices,
 	  "least severe messages logged" },
-	{ "max-frame", K_UINT, OFF(max_frame), "4194304", 4096, UINT64_C(1) << 30, NULL,
+	{ "max-frame", K_UINT, FIELD(max_frame), "4194304", 4096, UINT64_C(1) << 30, NULL,
 	  "largest protocol frame accepted, in bytes" },
-	{ "max-tensors", K_UINT, OFF(max_tensors), "65536", 1, UINT64_C(1) << 24, NULL,
+	{ "max-tensors", K_UINT, FIELD(max_tensors), "65536", 1, UINT64_C(1) << 24, NULL,
 	  "most tensors one trainer may register" },
-	{ "max-bytes", K_UINT, OFF(max_bytes), "68719476736", 4, UINT64_C(1) << 46, NULL,
+	{ "max-bytes", K_UINT, FIELD(max_bytes), "68719476736", 4, UINT64_C(1) << 46, NULL,
 	  "most gradient bytes one trainer may register" },
-	{ "allow-hugetlb", K_CHOICE, OFF(allow_hugetlb), "no", 0, 0, yes_no_choices,
+	{ "allow-hugetlb", K_CHOICE, FIELD(allow_hugetlb), "no", 0, 0, yes_no_choices,
 	  "accept gradient buffers in huge-page memfds (MFD_HUGETLB), whose pages a trainer can make vanish: a trainer whose huge pages vanish fails its own step and is dropped, and that step is aborted for the others" },
-	{ "nodes", K_UINT, OFF(nodes), "1", 1, 1024, NULL,
+	{ "nodes", K_UINT, FIELD(nodes), "1", 1, 1024, NULL,
 	  "nodes (daemons) of the job; more than 1 needs --coordinator" },
-	{ "node-rank", K_UINT, OFF(node_rank), "0", 0, 1023, NULL,
+	{ "node-rank", K_UINT, FIELD(node_rank), "0", 0, 1023, NULL,
 	  "this node's rank among the nodes; rank 0 serves the rendezvous" },
-	{ "coordinator", K_TEXT, OFF(coordinator), "127.0.0.1:29500", 3, 255, NULL,
+	{ "coordinator", K_TEXT, FIELD(coordinator), "127.0.0.1:29500", 3, 255, NULL,
 	  "HOST:PORT of node rank 0's rendezvous (it listens there; the others connect)" },
-	{ "cluster-secret-file", K_TEXT, OFF(cluster_secret_file), "", 0, 255, NULL,
+	{ "cluster-secret-file", K_TEXT, FIELD(cluster_secret_file), "", 0, 255, NULL,
 	  "file holding the secret every node proves it knows before the rendezvous serves it: the same on every node, 16 to 4096 bytes (one trailing newline is trimmed), mode 0600 or 0400; empty: the rendezvous is unauthenticated" },
-	{ "gloo-host", K_TEXT, OFF(gloo_host), "", 0, 255, NULL,
+	{ "gloo-host", K_TEXT, FIELD(gloo_host), "", 0, 255, NULL,
 	  "interface name or address this node's Gloo device listens on; empty: the host name" },
-	{ "join-timeout", K_UINT, OFF(join_timeout), "300", 1, 86400, NULL,
+	{ "join-timeout", K_UINT, FIELD(join_timeout), "300", 1, 86400, NULL,
 	  "seconds to wait for the coordinator and the other nodes (joining, layout agreement)" },
-	{ "peer-timeout", K_UINT, OFF(peer_timeout), "60", 1, 86400, NULL,
+	{ "peer-timeout", K_UINT, FIELD(peer_timeout), "60", 1, 86400, NULL,
 	  "seconds an all-reduce between nodes may wait on a peer (a vote: --step-timeout plus this), and a connection between daemons may stay silent (they ping each other every quarter of it) before the peer counts as lost" },
-	{ "auth-timeout", K_UINT, OFF(auth_timeout), "5", 1, 300, NULL,
+	{ "auth-timeout", K_UINT, FIELD(auth_timeout), "5", 1, 300, NULL,
 	  "seconds a connection to the rendezvous may take to authenticate before node 0 closes it" },
-	{ "step-timeout", K_UINT, OFF(step_timeout), "180", 1, 86400, NULL,
+	{ "step-timeout", K_UINT, FIELD(step_timeout), "180", 1, 86400, NULL,
 	  "seconds a step may wait for gradients before it is aborted, naming what is missing" },
-	{ "stall-warning", K_UINT, OFF(stall_warning), "30", 1, 86400, NULL,
+	{ "stall-warning", K_UINT, FIELD(stall_warning), "30", 1, 86400, NULL,
 	  "seconds a step may wait before a warning names the missing gradients" },
-	{ "group", K_TEXT, OFF(group), "gradsync", 0, 63, NULL,
+	{ "group", K_TEXT, FIELD(group), "gradsync", 0, 63, NULL,
 	  "group that owns the socket and whose members may connect; empty or absent: only root and the daemon's user" },
-	{ "allow-uids", K_TEXT, OFF(allow_uids), "", 0, 255, NULL,
+	{ "allow-uids", K_TEXT, FIELD(allow_uids), "", 0, 255, NULL,
 	  "further user ids allowed to connect, comma separated" },
-	{ "max-clients", K_UINT, OFF(max_clients), "256", 1, 65536, NULL,
+	{ "max-clients", K_UINT, FIELD(max_clients), "256", 1, 65536, NULL,
 	  "connections (trainers and control clients) at once" },
-	{ "job-access", K_CHOICE, OFF(job_access), "owner", 0, 0, job_access_choices,
+	{ "job-access", K_CHOICE, FIELD(job_access), "owner", 0, 0, job_access_choices,
 	  "who may join a job besides root: owner (the user of its first trainer; others learn nothing of it) or any (every user allowed on the socket, for a node of one tenant)" },
-	{ "hello-timeout", K_UINT, OFF(hello_timeout), "5", 1, 3600, NULL,
+	{ "hello-timeout", K_UINT, FIELD(hello_timeout), "5", 1, 3600, NULL,
 	  "seconds a new connection has to say Hello before it is closed" },
-	{ "frame-timeout", K_UINT, OFF(frame_timeout), "10", 1, 3600, NULL,
+	{ "frame-timeout", K_UINT, FIELD(frame_timeout), "10", 1, 3600, NULL,
 	  "seconds a client's frame, once begun, has to arrive whole before the client is dropped" },
-	{ "max-pending-bytes", K_UINT, OFF(max_pending_bytes), "268435456", 1048576, UINT64_C(1) << 40, NULL,
+	{ "max-pending-bytes", K_UINT, FIELD(max_pending_bytes), "268435456", 1048576, UINT64_C(1) << 40, NULL,
 	  "bytes of frames not yet whole that every client together may have gradsyncd hold; at least --max-frame plus 64 KiB" },
-	{ "max-parked-fds", K_UINT, OFF(max_parked_fds), "1024", 64, 1048576, NULL,
+	{ "max-parked-fds", K_UINT, FIELD(max_parked_fds), "1024", 64, 1048576, NULL,
 	  "descriptors received from clients and not yet claimed by a message, every client together (none before Hello); with --max-clients it must fit in RLIMIT_NOFILE" },
-	{ "max-buffers", K_UINT, OFF(max_buffers), "1024", 1, 65536, NULL,
+	{ "max-buffers", K_UINT, FIELD(max_buffers), "1024", 1, 65536, NULL,
 	  "separate buffers (memfds or CUDA allocations) one trainer may register" },
-	{ "max-mappings", K_UINT, OFF(max_mappings), "32768", 1, 1048576, NULL,
+	{ "max-mappings", K_UINT, FIELD(max_mappings), "32768", 1, 1048576, NULL,
 	  "buffers every trainer together may have mapped into gradsyncd; below vm.max_map_count" },
 };
 
@@ -135,11 +139,10 @@ static void env_name(const struct setting *st, char *out, size_t n)
 	out[k] = '\0';
 }
 
-/* The few counts kept as 32-bit fields. */
+/* The counts kept as 32-bit fields (the others are 64-bit). */
 static bool is_u32(const struct setting *st)
 {
-	return st->offset == OFF(local_size) || st->offset == OFF(nodes) ||
-	       st->offset == OFF(node_rank);
+	return st->size == sizeof(uint32_t);
 }
 
 static int parse_uint(const char *text, uint64_t *out)

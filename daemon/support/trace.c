@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 #define FLUSH_MS 250

@@ -16,6 +16,7 @@ from .errors import (BufferError, ConnectError, DisconnectedError, DtypeError, G
                      ProtocolError, RefusedError, StateError, StepAborted, SystemCallError,
                      TimeoutError, strerror)
 
+# meson's project version (tests/python/test_single_sources.py checks it).
 __version__ = "0.1.0"
 
 __all__ = [

@@ -195,6 +195,7 @@ _u32_p = POINTER(c_uint32)
 
 # name: (restype, argtypes)
 _SIGNATURES = {
+    "gs_version": (ctypes.c_uint, []),
     "gs_strerror": (c_char_p, [c_int]),
     "gs_err_name": (c_char_p, [c_int]),
     "gs_connect": (c_int, [POINTER(ConnectOptions), POINTER(_client_p)]),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from .errors import GradSyncError, StateError, StepAborted, error_for
+from .errors import EABORTED, EAGAIN, ESTATE, GradSyncError, StateError, StepAborted, error_for
 
 _np: Any
 try:  # NumPy is optional: without it tensors are memoryviews
@@ -151,7 +151,7 @@ class _Connection:
 
     def _live(self) -> _Handle:
         if self._handle is None or not self._handle.ptr:
-            raise StateError(-12, "the connection is closed", type(self).__name__)
+            raise StateError(ESTATE, "the connection is closed", type(self).__name__)
         return self._handle
 
     def _ptr(self) -> ctypes.c_void_p:
@@ -252,7 +252,7 @@ class Client(_Connection):
         """Registered tensor ``index`` as a float32 array over its shared
         memory (host backend); raises IndexError when out of range."""
         if self._cuda:
-            raise StateError(-12, "CUDA tensors stay in GPU memory: use the caller's "
+            raise StateError(ESTATE, "CUDA tensors stay in GPU memory: use the caller's "
                              "own tensors", "tensor")
         if not 0 <= index < len(self._counts):
             raise IndexError(f"no registered tensor {index} (of {len(self._counts)})")
@@ -309,12 +309,12 @@ class Client(_Connection):
         out = _lib.StepResult()
         with self._lock:
             rc = _lib.lib().gs_step_poll(self._ptr(), ctypes.byref(out))
-        if rc == -14:  # GS_EAGAIN
+        if rc == EAGAIN:
             return None
         return self._finish(rc, out, "poll")
 
     def _finish(self, rc: int, out: _lib.StepResult, call: str) -> StepResult:
-        if rc == -13:  # GS_EABORTED
+        if rc == EABORTED:
             err = self._error(rc, call)
             if isinstance(err, StepAborted):
                 err.result = StepResult._from_c(out)

@@ -12,6 +12,28 @@ from typing import Any, Dict, Optional, Type
 
 from . import _lib
 
+# The error codes: GS_ERRNO_MAP in gradsync's proto/client_protocol.h, from
+# which the C enum, gs_strerror and gs_err_name are made. This copy must
+# name the same codes with the same values: tests/python/test_single_sources.py
+# fails on any difference.
+OK = 0
+EINVAL = -1
+ENOMEM = -2
+ECONNECT = -3
+EDISCONNECTED = -4
+ETIMEDOUT = -5
+EPROTO = -6
+EVERSION = -7
+EDTYPE = -8
+ELAYOUT = -9
+EBUFFER = -10
+ELIMIT = -11
+ESTATE = -12
+EABORTED = -13
+EAGAIN = -14
+ESYSTEM = -15
+EREFUSED = -16
+
 
 class GradSyncError(Exception):
     """A libgradsync call failed."""
@@ -87,21 +109,21 @@ class SystemCallError(GradSyncError, OSError):
 
 
 _BY_CODE: Dict[int, Type[GradSyncError]] = {
-    -1: InvalidArgumentError,
-    -2: NoMemoryError,
-    -3: ConnectError,
-    -4: DisconnectedError,
-    -5: TimeoutError,
-    -6: ProtocolError,
-    -7: ProtocolError,
-    -8: DtypeError,
-    -9: LayoutError,
-    -10: BufferError,
-    -11: LimitError,
-    -12: StateError,
-    -13: StepAborted,
-    -15: SystemCallError,
-    -16: RefusedError,
+    EINVAL: InvalidArgumentError,
+    ENOMEM: NoMemoryError,
+    ECONNECT: ConnectError,
+    EDISCONNECTED: DisconnectedError,
+    ETIMEDOUT: TimeoutError,
+    EPROTO: ProtocolError,
+    EVERSION: ProtocolError,
+    EDTYPE: DtypeError,
+    ELAYOUT: LayoutError,
+    EBUFFER: BufferError,
+    ELIMIT: LimitError,
+    ESTATE: StateError,
+    EABORTED: StepAborted,
+    ESYSTEM: SystemCallError,
+    EREFUSED: RefusedError,
 }
 
 

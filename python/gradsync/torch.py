@@ -32,7 +32,8 @@ from typing import Any, Iterable, Iterator, List, Optional, Union
 import torch
 
 from .client import Client, StepResult
-from .errors import DtypeError, InvalidArgumentError, StateError, StepAborted
+from .errors import (EDTYPE, EINVAL, ESTATE, DtypeError, InvalidArgumentError, StateError,
+                     StepAborted)
 
 DEFAULT_THRESHOLD = 2097152
 
@@ -78,7 +79,7 @@ class GradSync:
         # Backpropagation produces the last layer's gradients first.
         named = list(reversed(_named_parameters(model)))
         if not named:
-            raise InvalidArgumentError(-1, "the model has no parameter that requires a "
+            raise InvalidArgumentError(EINVAL, "the model has no parameter that requires a "
                                        "gradient", "GradSync")
         self.params = [p for _, p in named]
         self._check_params(named)
@@ -103,13 +104,13 @@ class GradSync:
     def _check_params(self, named: List[tuple]) -> None:
         devices = {p.device for _, p in named}
         if len(devices) > 1:
-            raise InvalidArgumentError(-1, "parameters are on several devices ("
+            raise InvalidArgumentError(EINVAL, "parameters are on several devices ("
                                        + ", ".join(sorted(map(str, devices)))
                                        + "); one trainer drives one device", "GradSync")
         self.device = devices.pop()
         for name, p in named:
             if p.dtype != torch.float32:
-                raise DtypeError(-8, f"parameter {name} is {p.dtype}: gradsync "
+                raise DtypeError(EDTYPE, f"parameter {name} is {p.dtype}: gradsync "
                                            "reduces float32 gradients (keep fp32 master "
                                            "weights)", "GradSync")
 
@@ -119,7 +120,7 @@ class GradSync:
                                         ("wire dtype", wire, info.wire_dtype, "--wire")):
             if asked is not None and asked != runs:
                 raise InvalidArgumentError(
-                    -1, f"gradsyncd runs with {what} {runs}, this trainer asked for "
+                    EINVAL, f"gradsyncd runs with {what} {runs}, this trainer asked for "
                     f"{asked}: start gradsyncd with {flag}={asked}, or pass None to use "
                     "the daemon's", "GradSync")
 
@@ -146,7 +147,7 @@ class GradSync:
             return
         i = self._index[id(p)]
         if self._marked[i]:
-            raise StateError(-12, f"gradient {i} produced twice in one step; call wait() "
+            raise StateError(ESTATE, f"gradient {i} produced twice in one step; call wait() "
                              "before the next backward()", "GradSync")
         self._begin()
         self._bind(i)
@@ -193,7 +194,7 @@ class GradSync:
         still runs, and ``param.grad`` must not be read until
         ``self.client.wait()`` has returned."""
         if not self._in_step and not any(p.grad is not None for p in self.params):
-            raise StateError(-12, "no gradient to synchronise: call backward() first",
+            raise StateError(ESTATE, "no gradient to synchronise: call backward() first",
                              "GradSync.wait")
         self._begin()
         rest = [i for i, m in enumerate(self._marked) if not m]

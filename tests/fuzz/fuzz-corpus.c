@@ -17,7 +17,7 @@
 
 #include "frame.h"
 #include "fuzz-input.h"
-#include "gradsync.h"
+#include "client_protocol.h"
 
 struct seed {
 	uint8_t data[8192];

@@ -27,7 +27,7 @@
 
 #include "file_store.h"
 #include "backend/gloo/gloo_comm.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "ranks.h"
 #include "wire_ref.h"
 

@@ -19,7 +19,8 @@
 
 #include "file_store.h"
 #include "backend/gloo/gloo_comm.h"
-#include "gradsync.h"
+#include "clock.h"
+#include "errors.h"
 #include "ranks.h"
 
 #define MSG_LEN 512
@@ -68,9 +69,9 @@ static struct gs_gloo *join(struct scenario *s, int rank)
 	struct gs_gloo_store_ops store = file_store(s->dir);
 	struct outcome *o = &s->out[rank];
 	struct gs_gloo *g = NULL;
-	o->start = now_ms();
+	o->start = gs_now_ms();
 	o->rc = gs_gloo_create(&store, rank, s->size, "127.0.0.1", s->timeout, &g, o->msg, MSG_LEN);
-	o->end = now_ms();
+	o->end = gs_now_ms();
 	return g;
 }
 
@@ -94,7 +95,7 @@ static void missing_peer_times_out(void **state)
 
 	struct outcome *o = &s->out[0];
 	double took = o->end - o->start;
-	print_message("missing peer: %s after %.0f ms: %s\n", gs_err_name(o->rc), took, o->msg);
+	print_message("missing peer: %s after %.0f ms: %s\n", gs_error_name(o->rc), took, o->msg);
 	assert_int_equal(o->rc, GS_ETIMEDOUT);
 	assert_true(took >= s->timeout - 50);
 	assert_true(took <= s->timeout + SLACK_MS);
@@ -114,14 +115,14 @@ static int stalling_pair(int rank, int size, void *arg)
 	static uint16_t buf[100000];
 	if (rank == 1) {
 		/* Connected, but busy elsewhere until rank 0 has given up. */
-		double give_up = now_ms() + 4 * s->timeout;
+		double give_up = gs_now_ms() + 4 * s->timeout;
 		while (__atomic_load_n(&s->out[0].rc_after, __ATOMIC_ACQUIRE) == 0 &&
-		       now_ms() < give_up)
+		       gs_now_ms() < give_up)
 			nanosleep(&(struct timespec){0, 10000000}, NULL);
 	} else {
-		o->start = now_ms();
+		o->start = gs_now_ms();
 		o->rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, 100000, s->timeout, o->msg, MSG_LEN);
-		o->end = now_ms();
+		o->end = gs_now_ms();
 		int rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, 100000, s->timeout, o->msg_after,
 					   MSG_LEN);
 		__atomic_store_n(&o->rc_after, rc, __ATOMIC_RELEASE);
@@ -142,7 +143,7 @@ static void stalled_peer_times_out(void **state)
 
 	struct outcome *o = &s->out[0];
 	double took = o->end - o->start;
-	print_message("stalled peer: %s after %.0f ms: %s\n", gs_err_name(o->rc), took, o->msg);
+	print_message("stalled peer: %s after %.0f ms: %s\n", gs_error_name(o->rc), took, o->msg);
 	assert_int_equal(o->rc, GS_ETIMEDOUT);
 	assert_true(took >= s->timeout - 50);
 	assert_true(took <= s->timeout + SLACK_MS);
@@ -165,9 +166,9 @@ static int streaming_rank(int rank, int size, void *arg)
 		return 1;
 	/* Until rank 1 is killed: the parent waits for three rounds first. */
 	for (int i = 0; i < 100000; i++) {
-		o->start = now_ms();
+		o->start = gs_now_ms();
 		o->rc = gs_gloo_allreduce(g, GS_WIRE_F16, buf, STREAM, s->timeout, o->msg, MSG_LEN);
-		o->end = now_ms();
+		o->end = gs_now_ms();
 		if (o->rc < 0)
 			break;
 		o->rounds++;
@@ -189,11 +190,11 @@ static void killed_peer_fails_in_time(void **state)
 	struct ranks rk;
 	int status[RANKS_MAX];
 	assert_int_equal(ranks_start(&rk, 2, streaming_rank, s), 0);
-	double deadline = now_ms() + 20000;
-	while (s->out[0].rounds < 3 && now_ms() < deadline)
+	double deadline = gs_now_ms() + 20000;
+	while (s->out[0].rounds < 3 && gs_now_ms() < deadline)
 		nanosleep(&(struct timespec){0, 1000000}, NULL);
 	int rounds = s->out[0].rounds;
-	double killed = now_ms();
+	double killed = gs_now_ms();
 	ranks_kill(&rk, 1);
 	assert_int_equal(ranks_wait(&rk, s->timeout + 10000, status), 0);
 	assert_int_equal(status[1], 128 + 9);
@@ -203,7 +204,7 @@ static void killed_peer_fails_in_time(void **state)
 	struct outcome *o = &s->out[0];
 	double took = o->end - killed;
 	print_message("killed peer after %d rounds: %s %.0f ms after the kill: %s\n", o->rounds,
-		      gs_err_name(o->rc), took, o->msg);
+		      gs_error_name(o->rc), took, o->msg);
 	assert_true(o->rc == GS_EDISCONNECTED || o->rc == GS_ETIMEDOUT);
 	assert_true(took <= s->timeout + SLACK_MS);
 	assert_non_null(strstr(o->msg, "4194304 fp16 elements"));
@@ -254,7 +255,7 @@ static void failing_store(void **state)
 	struct gs_gloo *g = NULL;
 	char err[MSG_LEN];
 	int rc = gs_gloo_create(&store, 0, 2, "127.0.0.1", 1000, &g, err, sizeof(err));
-	print_message("failing store: %s: %s\n", gs_err_name(rc), err);
+	print_message("failing store: %s: %s\n", gs_error_name(rc), err);
 	assert_int_equal(rc, GS_ESYSTEM);
 	assert_null(g);
 	assert_non_null(strstr(err, "store"));

@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
+
 uint64_t rnd(uint64_t *s)
 {
 	*s ^= *s << 13;
@@ -60,9 +62,7 @@ float gradient_value(uint64_t *s)
 
 double now_s(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+	return (double)gs_now_ns() * 1e-9;
 }
 
 static int cmp(const void *a, const void *b)

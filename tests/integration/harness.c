@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <cmocka.h>
 
+#include "clock.h"
 #include "frame.h"
 #include "gradsync.h"
 
@@ -35,9 +36,7 @@ static const char *env_or_fail(const char *name)
 
 static long now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
+	return (long)(gs_now_ns() / 1000000);
 }
 
 /* Every process a test started, so that none outlives a failed test. */
@@ -199,9 +198,7 @@ bool harness_file_contains(const char *path, const char *text)
 
 double harness_now_s(void)
 {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+	return (double)gs_now_ns() / 1e9;
 }
 
 double harness_wait_for_text(const char *path, const char *text, double limit_s)

@@ -12,7 +12,7 @@
  *
  * Each checks its time bound, that node 0 answers status throughout (every
  * status within STATUS_MS), and that a following step is right on both
- * nodes: the example trainers check every element against a reference of
+ * nodes: the verifying trainers check every element against a reference of
  * their own.
  */
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
  * A whole step on one node with the real daemon and real trainer processes
- * (gradsync-example-trainer). Each trainer regenerates every rank's inputs,
+ * (gradsync-verifying-trainer). Each trainer regenerates every rank's inputs,
  * computes the expected result in fp64, and exits non-zero on the first
  * element outside the wire dtype's rounding (or not bitwise equal with
  * --exact), or when the step's non-finite or clipped counts differ from

@@ -17,7 +17,7 @@
 #include <cmocka.h>
 
 #include "frame.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "serve/conn.h"
 #include "support/log.h"
 

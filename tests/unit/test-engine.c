@@ -23,7 +23,7 @@
 #include "engine/job.h"
 #include "engine/reduce.h"
 #include "engine/trainer.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 #define RANKS 2

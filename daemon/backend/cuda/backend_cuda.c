@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 _Static_assert(GS_NCCL_UID_BYTES == NCCL_UNIQUE_ID_BYTES, "NCCL unique id size");

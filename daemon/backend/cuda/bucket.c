@@ -18,7 +18,7 @@
 #include <stdio.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "backend/cuda/kernels.h"
 #include "support/log.h"
 

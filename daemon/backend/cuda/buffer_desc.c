@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "gradsync.h"
+#include "errors.h"
 
 enum gs_buffer_kind gs_buffer_kind_of(const Gradsync__Buffer *m)
 {

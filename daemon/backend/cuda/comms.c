@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 int cuda_nccl_uid(uint8_t uid[GS_NCCL_UID_BYTES], char *why, size_t n)

@@ -10,7 +10,7 @@
 #include <strings.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "support/log.h"
 
 static struct cuda_import *find_handle(struct cuda_backend *cb, const uint8_t *handle)

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "gradsync.h"
+#include "errors.h"
 
 #define UID_KEY "nccl/uid"
 
@@ -26,7 +26,7 @@ static int share_uid(const struct gs_group_join *g, uint8_t uid[GS_NCCL_UID_BYTE
 		if (rc == GS_OK)
 			rc = kv->set(kv->ctx, UID_KEY, uid, GS_NCCL_UID_BYTES);
 		if (rc != GS_OK && !why[0])
-			snprintf(why, n, "publishing the NCCL unique id: %s", gs_strerror(rc));
+			snprintf(why, n, "publishing the NCCL unique id: %s", gs_error_desc(rc));
 		return rc;
 	}
 	void *value = NULL;
@@ -37,7 +37,7 @@ static int share_uid(const struct gs_group_join *g, uint8_t uid[GS_NCCL_UID_BYTE
 	if (rc == GS_OK)
 		memcpy(uid, value, GS_NCCL_UID_BYTES);
 	else
-		snprintf(why, n, "getting node 0's NCCL unique id: %s", gs_strerror(rc));
+		snprintf(why, n, "getting node 0's NCCL unique id: %s", gs_error_desc(rc));
 	free(value);
 	return rc;
 }

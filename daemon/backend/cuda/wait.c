@@ -10,13 +10,12 @@
 #include <time.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "gradsync.h"
+#include "clock.h"
+#include "errors.h"
 
 uint64_t cuda_now_ms(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	return gs_now_ns() / 1000000;
 }
 
 /* A small bucket's all-reduce takes tens of microseconds, a large one

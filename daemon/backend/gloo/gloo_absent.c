@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "gradsync.h"
+#include "errors.h"
 
 bool gs_gloo_available(void)
 {

@@ -28,7 +28,7 @@
 #include <gloo/types.h>
 
 #include "backend/gloo/gloo_store.h"
-#include "gradsync.h"
+#include "errors.h"
 
 using std::chrono::milliseconds;
 

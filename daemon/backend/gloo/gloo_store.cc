@@ -4,7 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 
-#include "gradsync.h"
+#include "errors.h"
 
 namespace gs {
 
@@ -20,7 +20,7 @@ void CallbackStore::set(const std::string &key, const std::vector<char> &data)
 {
 	int rc = ops_.set(ops_.ctx, key.c_str(), data.data(), data.size());
 	if (rc < 0)
-		throw StoreError(rc, "store: setting key \"" + key + "\": " + gs_err_name(rc));
+		throw StoreError(rc, "store: setting key \"" + key + "\": " + gs_error_name(rc));
 }
 
 std::vector<char> CallbackStore::get(const std::string &key)
@@ -71,7 +71,7 @@ const std::vector<char> &CallbackStore::fetch(const std::string &key, millisecon
 	if (rc == GS_ETIMEDOUT)
 		throw StoreError(rc, describe(key) + " within " + std::to_string(ms) + " ms");
 	if (rc < 0)
-		throw StoreError(rc, "store: getting key \"" + key + "\": " + gs_err_name(rc));
+		throw StoreError(rc, "store: getting key \"" + key + "\": " + gs_error_name(rc));
 
 	const char *bytes = static_cast<const char *>(value);
 	std::vector<char> copy(bytes, bytes + len);

@@ -39,7 +39,7 @@
 
 #include "backend/backend.h"
 #include "backend/chunk_status.h"
-#include "gradsync.h"
+#include "errors.h"
 #include "backend/host/shm.h"
 #include "backend/host/shm_guard.h"
 #include "backend/gloo/gloo_comm.h"

@@ -10,7 +10,7 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "gradsync.h"
+#include "errors.h"
 #include "backend/host/shm_guard.h"
 
 /* The filesystem decides whether pages can vanish, whatever the name

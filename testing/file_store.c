@@ -8,7 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gradsync.h"
+#include "clock.h"
+#include "errors.h"
 
 /* Keys become file names: refuse anything that could leave the directory. */
 static int key_path(const char *dir, const char *key, char *path, size_t len)
@@ -55,20 +56,13 @@ static int read_all(FILE *f, void **value, size_t *len)
 	return GS_OK;
 }
 
-static double mono_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
 /* Polls every 2 ms: keys appear once per rank per group, so this is cheap. */
 static int fs_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
 {
 	char path[4096];
 	if (key_path(ctx, key, path, sizeof(path)) < 0)
 		return GS_EINVAL;
-	double deadline = mono_ms() + timeout_ms;
+	double deadline = gs_now_ms() + timeout_ms;
 	for (;;) {
 		FILE *f = fopen(path, "rb");
 		if (f) {
@@ -78,7 +72,7 @@ static int fs_get(void *ctx, const char *key, void **value, size_t *len, int tim
 		}
 		if (errno != ENOENT)
 			return GS_ESYSTEM;
-		if (mono_ms() >= deadline)
+		if (gs_now_ms() >= deadline)
 			return GS_ETIMEDOUT;
 		nanosleep(&(struct timespec){0, 2000000}, NULL);
 	}

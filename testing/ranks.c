@@ -8,12 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
+#include "clock.h"
 
 static void run_child(int rank, int n, rank_fn fn, void *arg)
 {
@@ -59,11 +54,11 @@ static int decode(int wstatus)
 
 int ranks_wait(struct ranks *r, int timeout_ms, int status[])
 {
-	double deadline = now_ms() + timeout_ms;
+	double deadline = gs_now_ms() + timeout_ms;
 	int left = 0, overran = 0;
 	for (int i = 0; i < r->n; i++)
 		left += r->pid[i] > 0;
-	while (left > 0 && now_ms() < deadline) {
+	while (left > 0 && gs_now_ms() < deadline) {
 		for (int i = 0; i < r->n; i++) {
 			int ws;
 			if (r->pid[i] > 0 && waitpid(r->pid[i], &ws, WNOHANG) == r->pid[i]) {

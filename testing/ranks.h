@@ -38,7 +38,4 @@ void ranks_kill(struct ranks *r, int rank);
 void *shared_alloc(size_t bytes);
 void shared_free(void *p, size_t bytes);
 
-/* CLOCK_MONOTONIC in milliseconds. */
-double now_ms(void);
-
 #endif

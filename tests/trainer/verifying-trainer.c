@@ -1,8 +1,10 @@
 /*
- * gradsync-example-trainer: a trainer without a model. It registers a
- * gradient layout read from a file, fills the gradients with inputs that
- * every rank can regenerate, runs steps through gradsyncd and checks each
- * reduced result against its own fp64 reference of all ranks' inputs.
+ * gradsync-verifying-trainer: the tests' trainer, without a model. It
+ * registers a gradient layout read from a file, fills the gradients with
+ * inputs that every rank can regenerate, runs steps through gradsyncd and
+ * checks each reduced result against its own fp64 reference of all ranks'
+ * inputs. The integration tests drive it through its flags; for a short
+ * trainer to read, see examples/trainer.c.
  *
  * The inputs x(rank, step, tensor, element) are a splitmix64 hash of
  * (seed, global rank, step, tensor, element); "tensor" is the registration
@@ -18,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "gradsync.h"
 #include "layout_file.h"
 
@@ -87,7 +90,7 @@ struct trainer {
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: gradsync-example-trainer --layout FILE [options]\n"
+		"Usage: gradsync-verifying-trainer --layout FILE [options]\n"
 		"\n"
 		"Registers the gradient tensors of FILE (lines 'name count shape', '#'\n"
 		"comments, in model.parameters() order) with gradsyncd, in REVERSED\n"
@@ -244,19 +247,19 @@ static int parse_args(int argc, char **argv, struct options *o)
 			return 0;
 		}
 		if (opt == '?' || opt == ':') {
-			fprintf(stderr, "gradsync-example-trainer: unknown or incomplete option: %s\n",
+			fprintf(stderr, "gradsync-verifying-trainer: unknown or incomplete option: %s\n",
 				argv[optind - 1]);
 			return 2;
 		}
 		if (!parse_one(opt, optarg, o)) {
-			fprintf(stderr, "gradsync-example-trainer: bad value for --%s: %s\n",
+			fprintf(stderr, "gradsync-verifying-trainer: bad value for --%s: %s\n",
 				opts[index].name, optarg);
 			return 2;
 		}
 		index = -1;
 	}
 	if (optind < argc || !o->layout) {
-		fprintf(stderr, "gradsync-example-trainer: %s\n",
+		fprintf(stderr, "gradsync-verifying-trainer: %s\n",
 			optind < argc ? "unexpected argument" : "--layout is required");
 		return 2;
 	}
@@ -429,7 +432,7 @@ static bool setup_reference(struct trainer *tr)
 	gs_session_info(tr->c, &info);
 	double pre = info.predivide_factor;
 	if (!(pre > 0) || !isfinite(pre) || info.world_size == 0) {
-		fprintf(stderr, "gradsync-example-trainer: daemon has predivide %g, world size %u\n",
+		fprintf(stderr, "gradsync-verifying-trainer: daemon has predivide %g, world size %u\n",
 			pre, info.world_size);
 		return false;
 	}
@@ -459,16 +462,9 @@ static bool setup_reference(struct trainer *tr)
 
 static bool gs_failed(const struct trainer *tr, const char *what, int r)
 {
-	fprintf(stderr, "gradsync-example-trainer: %s: %s (%s): %s\n", what,
+	fprintf(stderr, "gradsync-verifying-trainer: %s: %s (%s): %s\n", what,
 		gs_strerror(r), gs_err_name(r), gs_last_error(tr->c));
 	return false;
-}
-
-static double now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
 /* Registers the layout in reverse: backpropagation yields the last
@@ -481,7 +477,7 @@ static bool register_layout(struct trainer *tr)
 	tr->counts = calloc(l->n, sizeof(*tr->counts));
 	if (!specs || !tr->names || !tr->counts) {
 		free(specs);
-		fprintf(stderr, "gradsync-example-trainer: out of memory\n");
+		fprintf(stderr, "gradsync-verifying-trainer: out of memory\n");
 		return false;
 	}
 	tr->n = l->n;
@@ -591,9 +587,9 @@ static bool reconnect(const struct trainer *tr, uint64_t step)
 {
 	printf("DISCONNECTED in step %" PRIu64 ": %s\n", step, gs_last_error(tr->c));
 	fflush(stdout);
-	double deadline = now_ms() + 30000;
+	double deadline = gs_now_ms() + 30000;
 	int r;
-	while ((r = gs_reconnect(tr->c, 1000)) < 0 && now_ms() < deadline)
+	while ((r = gs_reconnect(tr->c, 1000)) < 0 && gs_now_ms() < deadline)
 		usleep(100000);
 	if (r < 0)
 		return gs_failed(tr, "gs_reconnect", r);
@@ -636,15 +632,15 @@ static bool run_step(const struct trainer *tr, uint64_t step,
 	so.clip_value = tr->o.clip;
 	so.bucket_events = tr->o.bucket_events;
 
-	double t0 = now_ms();
+	double t0 = gs_now_ms();
 	int r = gs_step_begin(tr->c, &so);
 	if (r == GS_OK && !mark_all(tr, step, batch))
 		return false;
 	struct gs_step_result res;
-	double t1 = now_ms();
+	double t1 = gs_now_ms();
 	if (r == GS_OK)
 		r = gs_step_wait(tr->c, WAIT_TIMEOUT_MS, &res);
-	double t2 = now_ms();
+	double t2 = gs_now_ms();
 	if (r == GS_EDISCONNECTED && tr->o.reconnect)
 		return reconnect(tr, step) && run_step(tr, step, batch, step_ms);
 	if (r == GS_EABORTED && step == tr->o.expect_abort_at)

@@ -1,0 +1,439 @@
+/*
+ * The rendezvous's gate (--cluster-secret-file): nodes of one secret
+ * authenticate each other and sync; a wrong secret, a secret on one side
+ * only and a secret file not kept secret are refused with their reason;
+ * peers of another protocol version, and peers that do not hold the secret
+ * (a join, the store, garbage, a forged proof, a crowd, silence), get
+ * nothing from the coordinator, which goes on serving the real nodes.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gradsync.h"
+#include "nodes.h"
+#include "node_protocol.h"
+
+/* ---- Secret files ------------------------------------------------------------ */
+
+static char secret_dir[64];
+
+/* Writes a secret file of this process's own directory with the mode. */
+static const char *write_secret(const char *name, const char *text, mode_t mode)
+{
+	if (!secret_dir[0]) {
+		snprintf(secret_dir, sizeof(secret_dir), "/tmp/gradsync-secret-XXXXXX");
+		assert_non_null(mkdtemp(secret_dir));
+	}
+	static char paths[8][128];
+	static unsigned next;
+	char *path = paths[next++ % 8];
+	snprintf(path, 128, "%s/%s", secret_dir, name);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+	assert_int_equal(chmod(path, mode), 0);
+	return path;
+}
+
+static void remove_secrets(void)
+{
+	if (!secret_dir[0])
+		return;
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", secret_dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", secret_dir);
+}
+
+/* ---- Peers of the rendezvous, by hand ---------------------------------------- */
+
+/* A TCP connection to the rendezvous on 127.0.0.1:port, retried while the
+ * coordinator starts; receives time out after timeout_s. */
+static int tcp_connect(int port, int timeout_s)
+{
+	int fd = -1;
+	for (int i = 0; i < 500 && fd < 0; i++) {
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+			close(fd);
+			fd = -1;
+			usleep(20000);
+		}
+	}
+	assert_true(fd >= 0);
+	struct timeval tv = { timeout_s, 0 };
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void send_node_hello(int fd, uint32_t version)
+{
+	Gradsync__NodeHello h = GRADSYNC__NODE_HELLO__INIT;
+	h.protocol_version = version;
+	h.node_rank = 1;
+	h.nodes = 2;
+	h.local_size = 1;
+	h.settings = "";
+	h.host = "";
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_HELLO;
+	m.node_hello = &h;
+	raw_send(fd, &m, NULL, 0);
+}
+
+static void send_node_auth(int fd, uint32_t version, bool has_secret)
+{
+	uint8_t nonce[32];
+	for (size_t i = 0; i < sizeof(nonce); i++)
+		nonce[i] = (uint8_t)(i * 7 + 1);
+	Gradsync__NodeAuth a = GRADSYNC__NODE_AUTH__INIT;
+	a.protocol_version = version;
+	a.node_rank = 1;
+	a.nonce.data = nonce;
+	a.nonce.len = sizeof(nonce);
+	a.has_secret = has_secret;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_AUTH;
+	m.node_auth = &a;
+	raw_send(fd, &m, NULL, 0);
+}
+
+/* A peer speaking another protocol version is refused with both numbers,
+ * whether it says so in a NodeHello (a daemon from before the rendezvous
+ * was authenticated) or in its NodeAuth, and whether the coordinator has
+ * a cluster secret or not: never as a failed authentication. */
+static void other_protocol_version(void **state)
+{
+	(void)state;
+	const char *secret = write_secret("s", "0123456789abcdef0123456789abcdef\n", 0600);
+	for (int with_secret = 0; with_secret < 2; with_secret++) {
+		int port = harness_free_port();
+		char coord[64], file[300];
+		snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", port);
+		snprintf(file, sizeof(file), "--cluster-secret-file=%s", secret);
+		const char *v[] = { "--nodes=2", "--node-rank=0", coord, with_secret ? file : NULL, NULL };
+		struct gs_test_daemon d0;
+		harness_daemon_spawn(&d0, v);
+		/* 99; 1: the daemons from before the authentication; 2: before
+		 * the cuda backend's keys of each group; 3: before the chunks'
+		 * status; 4: before the pings. */
+		static const uint32_t versions[] = { 99, 1, 2, 3, 4 };
+		for (int k = 0; k < 5; k++)
+			for (int auth = 0; auth < 2; auth++) {
+				int fd = tcp_connect(port, 10);
+				if (auth)
+					send_node_auth(fd, versions[k], with_secret);
+				else
+					send_node_hello(fd, versions[k]);
+				char want[120];
+				snprintf(want, sizeof(want),
+					 "node 1 speaks protocol version %u; the coordinator (node 0) speaks %d",
+					 versions[k], GS_NODE_PROTOCOL_VERSION);
+				raw_expect_error(fd, GS_EVERSION, want);
+				close(fd);
+			}
+		expect_in_log(d0.log, "node 1 speaks protocol version 99");
+		expect_in_log(d0.log, "node 1 speaks protocol version 1;");
+		expect_in_log(d0.log, "node 1 speaks protocol version 2;");
+		expect_in_log(d0.log, "node 1 speaks protocol version 3;");
+		expect_in_log(d0.log, "node 1 speaks protocol version 4;");
+		assert_int_equal(harness_daemon_stop(&d0), 0);
+	}
+}
+
+/* ---- The cluster secret ------------------------------------------------------ */
+
+#define SECRET_A "the one secret of this cluster, 0123456789\n"
+#define SECRET_B "the one secret of another cluster, 98765\n"
+
+static unsigned count_in_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char line[4096];
+	unsigned n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, text) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Two nodes holding the same secret authenticate each other and sync
+ * right, without the warning of an open rendezvous. */
+static void two_nodes_with_a_secret(void **state)
+{
+	(void)state;
+	char arg[300];
+	snprintf(arg, sizeof(arg), "--cluster-secret-file=%s", write_secret("same", SECRET_A, 0600));
+	struct nodes_case c = { "resnet50.txt", 2, { 1, 1 }, "2", { arg, NULL }, { NULL } };
+	struct node n[2];
+	spawn_nodes(n, 2, c.local, c.daemon_args, harness_free_port());
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	/* Node 0's own daemon and node 1 both proved themselves. */
+	expect_in_log(n[0].d.log, "authenticated as node 0");
+	expect_in_log(n[0].d.log, "authenticated as node 1");
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(count_in_file(n[r].d.log, "is unauthenticated"), 0);
+	run_steps(&c, n);
+}
+
+/* Node 1 holds another secret: it exits at once naming the cause, and
+ * node 0 logs who it refused and goes on serving the rendezvous, which a
+ * node 1 with the right secret then joins. */
+static void wrong_cluster_secret(void **state)
+{
+	(void)state;
+	char a[300], b[300];
+	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("a", SECRET_A, 0600));
+	snprintf(b, sizeof(b), "--cluster-secret-file=%s", write_secret("b", SECRET_B, 0400));
+	const char *ea[] = { a, NULL }, *eb[] = { b, NULL };
+	int port = harness_free_port();
+	struct node n0, n1, back;
+	spawn_node(&n0, 2, 0, 1, ea, port);
+	double t0 = harness_now_s();
+	spawn_node(&n1, 2, 1, 1, eb, port);
+	int status = harness_wait(n1.d.pid, 20000);
+	double took = harness_now_s() - t0;
+	print_message("node 1 with the wrong secret exited with %d after %.2f s\n", status, took);
+	if (status != 1)
+		harness_dump(n1.d.log);
+	assert_int_equal(status, 1);
+	assert_true(took < 5);
+	expect_in_log(n1.d.log, "the coordinator refused node 1: cluster secret differs (check --cluster-secret-file on every node)");
+	expect_in_log(n0.d.log, "rendezvous: refused node 1 from 127.0.0.1:");
+	expect_in_log(n0.d.log, "cluster secret differs");
+	assert_true(harness_daemon_alive(&n0.d));
+	forget_daemon(&n1.d);
+
+	spawn_node(&back, 2, 1, 1, ea, port);
+	harness_daemon_wait_ready(&n0.d, 30000);
+	harness_daemon_wait_ready(&back.d, 30000);
+	assert_int_equal(harness_daemon_stop(&back.d), 0);
+	assert_int_equal(harness_daemon_stop(&n0.d), 0);
+}
+
+/* A secret on one side only is refused on both sides, whichever side has
+ * it; the side without one warns at start that its rendezvous is open. */
+static void cluster_secret_on_one_node_only(void **state)
+{
+	(void)state;
+	char a[300];
+	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("one", SECRET_A, 0600));
+	const char *ea[] = { a, NULL };
+	static const char *const why[2] = {
+		"it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)",
+		"it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)",
+	};
+	for (unsigned holder = 0; holder < 2; holder++) {
+		int port = harness_free_port();
+		struct node n0, n1;
+		spawn_node(&n0, 2, 0, 1, holder == 0 ? ea : NULL, port);
+		double t0 = harness_now_s();
+		spawn_node(&n1, 2, 1, 1, holder == 1 ? ea : NULL, port);
+		int status = harness_wait(n1.d.pid, 20000);
+		double took = harness_now_s() - t0;
+		print_message("secret on node %u only: node 1 exited with %d after %.2f s\n", holder,
+			      status, took);
+		if (status != 1)
+			harness_dump(n1.d.log);
+		assert_int_equal(status, 1);
+		assert_true(took < 5);
+		char said[300];
+		snprintf(said, sizeof(said), "the coordinator refused node 1: %s", why[holder]);
+		expect_in_log(n1.d.log, said);
+		snprintf(said, sizeof(said), ": %s", why[holder]);
+		expect_in_log(n0.d.log, "rendezvous: refused node 1 from 127.0.0.1:");
+		expect_in_log(n0.d.log, said);
+		const char *open_log = holder == 0 ? n1.d.log : n0.d.log;
+		const char *closed_log = holder == 0 ? n0.d.log : n1.d.log;
+		assert_int_equal(count_in_file(open_log, "is unauthenticated: anyone who reaches it can join"), 1);
+		expect_in_log(open_log, "set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node");
+		assert_int_equal(count_in_file(closed_log, "is unauthenticated"), 0);
+		assert_true(harness_daemon_alive(&n0.d));
+		assert_int_equal(harness_daemon_stop(&n0.d), 0);
+		forget_daemon(&n1.d);
+	}
+}
+
+/* A secret file that others may read, that is too short or missing stops
+ * gradsyncd at start with the invalid-settings status, naming the file
+ * and the reason, from the flag and from the environment alike. */
+static void cluster_secret_file_refused(void **state)
+{
+	(void)state;
+	char missing[200];
+	write_secret("present", SECRET_A, 0600); /* makes secret_dir */
+	snprintf(missing, sizeof(missing), "%s/missing", secret_dir);
+	const struct {
+		const char *path;
+		const char *why;
+		bool env;
+	} cases[] = {
+		{ write_secret("open", SECRET_A, 0644), "its mode is 0644: a secret must be readable by its owner alone", false },
+		{ write_secret("group", SECRET_A, 0640), "its mode is 0640", true },
+		{ write_secret("short", "0123456789abcde\n", 0600), "it holds 15 bytes of secret; 16 to 4096 are needed", false },
+		{ missing, "cannot open it: No such file or directory", false },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char coord[64], arg[300];
+		snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", harness_free_port());
+		snprintf(arg, sizeof(arg), "--cluster-secret-file=%s", cases[i].path);
+		const char *v[] = { "--nodes=2", "--node-rank=0", coord, cases[i].env ? NULL : arg, NULL };
+		if (cases[i].env)
+			setenv("GRADSYNC_CLUSTER_SECRET_FILE", cases[i].path, 1);
+		struct gs_test_daemon d;
+		harness_daemon_spawn(&d, v);
+		unsetenv("GRADSYNC_CLUSTER_SECRET_FILE");
+		int status = harness_wait(d.pid, 10000);
+		if (status != 2)
+			harness_dump(d.log);
+		assert_int_equal(status, 2);
+		char said[300];
+		snprintf(said, sizeof(said), "'%s', from %s, is refused: ", cases[i].path,
+			 cases[i].env ? "environment" : "command line");
+		expect_in_log(d.log, said);
+		expect_in_log(d.log, cases[i].why);
+		expect_in_log(d.log, "--cluster-secret-file");
+		forget_daemon(&d);
+	}
+}
+
+static void send_store_get(int fd, const char *key)
+{
+	Gradsync__StoreGet get = GRADSYNC__STORE_GET__INIT;
+	get.key = (char *)key;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STORE_GET;
+	m.store_get = &get;
+	raw_send(fd, &m, NULL, 0);
+}
+
+static void send_store_set(int fd, const char *key, const char *value)
+{
+	Gradsync__StoreSet set = GRADSYNC__STORE_SET__INIT;
+	set.key = (char *)key;
+	set.value.data = (uint8_t *)value;
+	set.value.len = strlen(value);
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_STORE_SET;
+	m.store_set = &set;
+	raw_send(fd, &m, NULL, 0);
+}
+
+/* Peers that do not hold the secret get nothing from the coordinator: a
+ * join, the store, garbage, a forged proof, a crowd and silence are each
+ * refused (a crowd's oldest to make room for a newcomer, silence within
+ * --auth-timeout), and the coordinator goes on serving the real nodes,
+ * whose job then runs. */
+static void unauthenticated_peers_refused(void **state)
+{
+	(void)state;
+	char a[300];
+	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("peers", SECRET_A, 0600));
+	const char *ea[] = { a, "--auth-timeout=3", NULL };
+	int port = harness_free_port();
+	struct node n[2];
+	spawn_node(&n[0], 2, 0, 1, ea, port);
+
+	int fd = tcp_connect(port, 10);
+	send_node_hello(fd, GS_NODE_PROTOCOL_VERSION);
+	raw_expect_error(fd, GS_EREFUSED, "before authenticating");
+	close(fd);
+	fd = tcp_connect(port, 10);
+	send_store_get(fd, "nccl/uid");
+	raw_expect_error(fd, GS_EREFUSED, "before authenticating");
+	close(fd);
+	fd = tcp_connect(port, 10);
+	send_store_set(fd, "g0/rank_1", "10.6.6.6:666");
+	raw_expect_error(fd, GS_EREFUSED, "before authenticating");
+	close(fd);
+	fd = tcp_connect(port, 10);
+	static const char http[] = "GET / HTTP/1.1\r\nHost: gradsync\r\n\r\n";
+	raw_send_bytes(fd, http, sizeof(http) - 1);
+	raw_expect_error(fd, GS_ELIMIT, "frame longer than the 4096-byte maximum");
+	close(fd);
+
+	/* A proof made up without the secret. */
+	fd = tcp_connect(port, 10);
+	send_node_auth(fd, GS_NODE_PROTOCOL_VERSION, true);
+	Gradsync__Message *ch = raw_recv(fd);
+	assert_non_null(ch);
+	assert_int_equal(ch->body_case, GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE);
+	assert_int_equal(ch->node_challenge->nonce.len, 32);
+	assert_true(ch->node_challenge->has_secret);
+	gradsync__message__free_unpacked(ch, NULL);
+	uint8_t forged[32] = { 0 };
+	Gradsync__NodeProof pr = GRADSYNC__NODE_PROOF__INIT;
+	pr.mac.data = forged;
+	pr.mac.len = sizeof(forged);
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_PROOF;
+	m.node_proof = &pr;
+	raw_send(fd, &m, NULL, 0);
+	raw_expect_error(fd, GS_EREFUSED, "cluster secret differs");
+	close(fd);
+
+	/* Only so many peers may be authenticating at once (4 per node and
+	 * 64): the next takes the place of the oldest, which is told to try
+	 * again (GS_EAGAIN), and is served. */
+	enum { PENDING = 4 * 2 + 64 };
+	int held[PENDING];
+	for (int i = 0; i < PENDING; i++)
+		held[i] = tcp_connect(port, 10);
+	fd = tcp_connect(port, 10);
+	raw_expect_error(held[0], GS_EAGAIN, "72 connections were authenticating at once; the oldest made room for a newer one (127.0.0.1:");
+	send_node_hello(fd, GS_NODE_PROTOCOL_VERSION);
+	raw_expect_error(fd, GS_EREFUSED, "before authenticating");
+	close(fd);
+	for (int i = 0; i < PENDING; i++)
+		close(held[i]);
+
+	/* A peer that says nothing, while the real node 1 joins. */
+	int silent = tcp_connect(port, 20);
+	double t0 = harness_now_s();
+	spawn_node(&n[1], 2, 1, 1, ea, port);
+	for (unsigned r = 0; r < 2; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	raw_expect_error(silent, GS_EAGAIN, "did not authenticate within 3 s (--auth-timeout); try again");
+	double took = harness_now_s() - t0;
+	print_message("the silent peer was dropped after %.2f s\n", took);
+	assert_true(took > 2.5 && took < 6);
+	close(silent);
+	expect_in_log(n[0].d.log, "rendezvous: refused a connection from 127.0.0.1:");
+	expect_in_log(n[0].d.log, "rendezvous: refused node 1 from 127.0.0.1:");
+	assert_true(harness_daemon_alive(&n[0].d));
+
+	static const struct nodes_case c = { "resnet50.txt", 2, { 1, 1 }, "1", { NULL }, { NULL } };
+	run_steps(&c, n);
+}
+
+int main(void)
+{
+	if (!nodes_prepare())
+		return HARNESS_EXIT_SKIP;
+	atexit(remove_secrets);
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(other_protocol_version),
+		cmocka_unit_test(two_nodes_with_a_secret),
+		cmocka_unit_test(wrong_cluster_secret),
+		cmocka_unit_test(cluster_secret_on_one_node_only),
+		cmocka_unit_test(cluster_secret_file_refused),
+		cmocka_unit_test(unauthenticated_peers_refused),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

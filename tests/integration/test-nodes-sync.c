@@ -1,0 +1,67 @@
+/*
+ * Several nodes on this machine syncing: one gradsyncd per node, joined
+ * through the node-rank-0 daemon's rendezvous and all-reducing over Gloo
+ * on loopback, each with its own trainer processes
+ * (gradsync-verifying-trainer). Every trainer regenerates every global
+ * rank's inputs and checks each element against its fp64 reference
+ * (allowing one rounding per node hop), so a case passes only when all
+ * trainers of all nodes got the same correct sum; then every node's
+ * status is checked. Failures are test-nodes-failures.c's, the
+ * rendezvous's authentication test-nodes-auth.c's.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "nodes.h"
+
+static void run_case(const struct nodes_case *c)
+{
+	struct node n[MAX_NODES];
+	spawn_nodes(n, c->nodes, c->local, c->daemon_args, harness_free_port());
+	for (unsigned r = 0; r < c->nodes; r++)
+		harness_daemon_wait_ready(&n[r].d, 30000);
+	run_steps(c, n);
+}
+
+#define CASE(name, ...)                                                        \
+	static void name(void **state)                                         \
+	{                                                                      \
+		(void)state;                                                   \
+		static const struct nodes_case c = __VA_ARGS__;                \
+		run_case(&c);                                                  \
+	}
+
+CASE(two_nodes_one_trainer_fp16, { "resnet50.txt", 2, { 1, 1 }, "3", { NULL }, { NULL } })
+CASE(two_nodes_two_trainers_fp16, { "resnet50.txt", 2, { 2, 2 }, "2", { NULL }, { NULL } })
+CASE(three_nodes_one_trainer_fp16, { "resnet50.txt", 3, { 1, 1, 1 }, "2", { NULL }, { NULL } })
+CASE(uneven_nodes_one_and_two, { "resnet50.txt", 2, { 1, 2 }, "2", { NULL }, { NULL } })
+CASE(two_nodes_bf16_clipping,
+     { "resnet50.txt", 2, { 1, 1 }, "2", { "--wire=bf16", NULL }, { "--clip", "0.5", NULL } })
+CASE(two_nodes_fp16_sum_clipping,
+     { "resnet50.txt", 2, { 2, 1 }, "2", { "--op=sum", NULL }, { "--clip", "1.0", NULL } })
+CASE(two_nodes_two_trainers_fp32_exact,
+     { "resnet50.txt", 2, { 2, 2 }, "2", { "--wire=fp32", NULL }, { "--pattern", "pow2", "--exact", NULL } })
+CASE(two_nodes_fp32_sum_exact,
+     { "resnet50.txt", 2, { 1, 1 }, "2", { "--wire=fp32", "--op=sum", NULL }, { "--pattern", "pow2", "--exact", NULL } })
+CASE(three_nodes_uneven_bf16_sum,
+     { "resnet50.txt", 3, { 1, 2, 1 }, "2", { "--wire=bf16", "--op=sum", NULL }, { NULL } })
+
+int main(void)
+{
+	if (!nodes_prepare())
+		return HARNESS_EXIT_SKIP;
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(two_nodes_one_trainer_fp16),
+		cmocka_unit_test(two_nodes_two_trainers_fp16),
+		cmocka_unit_test(three_nodes_one_trainer_fp16),
+		cmocka_unit_test(uneven_nodes_one_and_two),
+		cmocka_unit_test(two_nodes_bf16_clipping),
+		cmocka_unit_test(two_nodes_fp16_sum_clipping),
+		cmocka_unit_test(two_nodes_two_trainers_fp32_exact),
+		cmocka_unit_test(two_nodes_fp32_sum_exact),
+		cmocka_unit_test(three_nodes_uneven_bf16_sum),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
