@@ -9,9 +9,9 @@
 #include <signal.h>
 #include <string.h>
 
+#include "backend/cuda/buffer_desc.h"
 #include "daemon.h"
 #include "support/log.h"
-#include "backend/cuda/buffer_desc.h"
 #ifdef GS_HAVE_CUDA
 #include "backend/cuda/backend_cuda.h"
 #endif

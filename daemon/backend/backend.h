@@ -18,8 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "convert.h"
 #include "backend/plan.h"
+#include "convert.h"
 
 struct gs_backend;
 

@@ -19,8 +19,8 @@
 
 #include <uv.h>
 
-#include "gradsync.pb-c.h"
 #include "engine/layout.h"
+#include "gradsync.pb-c.h"
 
 struct gs_server;
 struct gs_rdv_server;

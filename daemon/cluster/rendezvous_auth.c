@@ -7,10 +7,10 @@
 #include <string.h>
 
 #include "cluster/auth.h"
-#include "serve/conn.h"
+#include "cluster/rendezvous_server.h"
 #include "errors.h"
 #include "node_protocol.h"
-#include "cluster/rendezvous_server.h"
+#include "serve/conn.h"
 #include "support/settings.h"
 
 static void send_challenge(struct rdv_peer *p, bool has_secret)

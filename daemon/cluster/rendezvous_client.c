@@ -17,12 +17,12 @@
 #include <uv.h>
 
 #include "cluster/auth.h"
-#include "frame.h"
-#include "errors.h"
 #include "cluster/liveness.h"
-#include "support/log.h"
-#include "node_protocol.h"
 #include "cluster/rendezvous.h"
+#include "errors.h"
+#include "frame.h"
+#include "node_protocol.h"
+#include "support/log.h"
 #include "support/settings.h"
 
 #define NODE_MAX_FRAME (64u << 20)

@@ -18,12 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster/liveness.h"
+#include "cluster/rendezvous_server.h"
+#include "errors.h"
 #include "serve/conn.h"
 #include "serve/server.h"
-#include "errors.h"
-#include "cluster/liveness.h"
 #include "support/log.h"
-#include "cluster/rendezvous_server.h"
 #include "support/settings.h"
 
 void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)

@@ -14,15 +14,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "engine/job.h"
-#include "serve/conn.h"
-#include "errors.h"
-#include "support/log.h"
-#include "node_protocol.h"
 #include "cluster/rendezvous.h"
-#include "serve/server.h"
-#include "support/settings.h"
 #include "cluster/rendezvous_server.h"
+#include "engine/job.h"
+#include "errors.h"
+#include "node_protocol.h"
+#include "serve/conn.h"
+#include "serve/server.h"
+#include "support/log.h"
+#include "support/settings.h"
 
 int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
 		       size_t portlen)

@@ -19,8 +19,8 @@
 #include <uv.h>
 
 #include "cluster/auth.h"
-#include "gradsync.pb-c.h"
 #include "engine/layout.h"
+#include "gradsync.pb-c.h"
 #include "support/log.h"
 
 struct gs_conn;

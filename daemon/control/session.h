@@ -6,8 +6,8 @@
 #ifndef GS_SESSION_H
 #define GS_SESSION_H
 
-#include "serve/conn.h"
 #include "gradsync.pb-c.h"
+#include "serve/conn.h"
 
 /* Takes a local client the server has admitted (gs_server's accepted):
  * its messages are dispatched here from now on, and a trainer leaves its

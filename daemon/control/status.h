@@ -2,8 +2,8 @@
 #ifndef GS_STATUS_H
 #define GS_STATUS_H
 
-#include "serve/conn.h"
 #include "gradsync.pb-c.h"
+#include "serve/conn.h"
 
 #include <stddef.h>
 

@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include "engine/job.h"
-#include "frame.h"
 #include "errors.h"
+#include "frame.h"
 #include "support/log.h"
 
 /* As long as a connection's own Error message (serve/conn.c). */

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "support/config_file.h"
 #include "errors.h"
+#include "support/config_file.h"
 #include "support/log.h"
 
 enum kind { K_TEXT, K_UINT, K_CHOICE, K_PREDIVIDE };

@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "support/secret.h"
 #include "convert.h"
+#include "support/secret.h"
 
 /* Read at start unless --config or GRADSYNC_CONFIG say otherwise; the
  * build sets it from its sysconfdir. */

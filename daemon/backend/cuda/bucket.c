@@ -18,8 +18,8 @@
 #include <stdio.h>
 
 #include "backend/cuda/cuda_private.h"
-#include "errors.h"
 #include "backend/cuda/kernels.h"
+#include "errors.h"
 #include "support/log.h"
 
 static ncclDataType_t nccl_type(enum gs_wire w)

@@ -13,8 +13,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "convert.h"
 #include "backend/cuda/table.h"
+#include "convert.h"
 
 #ifdef __cplusplus
 extern "C" {

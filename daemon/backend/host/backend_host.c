@@ -39,10 +39,10 @@
 
 #include "backend/backend.h"
 #include "backend/chunk_status.h"
-#include "errors.h"
+#include "backend/gloo/gloo_comm.h"
 #include "backend/host/shm.h"
 #include "backend/host/shm_guard.h"
-#include "backend/gloo/gloo_comm.h"
+#include "errors.h"
 
 /* Threads of one backend: the worker thread (0) and its helpers. */
 #define HOST_MAX_THREADS 8

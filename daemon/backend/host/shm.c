@@ -10,8 +10,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "errors.h"
 #include "backend/host/shm_guard.h"
+#include "errors.h"
 
 /* The filesystem decides whether pages can vanish, whatever the name
  * says: a memfd lives on the kernel's internal tmpfs (shmem), where a
