@@ -15,6 +15,9 @@
 #define GS_CLIENT_MESSAGE_MAX 512
 
 static void vfail(const struct gs_client *c, int code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+
+static void vfail(const struct gs_client *c, int code, const char *fmt, va_list ap)
 {
 	char msg[GS_CLIENT_MESSAGE_MAX];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
