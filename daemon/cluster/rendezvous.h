@@ -26,9 +26,6 @@ struct gs_server;
 struct gs_rdv_server;
 struct gs_settings;
 
-/* Splits "host:port" or "[v6]:port". Returns 0 or -EINVAL. */
-int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
-		       size_t portlen);
 
 /* ---- Server (node rank 0, loop thread) --------------------------------- */
 

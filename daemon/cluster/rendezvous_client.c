@@ -20,6 +20,7 @@
 #include "cluster/liveness.h"
 #include "cluster/rendezvous.h"
 #include "errors.h"
+#include "hostport.h"
 #include "frame.h"
 #include "node_protocol.h"
 #include "support/log.h"

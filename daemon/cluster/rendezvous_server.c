@@ -18,30 +18,12 @@
 #include "cluster/rendezvous_server.h"
 #include "engine/job.h"
 #include "errors.h"
+#include "hostport.h"
 #include "node_protocol.h"
 #include "serve/conn.h"
 #include "serve/server.h"
 #include "support/log.h"
 #include "support/settings.h"
-
-int gs_parse_host_port(const char *text, char *host, size_t hostlen, char *port,
-		       size_t portlen)
-{
-	const char *colon = strrchr(text, ':');
-	if (!colon || colon == text || !colon[1])
-		return -EINVAL;
-	size_t h = (size_t)(colon - text);
-	if (text[0] == '[' && h >= 2 && text[h - 1] == ']') { /* [::1]:29500 */
-		text++;
-		h -= 2;
-	}
-	if (h >= hostlen || strlen(colon + 1) >= portlen)
-		return -EINVAL;
-	memcpy(host, text, h);
-	host[h] = '\0';
-	strcpy(port, colon + 1);
-	return 0;
-}
 
 static void send_msg(struct gs_conn *c, Gradsync__Message *m)
 {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "errors.h"
+#include "hostport.h"
 #include "support/config_file.h"
 #include "support/log.h"
 
@@ -519,8 +520,11 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 			(unsigned long long)s->max_buffers, (unsigned long long)s->max_mappings);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
-	if (s->nodes > 1 && !strchr(s->coordinator, ':')) {
-		fprintf(stderr, "gradsyncd: --coordinator '%s' must be HOST:PORT\n", s->coordinator);
+	char host[256], port[32]; /* as the rendezvous splits it */
+	if (s->nodes > 1 &&
+	    gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
+		fprintf(stderr, "gradsyncd: --coordinator '%s' must be HOST:PORT or [IPV6]:PORT\n",
+			s->coordinator);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
 	if (want_config) {

@@ -176,6 +176,20 @@ def test_every_invalid_value_refused_from_every_source():
     shutil.rmtree(d)
 
 
+def test_coordinator_split_at_start():
+    """With several nodes, --coordinator must split into host and port the
+    way the rendezvous splits it (common/hostport.c), or gradsyncd exits 2
+    before it joins anything."""
+    for value in ["host:", ":29500", "[]:29500", "nocolon", "h:" + "1" * 40]:
+        r = gsd(["--nodes=2", "--node-rank=1", f"--coordinator={value}"])
+        check_eq(r.returncode, 2, f"exit status for --coordinator={value!r} (stderr: {r.stderr})")
+        check("--coordinator" in r.stderr and "HOST:PORT" in r.stderr,
+              f"the message names --coordinator and HOST:PORT for {value!r}: {r.stderr}")
+    for value in ["10.0.0.7:29511", "[::1]:29500", "node-0:1"]:
+        rows = print_config(["--nodes=2", "--node-rank=1", f"--coordinator={value}"])
+        check_eq(rows["coordinator"][0], value, f"--coordinator={value!r} accepted")
+
+
 def test_file_errors_name_file_and_line():
     d = tempfile.mkdtemp(prefix="gs-conf-")
     cases = [
@@ -252,5 +266,6 @@ def test_man_pages_document_every_setting():
 if __name__ == "__main__":
     run([test_precedence_and_sources, test_default_file_may_be_absent,
          test_daemon_runs_with_the_file, test_every_invalid_value_refused_from_every_source,
+         test_coordinator_split_at_start,
          test_file_errors_name_file_and_line, test_example_documents_every_setting,
          test_man_pages_document_every_setting])
