@@ -1,6 +1,8 @@
 /*
  * libgradsync internals: the handle behind the opaque gs_client and the
- * helpers the client files share. Nothing here is part of the ABI.
+ * helpers the client files share. Nothing here is part of the ABI: as
+ * libuv's uv__ names, every internal name is gs__, so that gs_ (one
+ * underscore) is the public API of gradsync.h and nothing else.
  */
 #ifndef GS_CLIENT_H
 #define GS_CLIENT_H
@@ -22,28 +24,28 @@
 #define GS_SEND_TIMEOUT_MS 60000
 #define GS_ERRMSG_SIZE 512
 
-enum gs_step_state {
+enum gs__step_state {
 	GS_STEP_IDLE,    /* no step begun, or its result already returned */
 	GS_STEP_RUNNING, /* begun, StepDone not received yet */
 	GS_STEP_DONE,    /* StepDone received, result not returned yet */
 };
 
 /* One mapped shared-memory buffer of a registration. */
-struct gs_buffer {
+struct gs__buffer {
 	int fd;
 	bool owned; /* created by the library: closed by it */
 	uint8_t *addr;
 	size_t size;
 };
 
-struct gs_tensor {
+struct gs__tensor {
 	float *data;
 	uint64_t count;
 	uint64_t marked_step; /* the last step that marked it ready */
 };
 
 /* Where a registered tensor lives: buffer index and byte offset. */
-struct gs_placement {
+struct gs__placement {
 	uint32_t buffer;
 	uint64_t offset;
 };
@@ -79,18 +81,18 @@ struct gs_client {
 	bool registered;
 	/* The registration as sent, for gs_reconnect (names owned). */
 	struct gs_tensor_spec *reg_specs;
-	struct gs_placement *reg_pl;
+	struct gs__placement *reg_pl;
 	/* Per tensor: the last finished step left the reduced result in it. */
 	bool *reduced;
-	struct gs_buffer *buffers;
+	struct gs__buffer *buffers;
 	size_t nbuffers;
-	struct gs_tensor *tensors;
+	struct gs__tensor *tensors;
 	size_t ntensors;
-	struct gs_cuda *cuda; /* CUDA tensors' state (cuda.c); NULL for memfds */
+	struct gs__cuda *cuda; /* CUDA tensors' state (cuda.c); NULL for memfds */
 	uint32_t nbuckets;
 	uint64_t layout_hash;
 
-	enum gs_step_state step_state;
+	enum gs__step_state step_state;
 	uint32_t ready_event; /* CUDA: the ring entry the next marks recorded */
 	uint64_t step; /* the current or last step; counts from 1 */
 	uint32_t buckets_done;
@@ -102,94 +104,94 @@ struct gs_client {
 
 /* Records the last error of c (of this thread when c is NULL) and returns
  * code. */
-int gs_fail(struct gs_client *c, int code, const char *fmt, ...) GS_PRINTF(3, 4);
-/* Like gs_fail, and ends the session. */
-int gs_fail_dead(struct gs_client *c, int code, const char *fmt, ...)
+int gs__fail(struct gs_client *c, int code, const char *fmt, ...) GS_PRINTF(3, 4);
+/* Like gs__fail, and ends the session. */
+int gs__fail_dead(struct gs_client *c, int code, const char *fmt, ...)
 	GS_PRINTF(3, 4);
 /* Ends the session with the last error as its reason. */
-void gs_end_session(struct gs_client *c, int code);
+void gs__end_session(struct gs_client *c, int code);
 /* Restores the reason the session ended; returns the code it ended with. */
-int gs_dead_error(struct gs_client *c);
+int gs__dead_error(struct gs_client *c);
 /* GS_OK on a live session; GS_EDISCONNECTED (with the reason) otherwise. */
-int gs_check_alive(struct gs_client *c);
+int gs__check_alive(struct gs_client *c);
 /* Whether code is one of the GS_E* codes. */
-bool gs_err_known(int code);
+bool gs__err_known(int code);
 /* Sets what the current call does, for error messages. */
-void gs_doing(struct gs_client *c, const char *fmt, ...) GS_PRINTF(2, 3);
+void gs__doing(struct gs_client *c, const char *fmt, ...) GS_PRINTF(2, 3);
 
 /* ---- connection.c ------------------------------------------------------ */
 
-int64_t gs_deadline(int timeout_ms);
+int64_t gs__deadline(int timeout_ms);
 /* Milliseconds left until deadline for poll(): -1 without a deadline. */
-int gs_remaining(int64_t deadline);
+int gs__remaining(int64_t deadline);
 
 /* Connects c->fd to path (non-blocking once connected). */
-int gs_conn_open(struct gs_client *c, const char *path, int64_t deadline);
+int gs__conn_open(struct gs_client *c, const char *path, int64_t deadline);
 /* Sends one message with fds, all of it, reading what arrives meanwhile. */
-int gs_conn_send(struct gs_client *c, const Gradsync__Message *m,
+int gs__conn_send(struct gs_client *c, const Gradsync__Message *m,
 		 const int *fds, size_t nfds, int timeout_ms);
 
-typedef bool gs_done_fn(const struct gs_client *c);
+typedef bool gs__done_fn(const struct gs_client *c);
 /* Handles incoming messages until done(c), the timeout (GS_ETIMEDOUT) or
  * the end of the session. timeout_ms 0 reads only what is there. */
-int gs_conn_pump(struct gs_client *c, gs_done_fn *done, int timeout_ms);
+int gs__conn_pump(struct gs_client *c, gs__done_fn *done, int timeout_ms);
 /* A done function for synchronous calls: the expected reply arrived. */
-bool gs_has_reply(const struct gs_client *c);
+bool gs__has_reply(const struct gs_client *c);
 
 /* ---- dispatch.c -------------------------------------------------------- */
 
 /* Handles one message from gradsyncd and takes ownership of it. */
-int gs_dispatch(struct gs_client *c, Gradsync__Message *m);
+int gs__dispatch(struct gs_client *c, Gradsync__Message *m);
 
 /* ---- registration.c ---------------------------------------------------- */
 
 /* A registration's RegisterTensors frames, built and sent as they fill. */
-struct gs_reg_frames;
+struct gs__reg_frames;
 /* Frames that carry their buffers' descriptors (with_fds, memfds) or none
  * (CUDA handles travel inside the Buffer). NULL, the error recorded, when
- * out of memory. gs_reg_frames_end frees it. */
-struct gs_reg_frames *gs_reg_frames_new(struct gs_client *c, bool with_fds);
+ * out of memory. gs__reg_frames_end frees it. */
+struct gs__reg_frames *gs__reg_frames_new(struct gs_client *c, bool with_fds);
 /* Adds buf (with fd) then t, either may be NULL, sending the frame so far
  * first when they would not fit. Both are copied; what they point to
- * (names, handles) must live until gs_reg_frames_end. */
-int gs_reg_frames_add(struct gs_client *c, struct gs_reg_frames *f,
+ * (names, handles) must live until gs__reg_frames_end. */
+int gs__reg_frames_add(struct gs_client *c, struct gs__reg_frames *f,
 		      const Gradsync__TensorSpec *t, const Gradsync__Buffer *buf,
 		      int fd);
 /* Sends the last frame when r is GS_OK, frees f, and returns the result. */
-int gs_reg_frames_end(struct gs_client *c, struct gs_reg_frames *f, int r);
+int gs__reg_frames_end(struct gs_client *c, struct gs__reg_frames *f, int r);
 /* Waits for the Registered that answers a registration of n tensors
  * (c->expect set before its first frame) and keeps its buckets and
  * layout hash. */
-int gs_wait_registered(struct gs_client *c, size_t n);
+int gs__wait_registered(struct gs_client *c, size_t n);
 
 /* ---- session.c --------------------------------------------------------- */
 
 /* Connects, says hello in role and waits for the welcome. */
-int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
+int gs__session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 		    const char *job_id, int timeout_ms, struct gs_client **out);
 
 /* ---- tensors.c --------------------------------------------------------- */
 
 /* The bytes of one element of d; 0 for a dtype the library cannot size. */
-size_t gs_dtype_size(enum gs_dtype d);
+size_t gs__dtype_size(enum gs_dtype d);
 /* Checks what a memfd and a CUDA tensor spec share: tensor i has a name
  * and elements, of a dtype the library can size (into *esize), not too
  * many to address. Returns GS_OK, or the error (the last error says why). */
-int gs_check_tensor(struct gs_client *c, size_t i, const char *name, enum gs_dtype dtype,
+int gs__check_tensor(struct gs_client *c, size_t i, const char *name, enum gs_dtype dtype,
 		    uint64_t count, size_t *esize);
 
 /* Unmaps and closes what a registration holds. */
-void gs_tensors_release(struct gs_client *c);
+void gs__tensors_release(struct gs_client *c);
 /* Hello and welcome on c's connection, with its rank and job. */
-int gs_session_handshake(struct gs_client *c, int64_t deadline);
+int gs__session_handshake(struct gs_client *c, int64_t deadline);
 /* Sends the kept registration again and waits for Registered. */
-int gs_register_again(struct gs_client *c);
+int gs__register_again(struct gs_client *c);
 
 /* ---- cuda.c ------------------------------------------------------------ */
 
 /* Destroys the CUDA tensors' events and forgets their handles. */
-void gs_cuda_release(struct gs_client *c);
-/* gs_register_again for a registration of CUDA tensors. */
-int gs_cuda_register_again(struct gs_client *c);
+void gs__cuda_release(struct gs_client *c);
+/* gs__register_again for a registration of CUDA tensors. */
+int gs__cuda_register_again(struct gs_client *c);
 
 #endif

@@ -18,12 +18,12 @@
 
 /* ---- deadlines --------------------------------------------------------- */
 
-int64_t gs_deadline(int timeout_ms)
+int64_t gs__deadline(int timeout_ms)
 {
 	return timeout_ms < 0 ? -1 : (int64_t)(gs_now_ns() / 1000000) + timeout_ms;
 }
 
-int gs_remaining(int64_t deadline)
+int gs__remaining(int64_t deadline)
 {
 	if (deadline < 0)
 		return -1;
@@ -39,7 +39,7 @@ static int connect_error(struct gs_client *c, const char *path, int err)
 {
 	const char *hint = err == EACCES ? "is this user in gradsyncd's group?"
 					 : "is gradsyncd running?";
-	return gs_fail(c, GS_ECONNECT,
+	return gs__fail(c, GS_ECONNECT,
 		       "cannot connect to gradsyncd at %s: %s (%s)", path,
 		       strerror(err), hint);
 }
@@ -55,30 +55,30 @@ static int connect_until(int fd, const struct sockaddr_un *sa,
 			return 0;
 		if (errno != EAGAIN)
 			return -errno;
-		int left = gs_remaining(deadline);
+		int left = gs__remaining(deadline);
 		if (left == 0)
 			return -ETIMEDOUT;
 		poll(NULL, 0, left < 0 || left > 10 ? 10 : left);
 	}
 }
 
-int gs_conn_open(struct gs_client *c, const char *path, int64_t deadline)
+int gs__conn_open(struct gs_client *c, const char *path, int64_t deadline)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	size_t len = strlen(path);
 	if (len == 0 || len >= sizeof(sa.sun_path))
-		return gs_fail(c, GS_EINVAL,
+		return gs__fail(c, GS_EINVAL,
 			       "socket path '%s' is empty or longer than %zu bytes",
 			       path, sizeof(sa.sun_path) - 1);
 	memcpy(sa.sun_path, path, len + 1);
 
 	c->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (c->fd < 0)
-		return gs_fail(c, GS_ESYSTEM, "cannot create a Unix socket: %s",
+		return gs__fail(c, GS_ESYSTEM, "cannot create a Unix socket: %s",
 			       strerror(errno));
 	int r = connect_until(c->fd, &sa, deadline);
 	if (r == -ETIMEDOUT)
-		return gs_fail(c, GS_ETIMEDOUT,
+		return gs__fail(c, GS_ETIMEDOUT,
 			       "timed out connecting to gradsyncd at %s: its listen backlog stayed full",
 			       path);
 	if (r < 0)
@@ -90,7 +90,7 @@ int gs_conn_open(struct gs_client *c, const char *path, int64_t deadline)
 
 static int oversize(struct gs_client *c)
 {
-	return gs_fail_dead(c, GS_EPROTO,
+	return gs__fail_dead(c, GS_EPROTO,
 			    "protocol error: gradsyncd sent a frame of %u bytes, over the %u MiB limit",
 			    gs_frame_get_len(c->reader.buf),
 			    GS_CLIENT_MAX_FRAME >> 20);
@@ -107,10 +107,10 @@ static int drain_frames(struct gs_client *c)
 			gradsync__message__unpack(NULL, len, payload);
 		gs_frame_reader_consume(&c->reader);
 		if (!m)
-			return gs_fail_dead(c, GS_EPROTO,
+			return gs__fail_dead(c, GS_EPROTO,
 					    "protocol error: gradsyncd sent a message that does not decode (%zu bytes)",
 					    len);
-		r = gs_dispatch(c, m);
+		r = gs__dispatch(c, m);
 		if (r < 0)
 			return r;
 	}
@@ -126,14 +126,14 @@ static int refuse_fds(struct gs_client *c)
 	gs_frame_reader_take_fds(&c->reader, fds, n);
 	for (size_t i = 0; i < n; i++)
 		close(fds[i]);
-	return gs_fail_dead(c, GS_EPROTO,
+	return gs__fail_dead(c, GS_EPROTO,
 			    "protocol error: gradsyncd sent %zu file descriptors",
 			    n);
 }
 
 static int closed(struct gs_client *c)
 {
-	return gs_fail_dead(c, GS_EDISCONNECTED,
+	return gs__fail_dead(c, GS_EDISCONNECTED,
 			    "gradsyncd closed the connection during %s",
 			    c->doing);
 }
@@ -156,18 +156,18 @@ static int read_available(struct gs_client *c)
 	if (n == -EMSGSIZE)
 		return oversize(c);
 	if (n == -ENOMEM)
-		return gs_fail_dead(c, GS_ENOMEM,
+		return gs__fail_dead(c, GS_ENOMEM,
 				    "out of memory reading from gradsyncd");
-	return gs_fail_dead(c, GS_ESYSTEM, "cannot read from gradsyncd: %s",
+	return gs__fail_dead(c, GS_ESYSTEM, "cannot read from gradsyncd: %s",
 			    strerror((int)-n));
 }
 
 static int wait_readable(struct gs_client *c, int64_t deadline)
 {
 	for (;;) {
-		int left = gs_remaining(deadline);
+		int left = gs__remaining(deadline);
 		if (left == 0)
-			return gs_fail(c, GS_ETIMEDOUT,
+			return gs__fail(c, GS_ETIMEDOUT,
 				       "timed out waiting for gradsyncd during %s",
 				       c->doing);
 		struct pollfd p = { .fd = c->fd, .events = POLLIN };
@@ -175,24 +175,24 @@ static int wait_readable(struct gs_client *c, int64_t deadline)
 		if (n > 0)
 			return GS_OK;
 		if (n < 0 && errno != EINTR)
-			return gs_fail(c, GS_ESYSTEM, "poll: %s",
+			return gs__fail(c, GS_ESYSTEM, "poll: %s",
 				       strerror(errno));
 	}
 }
 
-bool gs_has_reply(const struct gs_client *c)
+bool gs__has_reply(const struct gs_client *c)
 {
 	return c->reply != NULL;
 }
 
-int gs_conn_pump(struct gs_client *c, gs_done_fn *done, int timeout_ms)
+int gs__conn_pump(struct gs_client *c, gs__done_fn *done, int timeout_ms)
 {
-	int64_t deadline = gs_deadline(timeout_ms);
+	int64_t deadline = gs__deadline(timeout_ms);
 	for (;;) {
 		if (done(c))
 			return GS_OK;
 		if (c->dead)
-			return gs_dead_error(c);
+			return gs__dead_error(c);
 		int r = read_available(c);
 		if (r > 0)
 			continue;
@@ -223,11 +223,11 @@ static int wait_writable(struct gs_client *c, int64_t deadline)
 {
 	for (;;) {
 		struct pollfd p = { .fd = c->fd, .events = POLLOUT | POLLIN };
-		int n = poll(&p, 1, gs_remaining(deadline));
+		int n = poll(&p, 1, gs__remaining(deadline));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0)
-			return gs_fail(c, GS_ESYSTEM, "poll: %s",
+			return gs__fail(c, GS_ESYSTEM, "poll: %s",
 				       strerror(errno));
 		if (n == 0)
 			return GS_ETIMEDOUT;
@@ -244,26 +244,26 @@ static int send_timeout(struct gs_client *c, size_t sent)
 {
 	/* Half a frame on the wire leaves the stream unusable. */
 	if (sent > 0)
-		return gs_fail_dead(c, GS_ETIMEDOUT,
+		return gs__fail_dead(c, GS_ETIMEDOUT,
 				    "timed out sending to gradsyncd during %s: the daemon stopped reading",
 				    c->doing);
-	return gs_fail(c, GS_ETIMEDOUT,
+	return gs__fail(c, GS_ETIMEDOUT,
 		       "timed out sending to gradsyncd during %s: the daemon is not reading",
 		       c->doing);
 }
 
-int gs_conn_send(struct gs_client *c, const Gradsync__Message *m,
+int gs__conn_send(struct gs_client *c, const Gradsync__Message *m,
 		 const int *fds, size_t nfds, int timeout_ms)
 {
 	uint8_t *buf;
 	size_t len;
 	int r = gs_frame_encode(m, &buf, &len);
 	if (r < 0)
-		return gs_fail(c, r == -ENOMEM ? GS_ENOMEM : GS_ELIMIT,
+		return gs__fail(c, r == -ENOMEM ? GS_ENOMEM : GS_ELIMIT,
 			       "cannot encode a message for gradsyncd: %s",
 			       strerror(-r));
 
-	int64_t deadline = gs_deadline(timeout_ms);
+	int64_t deadline = gs__deadline(timeout_ms);
 	size_t off = 0;
 	r = GS_OK;
 	while (off < len && r == GS_OK) {
@@ -278,7 +278,7 @@ int gs_conn_send(struct gs_client *c, const Gradsync__Message *m,
 		else if (n == -EPIPE || n == -ECONNRESET)
 			r = peer_gone(c);
 		else
-			r = gs_fail_dead(c, GS_ESYSTEM,
+			r = gs__fail_dead(c, GS_ESYSTEM,
 					 "cannot send to gradsyncd: %s",
 					 strerror((int)-n));
 	}

@@ -14,8 +14,8 @@ int gs_control_connect(const char *socket_path, int timeout_ms,
 				 gs_client **out)
 {
 	if (!out)
-		return gs_fail(NULL, GS_EINVAL, "gs_control_connect: out is NULL");
-	return gs_session_open(socket_path, GRADSYNC__ROLE__ROLE_CONTROL, 0,
+		return gs__fail(NULL, GS_EINVAL, "gs_control_connect: out is NULL");
+	return gs__session_open(socket_path, GRADSYNC__ROLE__ROLE_CONTROL, 0,
 			       NULL, timeout_ms, out);
 }
 
@@ -92,12 +92,12 @@ static int convert_status(struct gs_client *c, const Gradsync__StatusReply *m,
 {
 	struct gs_status *s = calloc(1, sizeof(*s));
 	if (!s)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 	s->trainers = calloc(m->n_trainers + 1, sizeof(*s->trainers));
 	s->peers = calloc(m->n_peers + 1, sizeof(*s->peers));
 	if (!s->trainers || !s->peers) {
 		gs_status_free(s);
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 	}
 	s->trainer_count = m->n_trainers;
 	for (size_t i = 0; i < m->n_trainers; i++)
@@ -115,20 +115,20 @@ static int convert_status(struct gs_client *c, const Gradsync__StatusReply *m,
 static int request(struct gs_client *c, Gradsync__Message *m, const int *fds, size_t nfds,
 		   Gradsync__Message__BodyCase expect, int timeout_ms)
 {
-	int r = gs_check_alive(c);
+	int r = gs__check_alive(c);
 	if (r < 0)
 		return r;
 	if (c->role != GRADSYNC__ROLE__ROLE_CONTROL)
-		return gs_fail(c, GS_ESTATE, "%s needs a control connection (gs_control_connect)",
+		return gs__fail(c, GS_ESTATE, "%s needs a control connection (gs_control_connect)",
 			       c->doing);
-	int64_t deadline = gs_deadline(timeout_ms);
+	int64_t deadline = gs__deadline(timeout_ms);
 	c->expect = expect;
-	r = gs_conn_send(c, m, fds, nfds, timeout_ms);
+	r = gs__conn_send(c, m, fds, nfds, timeout_ms);
 	if (r == GS_OK)
-		r = gs_conn_pump(c, gs_has_reply, gs_remaining(deadline));
+		r = gs__conn_pump(c, gs__has_reply, gs__remaining(deadline));
 	if (r < 0) {
 		/* A late reply would come unasked: this session is over. */
-		gs_end_session(c, r);
+		gs__end_session(c, r);
 		return r;
 	}
 	return GS_OK;
@@ -143,9 +143,9 @@ static void drop_reply(struct gs_client *c)
 int gs_status_get(gs_client *c, int timeout_ms, struct gs_status **out)
 {
 	if (!c || !out)
-		return gs_fail(c, GS_EINVAL, "gs_status_get: NULL argument");
+		return gs__fail(c, GS_EINVAL, "gs_status_get: NULL argument");
 	*out = NULL;
-	gs_doing(c, "the status request");
+	gs__doing(c, "the status request");
 	Gradsync__StatusRequest req = GRADSYNC__STATUS_REQUEST__INIT;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_STATUS_REQUEST;
@@ -172,9 +172,9 @@ void gs_status_free(struct gs_status *s)
 int gs_metrics_get(gs_client *c, int timeout_ms, char **text)
 {
 	if (!c || !text)
-		return gs_fail(c, GS_EINVAL, "gs_metrics_get: NULL argument");
+		return gs__fail(c, GS_EINVAL, "gs_metrics_get: NULL argument");
 	*text = NULL;
-	gs_doing(c, "the metrics request");
+	gs__doing(c, "the metrics request");
 	Gradsync__MetricsRequest req = GRADSYNC__METRICS_REQUEST__INIT;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_METRICS_REQUEST;
@@ -185,7 +185,7 @@ int gs_metrics_get(gs_client *c, int timeout_ms, char **text)
 	const char *t = c->reply->metrics_reply->text;
 	*text = strdup(t ? t : "");
 	drop_reply(c);
-	return *text ? GS_OK : gs_fail(c, GS_ENOMEM, "out of memory");
+	return *text ? GS_OK : gs__fail(c, GS_ENOMEM, "out of memory");
 }
 
 void gs_metrics_free(char *text)
@@ -215,10 +215,10 @@ int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_status **o
 			     size_t *count)
 {
 	if (!c || !out || !count)
-		return gs_fail(c, GS_EINVAL, "gs_clients_get: NULL argument");
+		return gs__fail(c, GS_EINVAL, "gs_clients_get: NULL argument");
 	*out = NULL;
 	*count = 0;
-	gs_doing(c, "the clients request");
+	gs__doing(c, "the clients request");
 	Gradsync__ClientsRequest req = GRADSYNC__CLIENTS_REQUEST__INIT;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_CLIENTS_REQUEST;
@@ -230,7 +230,7 @@ int gs_clients_get(gs_client *c, int timeout_ms, struct gs_connection_status **o
 	struct gs_connection_status *list = calloc(reply->n_clients + 1, sizeof(*list));
 	if (!list) {
 		drop_reply(c);
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < reply->n_clients; i++)
 		copy_connection(&list[i], reply->clients[i]);
@@ -275,9 +275,9 @@ static int trace_request(gs_client *c, Gradsync__Message *m, int fd, int timeout
 int gs_trace_start(gs_client *c, int fd, int timeout_ms, struct gs_trace_status *out)
 {
 	if (!c || fd < 0)
-		return gs_fail(c, GS_EINVAL, "gs_trace_start: %s",
+		return gs__fail(c, GS_EINVAL, "gs_trace_start: %s",
 			       c ? "the descriptor is negative" : "NULL handle");
-	gs_doing(c, "the trace start");
+	gs__doing(c, "the trace start");
 	Gradsync__TraceStart req = GRADSYNC__TRACE_START__INIT;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_TRACE_START;
@@ -288,8 +288,8 @@ int gs_trace_start(gs_client *c, int fd, int timeout_ms, struct gs_trace_status 
 int gs_trace_stop(gs_client *c, int timeout_ms, struct gs_trace_status *out)
 {
 	if (!c)
-		return gs_fail(c, GS_EINVAL, "gs_trace_stop: NULL handle");
-	gs_doing(c, "the trace stop");
+		return gs__fail(c, GS_EINVAL, "gs_trace_stop: NULL handle");
+	gs__doing(c, "the trace stop");
 	Gradsync__TraceStop req = GRADSYNC__TRACE_STOP__INIT;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_TRACE_STOP;

@@ -19,9 +19,9 @@
 #define EVENTS_BUFFER 0
 
 struct cuda_alloc {
-	gs_cu_ptr base;
+	gs__cu_ptr base;
 	uint64_t size;
-	gs_cu_ipc_handle handle;
+	gs__cu_ipc_handle handle;
 };
 
 /* A tensor as sent, kept for gs_reconnect. */
@@ -37,8 +37,8 @@ struct cuda_tensor {
  * again since (this many marks later) wait for the later record. */
 #define GS_CUDA_READY_RING 32
 
-struct gs_cuda {
-	const struct gs_cu *cu;
+struct gs__cuda {
+	const struct gs__cu *cu;
 	void *ctx; /* the tensors' context */
 	int device;
 	char pci[32];
@@ -47,7 +47,7 @@ struct gs_cuda {
 	 * latest ones (the host runs ahead of the GPU). ready[0] goes first
 	 * and alone to a daemon that knows no ring. */
 	void *ready[GS_CUDA_READY_RING], *done;
-	gs_cu_ipc_handle ready_handle[GS_CUDA_READY_RING], done_handle;
+	gs__cu_ipc_handle ready_handle[GS_CUDA_READY_RING], done_handle;
 	ProtobufCBinaryData ring[GS_CUDA_READY_RING]; /* the handles, for the frame */
 	uint32_t next_ready;
 	struct cuda_alloc *allocs;
@@ -56,26 +56,26 @@ struct gs_cuda {
 	size_t ntensors;
 };
 
-static int driver_fail(struct gs_client *c, struct gs_cuda *g, int code, const char *what,
-		       gs_cu_result r)
+static int driver_fail(struct gs_client *c, struct gs__cuda *g, int code, const char *what,
+		       gs__cu_result r)
 {
-	return gs_fail(c, code, "%s: %s", what, gs_cu_error(g->cu, r));
+	return gs__fail(c, code, "%s: %s", what, gs__cu_error(g->cu, r));
 }
 
-static int push(struct gs_client *c, struct gs_cuda *g)
+static int push(struct gs_client *c, struct gs__cuda *g)
 {
-	gs_cu_result r = g->cu->ctx_push_current(g->ctx);
+	gs__cu_result r = g->cu->ctx_push_current(g->ctx);
 	return r == GS_CU_SUCCESS ? GS_OK
 				  : driver_fail(c, g, GS_ESYSTEM, "cannot make the tensors' CUDA context current", r);
 }
 
-static void pop(struct gs_cuda *g)
+static void pop(struct gs__cuda *g)
 {
 	void *ctx;
 	g->cu->ctx_pop_current(&ctx);
 }
 
-static void free_state(struct gs_cuda *g)
+static void free_state(struct gs__cuda *g)
 {
 	if (!g)
 		return;
@@ -94,7 +94,7 @@ static void free_state(struct gs_cuda *g)
 	free(g);
 }
 
-void gs_cuda_release(struct gs_client *c)
+void gs__cuda_release(struct gs_client *c)
 {
 	free_state(c->cuda);
 	c->cuda = NULL;
@@ -105,26 +105,26 @@ void gs_cuda_release(struct gs_client *c)
 static int check_spec(struct gs_client *c, const struct gs_cuda_tensor_spec *s, size_t i)
 {
 	size_t esize;
-	int r = gs_check_tensor(c, i, s->name, s->dtype, s->count, &esize);
+	int r = gs__check_tensor(c, i, s->name, s->dtype, s->count, &esize);
 	if (r < 0)
 		return r;
 	if (!s->data || (uintptr_t)s->data % esize)
-		return gs_fail(c, GS_EINVAL, "tensor '%s': device pointer %p is NULL or misaligned",
+		return gs__fail(c, GS_EINVAL, "tensor '%s': device pointer %p is NULL or misaligned",
 			       s->name, s->data);
 	return GS_OK;
 }
 
 /* The device and context of the first tensor; every other must match. */
-static int check_device(struct gs_client *c, struct gs_cuda *g,
-			const struct gs_cuda_tensor_spec *s, size_t i, gs_cu_ptr p)
+static int check_device(struct gs_client *c, struct gs__cuda *g,
+			const struct gs_cuda_tensor_spec *s, size_t i, gs__cu_ptr p)
 {
-	const struct gs_cu *cu = g->cu;
+	const struct gs__cu *cu = g->cu;
 	unsigned type = 0;
 	int ordinal = -1, ipc = 0;
 	void *ctx = NULL;
-	gs_cu_result r = cu->pointer_get_attribute(&type, GS_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+	gs__cu_result r = cu->pointer_get_attribute(&type, GS_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
 	if (r != GS_CU_SUCCESS || type != GS_CU_MEMORYTYPE_DEVICE)
-		return gs_fail(c, GS_EBUFFER, "tensor '%s': %p is not CUDA device memory", s->name,
+		return gs__fail(c, GS_EBUFFER, "tensor '%s': %p is not CUDA device memory", s->name,
 			       s->data);
 	r = cu->pointer_get_attribute(&ordinal, GS_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
 	if (r == GS_CU_SUCCESS)
@@ -133,14 +133,14 @@ static int check_device(struct gs_client *c, struct gs_cuda *g,
 		return driver_fail(c, g, GS_ESYSTEM, "cuPointerGetAttribute", r);
 	if (cu->pointer_get_attribute(&ipc, GS_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
 				      p) == GS_CU_SUCCESS && !ipc)
-		return gs_fail(c, GS_EBUFFER,
+		return gs__fail(c, GS_EBUFFER,
 			       "tensor '%s' is in memory that CUDA IPC handles cannot export (cudaMallocManaged, or cuMemCreate as PyTorch's expandable_segments uses)",
 			       s->name);
 	if (i == 0) {
 		g->device = ordinal;
 		g->ctx = ctx;
 	} else if (ordinal != g->device) {
-		return gs_fail(c, GS_EINVAL,
+		return gs__fail(c, GS_EINVAL,
 			       "tensor '%s' is on GPU %d, tensor '%s' on GPU %d: register one GPU's tensors per connection",
 			       s->name, ordinal, g->tensors[0].name, g->device);
 	}
@@ -149,7 +149,7 @@ static int check_device(struct gs_client *c, struct gs_cuda *g,
 
 /* Allocations are numbered by first use, so a tensor's allocation is sent
  * with it or before it; n tensors have at most n allocations. */
-static uint32_t find_alloc(struct gs_cuda *g, gs_cu_ptr base, uint64_t size)
+static uint32_t find_alloc(struct gs__cuda *g, gs__cu_ptr base, uint64_t size)
 {
 	for (size_t a = 0; a < g->nallocs; a++)
 		if (g->allocs[a].base == base)
@@ -159,27 +159,27 @@ static uint32_t find_alloc(struct gs_cuda *g, gs_cu_ptr base, uint64_t size)
 	return (uint32_t)g->nallocs++;
 }
 
-static int locate(struct gs_client *c, struct gs_cuda *g, const struct gs_cuda_tensor_spec *s,
+static int locate(struct gs_client *c, struct gs__cuda *g, const struct gs_cuda_tensor_spec *s,
 		  size_t i)
 {
-	gs_cu_ptr p = (gs_cu_ptr)(uintptr_t)s->data;
+	gs__cu_ptr p = (gs__cu_ptr)(uintptr_t)s->data;
 	int r = check_device(c, g, s, i, p);
 	if (r < 0)
 		return r;
-	gs_cu_ptr base = 0;
+	gs__cu_ptr base = 0;
 	size_t size = 0;
 	/* The query needs a current context, which the caller's thread may
 	 * lack: the tensors' own, as for every other call. */
 	r = push(c, g);
 	if (r < 0)
 		return r;
-	gs_cu_result res = g->cu->mem_get_address_range(&base, &size, p);
+	gs__cu_result res = g->cu->mem_get_address_range(&base, &size, p);
 	pop(g);
 	if (res != GS_CU_SUCCESS)
 		return driver_fail(c, g, GS_EBUFFER, "cuMemGetAddressRange", res);
-	uint64_t bytes = s->count * gs_dtype_size(s->dtype);
+	uint64_t bytes = s->count * gs__dtype_size(s->dtype);
 	if (p < base || p - base > size || bytes > size - (p - base))
-		return gs_fail(c, GS_EBUFFER,
+		return gs__fail(c, GS_EBUFFER,
 			       "tensor '%s' (%" PRIu64 " bytes at %p) runs past the end of its allocation of %zu bytes",
 			       s->name, bytes, s->data, size);
 	uint32_t a = find_alloc(g, base, size);
@@ -189,15 +189,15 @@ static int locate(struct gs_client *c, struct gs_cuda *g, const struct gs_cuda_t
 	t->buffer = a + 1;
 	t->offset = p - base;
 	t->name = strdup(s->name);
-	return t->name ? GS_OK : gs_fail(c, GS_ENOMEM, "out of memory");
+	return t->name ? GS_OK : gs__fail(c, GS_ENOMEM, "out of memory");
 }
 
-static gs_cu_result make_events(struct gs_cuda *g, const char **what)
+static gs__cu_result make_events(struct gs__cuda *g, const char **what)
 {
-	const struct gs_cu *cu = g->cu;
+	const struct gs__cu *cu = g->cu;
 	unsigned flags = GS_CU_EVENT_DISABLE_TIMING | GS_CU_EVENT_INTERPROCESS;
 	*what = "cuEventCreate";
-	gs_cu_result r = cu->event_create(&g->ready[0], flags);
+	gs__cu_result r = cu->event_create(&g->ready[0], flags);
 	if (r == GS_CU_SUCCESS)
 		r = cu->event_create(&g->done, flags);
 	for (size_t i = 1; i < GS_CUDA_READY_RING && r == GS_CU_SUCCESS; i++)
@@ -215,14 +215,14 @@ static gs_cu_result make_events(struct gs_cuda *g, const char **what)
 }
 
 /* The allocations' IPC handles, the events and the device's PCI bus id. */
-static int make_handles(struct gs_client *c, struct gs_cuda *g)
+static int make_handles(struct gs_client *c, struct gs__cuda *g)
 {
-	const struct gs_cu *cu = g->cu;
+	const struct gs__cu *cu = g->cu;
 	int r = push(c, g);
 	if (r < 0)
 		return r;
 	const char *what = "cuIpcGetMemHandle";
-	gs_cu_result res = GS_CU_SUCCESS;
+	gs__cu_result res = GS_CU_SUCCESS;
 	for (size_t a = 0; a < g->nallocs && res == GS_CU_SUCCESS; a++)
 		res = cu->ipc_get_mem_handle(&g->allocs[a].handle, g->allocs[a].base);
 	if (res == GS_CU_SUCCESS)
@@ -240,7 +240,7 @@ static int make_handles(struct gs_client *c, struct gs_cuda *g)
 
 /* ---- The RegisterTensors frames ------------------------------------------------- */
 
-static Gradsync__Buffer device_buffer(const struct gs_cuda *g)
+static Gradsync__Buffer device_buffer(const struct gs__cuda *g)
 {
 	Gradsync__Buffer m = GRADSYNC__BUFFER__INIT;
 	m.device = g->device;
@@ -248,7 +248,7 @@ static Gradsync__Buffer device_buffer(const struct gs_cuda *g)
 	return m;
 }
 
-static Gradsync__Buffer events_buffer(struct gs_cuda *g)
+static Gradsync__Buffer events_buffer(struct gs__cuda *g)
 {
 	Gradsync__Buffer m = device_buffer(g);
 	m.size = 0;
@@ -261,7 +261,7 @@ static Gradsync__Buffer events_buffer(struct gs_cuda *g)
 	return m;
 }
 
-static Gradsync__Buffer alloc_buffer(const struct gs_cuda *g, struct cuda_alloc *a)
+static Gradsync__Buffer alloc_buffer(const struct gs__cuda *g, struct cuda_alloc *a)
 {
 	Gradsync__Buffer m = device_buffer(g);
 	m.size = a->size;
@@ -270,13 +270,13 @@ static Gradsync__Buffer alloc_buffer(const struct gs_cuda *g, struct cuda_alloc 
 	return m;
 }
 
-static int send_registration(struct gs_client *c, struct gs_cuda *g)
+static int send_registration(struct gs_client *c, struct gs__cuda *g)
 {
-	struct gs_reg_frames *f = gs_reg_frames_new(c, false);
+	struct gs__reg_frames *f = gs__reg_frames_new(c, false);
 	if (!f)
 		return GS_ENOMEM;
 	Gradsync__Buffer events = events_buffer(g);
-	int r = gs_reg_frames_add(c, f, NULL, &events, -1);
+	int r = gs__reg_frames_add(c, f, NULL, &events, -1);
 	uint32_t sent = 1; /* buffers on their way: the events so far */
 	for (size_t i = 0; i < g->ntensors && r == GS_OK; i++) {
 		const struct cuda_tensor *ct = &g->tensors[i];
@@ -290,18 +290,18 @@ static int send_registration(struct gs_client *c, struct gs_cuda *g)
 		bool new_buf = ct->buffer == sent;
 		if (new_buf)
 			buf = alloc_buffer(g, &g->allocs[sent++ - 1]);
-		r = gs_reg_frames_add(c, f, &t, new_buf ? &buf : NULL, -1);
+		r = gs__reg_frames_add(c, f, &t, new_buf ? &buf : NULL, -1);
 	}
-	return gs_reg_frames_end(c, f, r);
+	return gs__reg_frames_end(c, f, r);
 }
 
-int gs_cuda_register_again(struct gs_client *c)
+int gs__cuda_register_again(struct gs_client *c)
 {
-	gs_doing(c, "registration");
+	gs__doing(c, "registration");
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	int r = send_registration(c, c->cuda);
 	if (r == GS_OK)
-		r = gs_wait_registered(c, c->cuda->ntensors);
+		r = gs__wait_registered(c, c->cuda->ntensors);
 	return r;
 }
 
@@ -309,19 +309,19 @@ int gs_cuda_register_again(struct gs_client *c)
 
 static int check_register(struct gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
 {
-	int r = gs_check_alive(c);
+	int r = gs__check_alive(c);
 	if (r < 0)
 		return r;
 	if (c->role != GRADSYNC__ROLE__ROLE_TRAINER)
-		return gs_fail(c, GS_ESTATE, "gs_register_cuda needs a trainer connection");
+		return gs__fail(c, GS_ESTATE, "gs_register_cuda needs a trainer connection");
 	if (c->registered)
-		return gs_fail(c, GS_ESTATE, "tensors are already registered on this connection");
+		return gs__fail(c, GS_ESTATE, "tensors are already registered on this connection");
 	if (!specs || n == 0)
-		return gs_fail(c, GS_EINVAL, "gs_register_cuda: no tensors");
+		return gs__fail(c, GS_EINVAL, "gs_register_cuda: no tensors");
 	if (n > UINT32_MAX - 1)
-		return gs_fail(c, GS_ELIMIT, "gs_register_cuda: %zu tensors", n);
+		return gs__fail(c, GS_ELIMIT, "gs_register_cuda: %zu tensors", n);
 	if (!c->backend || strcmp(c->backend, "cuda") != 0)
-		return gs_fail(c, GS_ESTATE,
+		return gs__fail(c, GS_ESTATE,
 			       "gradsyncd runs the %s backend; CUDA tensors need its cuda backend (gradsyncd --backend cuda)",
 			       c->backend ? c->backend : "unknown");
 	for (size_t i = 0; i < n; i++) {
@@ -333,20 +333,20 @@ static int check_register(struct gs_client *c, const struct gs_cuda_tensor_spec 
 }
 
 static int prepare(struct gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n,
-		   struct gs_cuda **out)
+		   struct gs__cuda **out)
 {
 	char why[256];
-	struct gs_cuda *g = calloc(1, sizeof(*g));
+	struct gs__cuda *g = calloc(1, sizeof(*g));
 	if (!g)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 	*out = g;
-	g->cu = gs_cu_load(why, sizeof(why));
+	g->cu = gs__cu_load(why, sizeof(why));
 	if (!g->cu)
-		return gs_fail(c, GS_ESYSTEM, "%s", why);
+		return gs__fail(c, GS_ESYSTEM, "%s", why);
 	g->allocs = calloc(n, sizeof(*g->allocs));
 	g->tensors = calloc(n, sizeof(*g->tensors));
 	if (!g->allocs || !g->tensors)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 	g->ntensors = n;
 	for (size_t i = 0; i < n; i++) {
 		int r = locate(c, g, &specs[i], i);
@@ -361,7 +361,7 @@ static int adopt_tensors(struct gs_client *c, const struct gs_cuda_tensor_spec *
 	c->tensors = calloc(n, sizeof(*c->tensors));
 	c->reduced = calloc(n, sizeof(*c->reduced));
 	if (!c->tensors || !c->reduced)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		c->tensors[i].data = specs[i].data;
 		c->tensors[i].count = specs[i].count;
@@ -373,12 +373,12 @@ static int adopt_tensors(struct gs_client *c, const struct gs_cuda_tensor_spec *
 int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
 {
 	if (!c)
-		return gs_fail(NULL, GS_EINVAL, "gs_register_cuda: NULL handle");
-	gs_doing(c, "registration");
+		return gs__fail(NULL, GS_EINVAL, "gs_register_cuda: NULL handle");
+	gs__doing(c, "registration");
 	int r = check_register(c, specs, n);
 	if (r < 0)
 		return r;
-	struct gs_cuda *g = NULL;
+	struct gs__cuda *g = NULL;
 	r = prepare(c, specs, n, &g);
 	if (r == GS_OK)
 		r = adopt_tensors(c, specs, n);
@@ -389,7 +389,7 @@ int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *specs, size
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	r = send_registration(c, g);
 	if (r == GS_OK)
-		r = gs_wait_registered(c, n);
+		r = gs__wait_registered(c, n);
 	if (r < 0)
 		goto err_session;
 	c->registered = true;
@@ -397,36 +397,36 @@ int gs_register_cuda(gs_client *c, const struct gs_cuda_tensor_spec *specs, size
 
 err_session:
 	/* The daemon holds part of a registration that cannot go on. */
-	gs_end_session(c, r);
+	gs__end_session(c, r);
 err_release:
 	c->expect = GRADSYNC__MESSAGE__BODY__NOT_SET;
-	gs_tensors_release(c);
+	gs__tensors_release(c);
 	return r;
 }
 
-static struct gs_cuda *cuda_of(struct gs_client *c, const char *fn)
+static struct gs__cuda *cuda_of(struct gs_client *c, const char *fn)
 {
 	if (!c) {
-		gs_fail(NULL, GS_EINVAL, "%s: NULL handle", fn);
+		gs__fail(NULL, GS_EINVAL, "%s: NULL handle", fn);
 		return NULL;
 	}
 	if (c->cuda && c->registered)
 		return c->cuda;
-	gs_fail(c, GS_ESTATE, "%s: no CUDA tensors are registered on this connection (gs_register_cuda)",
+	gs__fail(c, GS_ESTATE, "%s: no CUDA tensors are registered on this connection (gs_register_cuda)",
 		fn);
 	return NULL;
 }
 
 int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *stream)
 {
-	struct gs_cuda *g = cuda_of(c, "gs_cuda_mark_ready");
+	struct gs__cuda *g = cuda_of(c, "gs_cuda_mark_ready");
 	if (!g)
 		return c ? GS_ESTATE : GS_EINVAL;
 	int r = push(c, g);
 	if (r < 0)
 		return r;
 	uint32_t e = g->next_ready % GS_CUDA_READY_RING;
-	gs_cu_result res = g->cu->event_record(g->ready[e], stream);
+	gs__cu_result res = g->cu->event_record(g->ready[e], stream);
 	pop(g);
 	if (res != GS_CU_SUCCESS)
 		return driver_fail(c, g, GS_ESYSTEM, "recording the ready event (cuEventRecord)", res);
@@ -439,13 +439,13 @@ int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *st
 
 int gs_cuda_stream_wait(gs_client *c, void *stream)
 {
-	struct gs_cuda *g = cuda_of(c, "gs_cuda_stream_wait");
+	struct gs__cuda *g = cuda_of(c, "gs_cuda_stream_wait");
 	if (!g)
 		return c ? GS_ESTATE : GS_EINVAL;
 	int r = push(c, g);
 	if (r < 0)
 		return r;
-	gs_cu_result res = g->cu->stream_wait_event(stream, g->done, 0);
+	gs__cu_result res = g->cu->stream_wait_event(stream, g->done, 0);
 	pop(g);
 	if (res != GS_CU_SUCCESS)
 		return driver_fail(c, g, GS_ESYSTEM, "waiting for gradsyncd's done event (cuStreamWaitEvent)",

@@ -17,14 +17,14 @@ _Static_assert(CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE ==
 _Static_assert(CU_MEMORYTYPE_DEVICE == GS_CU_MEMORYTYPE_DEVICE, "cuda.h");
 _Static_assert(CU_EVENT_DISABLE_TIMING == GS_CU_EVENT_DISABLE_TIMING, "cuda.h");
 _Static_assert(CU_EVENT_INTERPROCESS == GS_CU_EVENT_INTERPROCESS, "cuda.h");
-_Static_assert(sizeof(CUipcMemHandle) == sizeof(gs_cu_ipc_handle), "cuda.h");
-_Static_assert(sizeof(CUipcEventHandle) == sizeof(gs_cu_ipc_handle), "cuda.h");
-_Static_assert(sizeof(CUdeviceptr) == sizeof(gs_cu_ptr), "cuda.h");
+_Static_assert(sizeof(CUipcMemHandle) == sizeof(gs__cu_ipc_handle), "cuda.h");
+_Static_assert(sizeof(CUipcEventHandle) == sizeof(gs__cu_ipc_handle), "cuda.h");
+_Static_assert(sizeof(CUdeviceptr) == sizeof(gs__cu_ptr), "cuda.h");
 #endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static struct gs_cu cu;
-static const struct gs_cu *loaded;
+static struct gs__cu cu;
+static const struct gs__cu *loaded;
 static char load_error[256];
 
 /* The _v2 names are what cuda.h maps the plain ones to. */
@@ -32,20 +32,20 @@ static const struct {
 	const char *name;
 	size_t offset;
 } symbols[] = {
-	{ "cuInit", offsetof(struct gs_cu, init) },
-	{ "cuPointerGetAttribute", offsetof(struct gs_cu, pointer_get_attribute) },
-	{ "cuMemGetAddressRange_v2", offsetof(struct gs_cu, mem_get_address_range) },
-	{ "cuIpcGetMemHandle", offsetof(struct gs_cu, ipc_get_mem_handle) },
-	{ "cuDeviceGet", offsetof(struct gs_cu, device_get) },
-	{ "cuDeviceGetPCIBusId", offsetof(struct gs_cu, device_get_pci_bus_id) },
-	{ "cuCtxPushCurrent_v2", offsetof(struct gs_cu, ctx_push_current) },
-	{ "cuCtxPopCurrent_v2", offsetof(struct gs_cu, ctx_pop_current) },
-	{ "cuEventCreate", offsetof(struct gs_cu, event_create) },
-	{ "cuEventDestroy_v2", offsetof(struct gs_cu, event_destroy) },
-	{ "cuIpcGetEventHandle", offsetof(struct gs_cu, ipc_get_event_handle) },
-	{ "cuEventRecord", offsetof(struct gs_cu, event_record) },
-	{ "cuStreamWaitEvent", offsetof(struct gs_cu, stream_wait_event) },
-	{ "cuGetErrorString", offsetof(struct gs_cu, get_error_string) },
+	{ "cuInit", offsetof(struct gs__cu, init) },
+	{ "cuPointerGetAttribute", offsetof(struct gs__cu, pointer_get_attribute) },
+	{ "cuMemGetAddressRange_v2", offsetof(struct gs__cu, mem_get_address_range) },
+	{ "cuIpcGetMemHandle", offsetof(struct gs__cu, ipc_get_mem_handle) },
+	{ "cuDeviceGet", offsetof(struct gs__cu, device_get) },
+	{ "cuDeviceGetPCIBusId", offsetof(struct gs__cu, device_get_pci_bus_id) },
+	{ "cuCtxPushCurrent_v2", offsetof(struct gs__cu, ctx_push_current) },
+	{ "cuCtxPopCurrent_v2", offsetof(struct gs__cu, ctx_pop_current) },
+	{ "cuEventCreate", offsetof(struct gs__cu, event_create) },
+	{ "cuEventDestroy_v2", offsetof(struct gs__cu, event_destroy) },
+	{ "cuIpcGetEventHandle", offsetof(struct gs__cu, ipc_get_event_handle) },
+	{ "cuEventRecord", offsetof(struct gs__cu, event_record) },
+	{ "cuStreamWaitEvent", offsetof(struct gs__cu, stream_wait_event) },
+	{ "cuGetErrorString", offsetof(struct gs__cu, get_error_string) },
 };
 
 static void load(void)
@@ -67,15 +67,15 @@ static void load(void)
 		}
 		memcpy((char *)&cu + symbols[i].offset, &f, sizeof(f));
 	}
-	gs_cu_result r = cu.init(0);
+	gs__cu_result r = cu.init(0);
 	if (r != GS_CU_SUCCESS) {
-		snprintf(load_error, sizeof(load_error), "cuInit: %s", gs_cu_error(&cu, r));
+		snprintf(load_error, sizeof(load_error), "cuInit: %s", gs__cu_error(&cu, r));
 		return;
 	}
 	loaded = &cu;
 }
 
-const struct gs_cu *gs_cu_load(char *why, size_t n)
+const struct gs__cu *gs__cu_load(char *why, size_t n)
 {
 	pthread_once(&once, load);
 	if (!loaded)
@@ -83,7 +83,7 @@ const struct gs_cu *gs_cu_load(char *why, size_t n)
 	return loaded;
 }
 
-const char *gs_cu_error(const struct gs_cu *c, gs_cu_result r)
+const char *gs__cu_error(const struct gs__cu *c, gs__cu_result r)
 {
 	const char *text = NULL;
 	if (c && c->get_error_string && c->get_error_string(r, &text) == GS_CU_SUCCESS && text)

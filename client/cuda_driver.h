@@ -12,11 +12,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef int gs_cu_result;   /* CUresult; 0 is CUDA_SUCCESS */
-typedef uint64_t gs_cu_ptr; /* CUdeviceptr */
+typedef int gs__cu_result;   /* CUresult; 0 is CUDA_SUCCESS */
+typedef uint64_t gs__cu_ptr; /* CUdeviceptr */
 typedef struct {
 	char reserved[64];
-} gs_cu_ipc_handle; /* CUipcMemHandle, CUipcEventHandle */
+} gs__cu_ipc_handle; /* CUipcMemHandle, CUipcEventHandle */
 
 #define GS_CU_SUCCESS 0
 #define GS_CU_POINTER_ATTRIBUTE_CONTEXT 1
@@ -27,29 +27,29 @@ typedef struct {
 #define GS_CU_EVENT_DISABLE_TIMING 0x2
 #define GS_CU_EVENT_INTERPROCESS 0x4
 
-struct gs_cu {
-	gs_cu_result (*init)(unsigned flags);
-	gs_cu_result (*pointer_get_attribute)(void *data, int attribute, gs_cu_ptr ptr);
-	gs_cu_result (*mem_get_address_range)(gs_cu_ptr *base, size_t *size, gs_cu_ptr ptr);
-	gs_cu_result (*ipc_get_mem_handle)(gs_cu_ipc_handle *handle, gs_cu_ptr ptr);
-	gs_cu_result (*device_get)(int *device, int ordinal);
-	gs_cu_result (*device_get_pci_bus_id)(char *id, int len, int device);
-	gs_cu_result (*ctx_push_current)(void *ctx);
-	gs_cu_result (*ctx_pop_current)(void **ctx);
-	gs_cu_result (*event_create)(void **event, unsigned flags);
-	gs_cu_result (*event_destroy)(void *event);
-	gs_cu_result (*ipc_get_event_handle)(gs_cu_ipc_handle *handle, void *event);
-	gs_cu_result (*event_record)(void *event, void *stream);
-	gs_cu_result (*stream_wait_event)(void *stream, void *event, unsigned flags);
-	gs_cu_result (*get_error_string)(gs_cu_result r, const char **text);
+struct gs__cu {
+	gs__cu_result (*init)(unsigned flags);
+	gs__cu_result (*pointer_get_attribute)(void *data, int attribute, gs__cu_ptr ptr);
+	gs__cu_result (*mem_get_address_range)(gs__cu_ptr *base, size_t *size, gs__cu_ptr ptr);
+	gs__cu_result (*ipc_get_mem_handle)(gs__cu_ipc_handle *handle, gs__cu_ptr ptr);
+	gs__cu_result (*device_get)(int *device, int ordinal);
+	gs__cu_result (*device_get_pci_bus_id)(char *id, int len, int device);
+	gs__cu_result (*ctx_push_current)(void *ctx);
+	gs__cu_result (*ctx_pop_current)(void **ctx);
+	gs__cu_result (*event_create)(void **event, unsigned flags);
+	gs__cu_result (*event_destroy)(void *event);
+	gs__cu_result (*ipc_get_event_handle)(gs__cu_ipc_handle *handle, void *event);
+	gs__cu_result (*event_record)(void *event, void *stream);
+	gs__cu_result (*stream_wait_event)(void *stream, void *event, unsigned flags);
+	gs__cu_result (*get_error_string)(gs__cu_result r, const char **text);
 };
 
 /* Loads the driver and initialises it (cuInit), once per process. Returns
  * its calls, or NULL with the reason in why (no driver, too old, cuInit
  * failed). */
-const struct gs_cu *gs_cu_load(char *why, size_t n);
+const struct gs__cu *gs__cu_load(char *why, size_t n);
 
 /* The driver's description of r; never NULL. */
-const char *gs_cu_error(const struct gs_cu *cu, gs_cu_result r);
+const char *gs__cu_error(const struct gs__cu *cu, gs__cu_result r);
 
 #endif

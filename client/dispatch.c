@@ -37,11 +37,11 @@ static int check_step(struct gs_client *c, const char *what, uint64_t step)
 	if (c->step_state == GS_STEP_RUNNING && step == c->step)
 		return GS_OK;
 	if (c->step_state != GS_STEP_RUNNING)
-		return gs_fail_dead(c, GS_EPROTO,
+		return gs__fail_dead(c, GS_EPROTO,
 				    "protocol error: gradsyncd sent %s for step %" PRIu64
 				    " while no step runs",
 				    what, step);
-	return gs_fail_dead(c, GS_EPROTO,
+	return gs__fail_dead(c, GS_EPROTO,
 			    "protocol error: gradsyncd sent %s for step %" PRIu64
 			    " during step %" PRIu64,
 			    what, step, c->step);
@@ -63,7 +63,7 @@ static int on_step_done(struct gs_client *c, const Gradsync__StepDone *d)
 		return r;
 	if (d->status != GRADSYNC__STEP_STATUS__STEP_OK &&
 	    d->status != GRADSYNC__STEP_STATUS__STEP_ABORTED)
-		return gs_fail_dead(c, GS_EPROTO,
+		return gs__fail_dead(c, GS_EPROTO,
 				    "protocol error: gradsyncd sent step status %d",
 				    (int)d->status);
 
@@ -96,15 +96,15 @@ static int on_step_done(struct gs_client *c, const Gradsync__StepDone *d)
 /* An Error means the daemon closes the connection after it. */
 static int on_error(struct gs_client *c, const Gradsync__Error *e)
 {
-	int code = e->code < 0 && gs_err_known(e->code) ? e->code : GS_EREFUSED;
-	return gs_fail_dead(c, code, "gradsyncd refused %s: %s", c->doing,
+	int code = e->code < 0 && gs__err_known(e->code) ? e->code : GS_EREFUSED;
+	return gs__fail_dead(c, code, "gradsyncd refused %s: %s", c->doing,
 			    e->message ? e->message : "(no message)");
 }
 
 static int on_reply(struct gs_client *c, Gradsync__Message *m)
 {
 	if (m->body_case != c->expect || c->reply) {
-		int r = gs_fail_dead(c, GS_EPROTO,
+		int r = gs__fail_dead(c, GS_EPROTO,
 				     "protocol error: gradsyncd sent an unexpected %s during %s",
 				     body_name(m->body_case), c->doing);
 		gradsync__message__free_unpacked(m, NULL);
@@ -115,7 +115,7 @@ static int on_reply(struct gs_client *c, Gradsync__Message *m)
 	return GS_OK;
 }
 
-int gs_dispatch(struct gs_client *c, Gradsync__Message *m)
+int gs__dispatch(struct gs_client *c, Gradsync__Message *m)
 {
 	int r;
 	switch (m->body_case) {
@@ -136,7 +136,7 @@ int gs_dispatch(struct gs_client *c, Gradsync__Message *m)
 		r = on_error(c, m->error);
 		break;
 	default:
-		r = gs_fail_dead(c, GS_EPROTO,
+		r = gs__fail_dead(c, GS_EPROTO,
 				 "protocol error: gradsyncd sent %s%s during %s",
 				 m->body_case ? "an unexpected " : "",
 				 body_name(m->body_case), c->doing);

@@ -13,7 +13,7 @@
 
 static _Thread_local char thread_error[GS_ERRMSG_SIZE];
 
-bool gs_err_known(int code)
+bool gs__err_known(int code)
 {
 	switch (code) {
 #define GS_ERR_CASE(name, value, desc) case value:
@@ -47,7 +47,7 @@ static void vfail(struct gs_client *c, const char *fmt, va_list ap)
 	vsnprintf(c ? c->error : thread_error, GS_ERRMSG_SIZE, fmt, ap);
 }
 
-int gs_fail(struct gs_client *c, int code, const char *fmt, ...)
+int gs__fail(struct gs_client *c, int code, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -56,21 +56,21 @@ int gs_fail(struct gs_client *c, int code, const char *fmt, ...)
 	return code;
 }
 
-int gs_fail_dead(struct gs_client *c, int code, const char *fmt, ...)
+int gs__fail_dead(struct gs_client *c, int code, const char *fmt, ...)
 {
 	/* Only the first reason counts (a daemon's Error, then its close):
 	 * what follows is its consequence. */
 	if (c->dead)
-		return gs_dead_error(c);
+		return gs__dead_error(c);
 	va_list ap;
 	va_start(ap, fmt);
 	vfail(c, fmt, ap);
 	va_end(ap);
-	gs_end_session(c, code);
+	gs__end_session(c, code);
 	return code;
 }
 
-void gs_end_session(struct gs_client *c, int code)
+void gs__end_session(struct gs_client *c, int code)
 {
 	if (c->dead)
 		return;
@@ -79,22 +79,22 @@ void gs_end_session(struct gs_client *c, int code)
 	memcpy(c->dead_reason, c->error, sizeof(c->dead_reason));
 }
 
-int gs_dead_error(struct gs_client *c)
+int gs__dead_error(struct gs_client *c)
 {
 	memcpy(c->error, c->dead_reason, sizeof(c->error));
 	return c->dead_code;
 }
 
-int gs_check_alive(struct gs_client *c)
+int gs__check_alive(struct gs_client *c)
 {
 	if (!c->dead)
 		return GS_OK;
-	return gs_fail(c, GS_EDISCONNECTED,
+	return gs__fail(c, GS_EDISCONNECTED,
 		       "the session with gradsyncd has ended: %s",
 		       c->dead_reason);
 }
 
-void gs_doing(struct gs_client *c, const char *fmt, ...)
+void gs__doing(struct gs_client *c, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);

@@ -38,19 +38,19 @@ static void reset_session(struct gs_client *c)
 int gs_reconnect(gs_client *c, int timeout_ms)
 {
 	if (!c)
-		return gs_fail(NULL, GS_EINVAL, "gs_reconnect: NULL handle");
+		return gs__fail(NULL, GS_EINVAL, "gs_reconnect: NULL handle");
 	if (c->role != GRADSYNC__ROLE__ROLE_TRAINER)
-		return gs_fail(c, GS_ESTATE, "gs_reconnect needs a trainer connection");
+		return gs__fail(c, GS_ESTATE, "gs_reconnect needs a trainer connection");
 	reset_session(c);
-	gs_doing(c, "the connection");
-	int64_t deadline = gs_deadline(timeout_ms);
-	int r = gs_conn_open(c, c->path, deadline);
+	gs__doing(c, "the connection");
+	int64_t deadline = gs__deadline(timeout_ms);
+	int r = gs__conn_open(c, c->path, deadline);
 	if (r == GS_OK)
-		r = gs_session_handshake(c, deadline);
+		r = gs__session_handshake(c, deadline);
 	if (r == GS_OK && c->registered)
-		r = gs_register_again(c);
+		r = gs__register_again(c);
 	if (r < 0)
-		gs_end_session(c, r);
+		gs__end_session(c, r);
 	return r;
 }
 

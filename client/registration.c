@@ -14,7 +14,7 @@
 /* Well below the daemon's frame limit, however long the names are. */
 #define FRAME_MAX_BYTES (1u << 20)
 
-struct gs_reg_frames {
+struct gs__reg_frames {
 	bool with_fds;
 	Gradsync__Buffer buf_msgs[GS_FRAME_MAX_FDS];
 	Gradsync__Buffer *bufs[GS_FRAME_MAX_FDS];
@@ -26,18 +26,18 @@ struct gs_reg_frames {
 	size_t bytes; /* an estimate of the encoded tensors */
 };
 
-struct gs_reg_frames *gs_reg_frames_new(struct gs_client *c, bool with_fds)
+struct gs__reg_frames *gs__reg_frames_new(struct gs_client *c, bool with_fds)
 {
-	struct gs_reg_frames *f = calloc(1, sizeof(*f));
+	struct gs__reg_frames *f = calloc(1, sizeof(*f));
 	if (!f) {
-		gs_fail(c, GS_ENOMEM, "out of memory");
+		gs__fail(c, GS_ENOMEM, "out of memory");
 		return NULL;
 	}
 	f->with_fds = with_fds;
 	return f;
 }
 
-static int send_frame(struct gs_client *c, struct gs_reg_frames *f, bool last)
+static int send_frame(struct gs_client *c, struct gs__reg_frames *f, bool last)
 {
 	Gradsync__RegisterTensors reg = GRADSYNC__REGISTER_TENSORS__INIT;
 	reg.n_buffers = f->nbufs;
@@ -48,7 +48,7 @@ static int send_frame(struct gs_client *c, struct gs_reg_frames *f, bool last)
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
 	m.register_tensors = &reg;
-	int r = gs_conn_send(c, &m, f->with_fds ? f->fds : NULL,
+	int r = gs__conn_send(c, &m, f->with_fds ? f->fds : NULL,
 			     f->with_fds ? f->nbufs : 0, GS_SEND_TIMEOUT_MS);
 	f->nbufs = 0;
 	f->nspecs = 0;
@@ -56,7 +56,7 @@ static int send_frame(struct gs_client *c, struct gs_reg_frames *f, bool last)
 	return r;
 }
 
-int gs_reg_frames_add(struct gs_client *c, struct gs_reg_frames *f,
+int gs__reg_frames_add(struct gs_client *c, struct gs__reg_frames *f,
 		      const Gradsync__TensorSpec *t, const Gradsync__Buffer *buf,
 		      int fd)
 {
@@ -80,7 +80,7 @@ int gs_reg_frames_add(struct gs_client *c, struct gs_reg_frames *f,
 	return r;
 }
 
-int gs_reg_frames_end(struct gs_client *c, struct gs_reg_frames *f, int r)
+int gs__reg_frames_end(struct gs_client *c, struct gs__reg_frames *f, int r)
 {
 	if (r == GS_OK)
 		r = send_frame(c, f, true);
@@ -88,16 +88,16 @@ int gs_reg_frames_end(struct gs_client *c, struct gs_reg_frames *f, int r)
 	return r;
 }
 
-int gs_wait_registered(struct gs_client *c, size_t n)
+int gs__wait_registered(struct gs_client *c, size_t n)
 {
 	/* The daemon may wait for the node's other trainers before it
 	 * answers; it bounds that wait, not us. */
-	int r = gs_conn_pump(c, gs_has_reply, -1);
+	int r = gs__conn_pump(c, gs__has_reply, -1);
 	if (r < 0)
 		return r;
 	const Gradsync__Registered *reg = c->reply->registered;
 	if (reg->tensors != n)
-		r = gs_fail_dead(c, GS_EPROTO,
+		r = gs__fail_dead(c, GS_EPROTO,
 				 "protocol error: gradsyncd registered %u tensors of %zu",
 				 reg->tensors, n);
 	c->nbuckets = reg->buckets;

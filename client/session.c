@@ -45,19 +45,19 @@ static int send_hello(struct gs_client *c, uint32_t local_rank,
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
 	m.hello = &hello;
-	return gs_conn_send(c, &m, NULL, 0, timeout_ms);
+	return gs__conn_send(c, &m, NULL, 0, timeout_ms);
 }
 
 static int check_settings(struct gs_client *c, const Gradsync__Settings *s)
 {
 	if (!s)
-		return gs_fail_dead(c, GS_EPROTO,
+		return gs__fail_dead(c, GS_EPROTO,
 				    "protocol error: gradsyncd's welcome has no settings");
 	if (s->wire_dtype < GRADSYNC__WIRE_DTYPE__WIRE_FP16 ||
 	    s->wire_dtype > GRADSYNC__WIRE_DTYPE__WIRE_FP32 ||
 	    s->op < GRADSYNC__REDUCE_OP__OP_AVERAGE ||
 	    s->op > GRADSYNC__REDUCE_OP__OP_SUM)
-		return gs_fail_dead(c, GS_EPROTO,
+		return gs__fail_dead(c, GS_EPROTO,
 				    "protocol error: gradsyncd's welcome has wire dtype %d and op %d",
 				    (int)s->wire_dtype, (int)s->op);
 	return GS_OK;
@@ -66,7 +66,7 @@ static int check_settings(struct gs_client *c, const Gradsync__Settings *s)
 static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
 {
 	if (w->protocol_version != GS_PROTOCOL_VERSION)
-		return gs_fail_dead(c, GS_EVERSION,
+		return gs__fail_dead(c, GS_EVERSION,
 				    "gradsyncd speaks protocol version %u, this library %u",
 				    w->protocol_version, GS_PROTOCOL_VERSION);
 	int r = check_settings(c, w->settings);
@@ -74,13 +74,13 @@ static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
 		return r;
 	if (c->role == GRADSYNC__ROLE__ROLE_TRAINER &&
 	    (w->world_size == 0 || w->local_size == 0))
-		return gs_fail_dead(c, GS_EPROTO,
+		return gs__fail_dead(c, GS_EPROTO,
 				    "protocol error: gradsyncd's welcome has world size %u, local size %u",
 				    w->world_size, w->local_size);
 	c->backend = strdup(w->backend ? w->backend : "");
 	c->daemon_version = strdup(w->daemon_version ? w->daemon_version : "");
 	if (!c->backend || !c->daemon_version)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 
 	struct gs_session_info *info = &c->info;
 	info->world_size = w->world_size;
@@ -99,13 +99,13 @@ static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
 }
 
 /* Hello and welcome share one deadline with the connect. */
-int gs_session_handshake(struct gs_client *c, int64_t deadline)
+int gs__session_handshake(struct gs_client *c, int64_t deadline)
 {
 	c->expect = GRADSYNC__MESSAGE__BODY_WELCOME;
-	int r = send_hello(c, c->local_rank, c->job_id, gs_remaining(deadline));
+	int r = send_hello(c, c->local_rank, c->job_id, gs__remaining(deadline));
 	if (r < 0)
 		return r;
-	r = gs_conn_pump(c, gs_has_reply, gs_remaining(deadline));
+	r = gs__conn_pump(c, gs__has_reply, gs__remaining(deadline));
 	if (r < 0)
 		return r;
 	r = take_welcome(c, c->reply->welcome);
@@ -114,13 +114,13 @@ int gs_session_handshake(struct gs_client *c, int64_t deadline)
 	return r;
 }
 
-int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
+int gs__session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 		    const char *job_id, int timeout_ms, struct gs_client **out)
 {
 	*out = NULL;
 	struct gs_client *c = calloc(1, sizeof(*c));
 	if (!c)
-		return gs_fail(NULL, GS_ENOMEM, "out of memory");
+		return gs__fail(NULL, GS_ENOMEM, "out of memory");
 	c->fd = -1;
 	c->role = role;
 	c->local_rank = local_rank;
@@ -128,15 +128,15 @@ int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 	c->job_id = strdup(job_id ? job_id : "");
 	if (!c->path || !c->job_id) {
 		gs_close(c);
-		return gs_fail(NULL, GS_ENOMEM, "out of memory");
+		return gs__fail(NULL, GS_ENOMEM, "out of memory");
 	}
 	gs_frame_reader_init(&c->reader, GS_CLIENT_MAX_FRAME);
-	gs_doing(c, "the connection");
+	gs__doing(c, "the connection");
 
-	int64_t deadline = gs_deadline(timeout_ms);
-	int r = gs_conn_open(c, c->path, deadline);
+	int64_t deadline = gs__deadline(timeout_ms);
+	int r = gs__conn_open(c, c->path, deadline);
 	if (r == GS_OK)
-		r = gs_session_handshake(c, deadline);
+		r = gs__session_handshake(c, deadline);
 	if (r < 0)
 		goto err_client;
 	*out = c;
@@ -144,7 +144,7 @@ int gs_session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 
 err_client:
 	/* Without a handle the detail moves to this thread's last error. */
-	gs_fail(NULL, r, "%s", c->error);
+	gs__fail(NULL, r, "%s", c->error);
 	gs_close(c);
 	return r;
 }
@@ -154,17 +154,17 @@ int gs_connect(const struct gs_connect_options *opts,
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	if (!out)
-		return gs_fail(NULL, GS_EINVAL, "gs_connect: out is NULL");
+		return gs__fail(NULL, GS_EINVAL, "gs_connect: out is NULL");
 	*out = NULL;
 	if (opts) {
 		if (opts->size < offsetof(struct gs_connect_options, socket_path))
-			return gs_fail(NULL, GS_EINVAL,
+			return gs__fail(NULL, GS_EINVAL,
 				       "gs_connect: options size %zu is too small; use GS_CONNECT_OPTIONS_INIT",
 				       opts->size);
 		/* An older caller's struct is a prefix of ours. */
 		memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
 	}
-	return gs_session_open(o.socket_path, GRADSYNC__ROLE__ROLE_TRAINER,
+	return gs__session_open(o.socket_path, GRADSYNC__ROLE__ROLE_TRAINER,
 			       o.local_rank, o.job_id, o.timeout_ms, out);
 }
 
@@ -172,7 +172,7 @@ void gs_close(gs_client *c)
 {
 	if (!c)
 		return;
-	gs_tensors_release(c);
+	gs__tensors_release(c);
 	if (c->reply)
 		gradsync__message__free_unpacked(c->reply, NULL);
 	gs_frame_reader_destroy(&c->reader);
@@ -188,7 +188,7 @@ void gs_close(gs_client *c)
 int gs_session_info(const gs_client *c, struct gs_session_info *info)
 {
 	if (!c || !info)
-		return gs_fail(NULL, GS_EINVAL, "gs_session_info: NULL argument");
+		return gs__fail(NULL, GS_EINVAL, "gs_session_info: NULL argument");
 	*info = c->info;
 	return GS_OK;
 }

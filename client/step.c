@@ -16,11 +16,11 @@
 
 static int check_trainer(struct gs_client *c)
 {
-	int r = gs_check_alive(c);
+	int r = gs__check_alive(c);
 	if (r < 0)
 		return r;
 	if (c->role != GRADSYNC__ROLE__ROLE_TRAINER || !c->registered)
-		return gs_fail(c, GS_ESTATE,
+		return gs__fail(c, GS_ESTATE,
 			       "no tensors are registered on this connection");
 	return GS_OK;
 }
@@ -35,30 +35,30 @@ static int send_begin(struct gs_client *c, const struct gs_step_options *o)
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_BEGIN_STEP;
 	m.begin_step = &begin;
-	return gs_conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
+	return gs__conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
 }
 
 int gs_step_begin(gs_client *c, const struct gs_step_options *opts)
 {
 	struct gs_step_options o = GS_STEP_OPTIONS_INIT;
 	if (!c)
-		return gs_fail(NULL, GS_EINVAL, "gs_step_begin: NULL handle");
-	gs_doing(c, "step %" PRIu64, c->step + 1);
+		return gs__fail(NULL, GS_EINVAL, "gs_step_begin: NULL handle");
+	gs__doing(c, "step %" PRIu64, c->step + 1);
 	int r = check_trainer(c);
 	if (r < 0)
 		return r;
 	if (c->step_state == GS_STEP_RUNNING)
-		return gs_fail(c, GS_ESTATE, "step %" PRIu64 " is still in progress",
+		return gs__fail(c, GS_ESTATE, "step %" PRIu64 " is still in progress",
 			       c->step);
 	if (opts) {
 		if (opts->size < offsetof(struct gs_step_options, clipping))
-			return gs_fail(c, GS_EINVAL,
+			return gs__fail(c, GS_EINVAL,
 				       "gs_step_begin: options size %zu is too small; use GS_STEP_OPTIONS_INIT",
 				       opts->size);
 		memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
 	}
 	if (o.clipping && !(o.clip_value > 0.0f && o.clip_value <= FLT_MAX))
-		return gs_fail(c, GS_EINVAL,
+		return gs__fail(c, GS_EINVAL,
 			       "clip value %g must be positive and finite",
 			       (double)o.clip_value);
 
@@ -81,13 +81,13 @@ static int check_indices(struct gs_client *c, const uint32_t *idx, size_t n)
 	size_t i;
 	for (i = 0; i < n; i++) {
 		if (idx[i] >= c->ntensors) {
-			gs_fail(c, GS_EINVAL,
+			gs__fail(c, GS_EINVAL,
 				"tensor index %u is out of range (%zu registered)",
 				idx[i], c->ntensors);
 			goto err_unmark;
 		}
 		if (c->tensors[idx[i]].marked_step == c->step) {
-			gs_fail(c, GS_EINVAL,
+			gs__fail(c, GS_EINVAL,
 				"tensor %u is marked ready twice in step %" PRIu64,
 				idx[i], c->step);
 			goto err_unmark;
@@ -109,7 +109,7 @@ static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 	uint64_t small[256];
 	uint64_t *wide = n <= 256 ? small : malloc(n * sizeof(*wide));
 	if (!wide)
-		return gs_fail(c, GS_ENOMEM, "out of memory marking %zu tensors ready", n);
+		return gs__fail(c, GS_ENOMEM, "out of memory marking %zu tensors ready", n);
 	for (size_t i = 0; i < n; i++)
 		wide[i] = idx[i];
 	Gradsync__GradientsReady ready = GRADSYNC__GRADIENTS_READY__INIT;
@@ -120,7 +120,7 @@ static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
 	m.gradients_ready = &ready;
-	int r = gs_conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
+	int r = gs__conn_send(c, &m, NULL, 0, GS_SEND_TIMEOUT_MS);
 	if (wide != small)
 		free(wide);
 	return r;
@@ -129,29 +129,29 @@ static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)
 {
 	if (!c)
-		return gs_fail(NULL, GS_EINVAL, "gs_mark_ready: NULL handle");
-	gs_doing(c, "step %" PRIu64, c->step);
+		return gs__fail(NULL, GS_EINVAL, "gs_mark_ready: NULL handle");
+	gs__doing(c, "step %" PRIu64, c->step);
 	int r = check_trainer(c);
 	if (r < 0)
 		return r;
 	/* The daemon may end a step early, aborting it for a peer. */
 	if (c->step_state == GS_STEP_DONE && c->result.status == GS_EABORTED)
-		return gs_fail(c, GS_EABORTED, "step %" PRIu64 " aborted: %s",
+		return gs__fail(c, GS_EABORTED, "step %" PRIu64 " aborted: %s",
 			       c->step, c->step_message);
 	if (c->step_state != GS_STEP_RUNNING)
-		return gs_fail(c, GS_ESTATE,
+		return gs__fail(c, GS_ESTATE,
 			       "gs_mark_ready outside a step: call gs_step_begin first");
 	if (n == 0)
 		return GS_OK;
 	if (!indices)
-		return gs_fail(c, GS_EINVAL, "gs_mark_ready: indices is NULL");
+		return gs__fail(c, GS_EINVAL, "gs_mark_ready: indices is NULL");
 	r = check_indices(c, indices, n);
 	for (size_t off = 0; off < n && r == GS_OK; off += MARK_MAX_INDICES) {
 		size_t chunk = n - off < MARK_MAX_INDICES ? n - off : MARK_MAX_INDICES;
 		r = send_ready(c, indices + off, chunk);
 		/* Part of the batch went: the daemon and we now disagree. */
 		if (r < 0 && off > 0)
-			gs_end_session(c, r);
+			gs__end_session(c, r);
 	}
 	return r;
 }
@@ -167,7 +167,7 @@ static int collect(struct gs_client *c, struct gs_step_result *out)
 	if (out)
 		*out = c->result;
 	if (c->result.status == GS_EABORTED)
-		return gs_fail(c, GS_EABORTED, "step %" PRIu64 " aborted: %s",
+		return gs__fail(c, GS_EABORTED, "step %" PRIu64 " aborted: %s",
 			       c->result.step, c->step_message);
 	return GS_OK;
 }
@@ -175,7 +175,7 @@ static int collect(struct gs_client *c, struct gs_step_result *out)
 static int wait_step(struct gs_client *c, int timeout_ms,
 		     struct gs_step_result *out)
 {
-	gs_doing(c, "step %" PRIu64, c->step);
+	gs__doing(c, "step %" PRIu64, c->step);
 	/* A result that arrived before the session ended is still good. */
 	if (c->step_state == GS_STEP_DONE)
 		return collect(c, out);
@@ -183,8 +183,8 @@ static int wait_step(struct gs_client *c, int timeout_ms,
 	if (r < 0)
 		return r;
 	if (c->step_state != GS_STEP_RUNNING)
-		return gs_fail(c, GS_ESTATE, "no step is in progress");
-	r = gs_conn_pump(c, step_finished, timeout_ms);
+		return gs__fail(c, GS_ESTATE, "no step is in progress");
+	r = gs__conn_pump(c, step_finished, timeout_ms);
 	return r < 0 ? r : collect(c, out);
 }
 
@@ -192,17 +192,17 @@ int gs_step_wait(gs_client *c, int timeout_ms,
 			   struct gs_step_result *out)
 {
 	if (!c)
-		return gs_fail(NULL, GS_EINVAL, "gs_step_wait: NULL handle");
+		return gs__fail(NULL, GS_EINVAL, "gs_step_wait: NULL handle");
 	return wait_step(c, timeout_ms, out);
 }
 
 int gs_step_poll(gs_client *c, struct gs_step_result *out)
 {
 	if (!c)
-		return gs_fail(NULL, GS_EINVAL, "gs_step_poll: NULL handle");
+		return gs__fail(NULL, GS_EINVAL, "gs_step_poll: NULL handle");
 	int r = wait_step(c, 0, out);
 	if (r == GS_ETIMEDOUT)
-		return gs_fail(c, GS_EAGAIN, "step %" PRIu64 " is still running",
+		return gs__fail(c, GS_EAGAIN, "step %" PRIu64 " is still running",
 			       c->step);
 	return r;
 }

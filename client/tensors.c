@@ -24,7 +24,7 @@
 #define NAME_MAX_BYTES 4096
 #define BYTES_MAX (UINT64_C(1) << 62)
 
-size_t gs_dtype_size(enum gs_dtype d)
+size_t gs__dtype_size(enum gs_dtype d)
 {
 	switch (d) {
 	case GS_UINT8: return 1;
@@ -40,29 +40,29 @@ size_t gs_dtype_size(enum gs_dtype d)
 
 static uint64_t spec_bytes(const struct gs_tensor_spec *s)
 {
-	return s->count * gs_dtype_size(s->dtype);
+	return s->count * gs__dtype_size(s->dtype);
 }
 
 /* The dtype itself is the daemon's to refuse, with its own words; only
  * what the library cannot size is refused here. */
-int gs_check_tensor(struct gs_client *c, size_t i, const char *name, enum gs_dtype dtype,
+int gs__check_tensor(struct gs_client *c, size_t i, const char *name, enum gs_dtype dtype,
 		    uint64_t count, size_t *esize)
 {
 	if (!name || !*name)
-		return gs_fail(c, GS_EINVAL, "tensor %zu has no name", i);
+		return gs__fail(c, GS_EINVAL, "tensor %zu has no name", i);
 	if (strlen(name) > NAME_MAX_BYTES)
-		return gs_fail(c, GS_ELIMIT,
+		return gs__fail(c, GS_ELIMIT,
 			       "tensor %zu's name is longer than %d bytes", i,
 			       NAME_MAX_BYTES);
-	*esize = gs_dtype_size(dtype);
+	*esize = gs__dtype_size(dtype);
 	if (*esize == 0)
-		return gs_fail(c, GS_EDTYPE, "tensor '%s' has unknown dtype %d",
+		return gs__fail(c, GS_EDTYPE, "tensor '%s' has unknown dtype %d",
 			       name, (int)dtype);
 	if (count == 0)
-		return gs_fail(c, GS_EINVAL, "tensor '%s' has no elements",
+		return gs__fail(c, GS_EINVAL, "tensor '%s' has no elements",
 			       name);
 	if (count > BYTES_MAX / *esize)
-		return gs_fail(c, GS_ELIMIT,
+		return gs__fail(c, GS_ELIMIT,
 			       "tensor '%s' has too many elements (%" PRIu64 ")",
 			       name, count);
 	return GS_OK;
@@ -72,11 +72,11 @@ static int check_spec(struct gs_client *c, const struct gs_tensor_spec *s,
 		      size_t i)
 {
 	size_t esize;
-	int r = gs_check_tensor(c, i, s->name, s->dtype, s->count, &esize);
+	int r = gs__check_tensor(c, i, s->name, s->dtype, s->count, &esize);
 	if (r < 0)
 		return r;
 	if (s->memfd >= 0 && s->offset % esize != 0)
-		return gs_fail(c, GS_EINVAL,
+		return gs__fail(c, GS_EINVAL,
 			       "tensor '%s': offset %" PRIu64
 			       " is not a multiple of its element size %zu",
 			       s->name, s->offset, esize);
@@ -88,7 +88,7 @@ static int check_spec(struct gs_client *c, const struct gs_tensor_spec *s,
 static void add_buffer(struct gs_client *c, int fd, bool owned, void *addr,
 		       size_t size)
 {
-	struct gs_buffer *b = &c->buffers[c->nbuffers++];
+	struct gs__buffer *b = &c->buffers[c->nbuffers++];
 	b->fd = fd;
 	b->owned = owned;
 	b->addr = addr;
@@ -120,7 +120,7 @@ err_fd:;
 	close(fd);
 	errno = err;
 err:
-	return gs_fail(c, errno == ENOMEM ? GS_ENOMEM : GS_ESYSTEM,
+	return gs__fail(c, errno == ENOMEM ? GS_ENOMEM : GS_ESYSTEM,
 		       "cannot create %" PRIu64
 		       " bytes of shared memory for the tensors: %s: %s",
 		       size, what, strerror(errno));
@@ -130,11 +130,11 @@ static int check_seals(struct gs_client *c, int fd)
 {
 	int seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0)
-		return gs_fail(c, GS_EBUFFER,
+		return gs__fail(c, GS_EBUFFER,
 			       "fd %d is not a memfd that allows sealing: %s",
 			       fd, strerror(errno));
 	if (!(seals & F_SEAL_SHRINK))
-		return gs_fail(c, GS_EBUFFER,
+		return gs__fail(c, GS_EBUFFER,
 			       "memfd %d is not sealed against shrinking (F_SEAL_SHRINK)",
 			       fd);
 	int write_seals = F_SEAL_WRITE;
@@ -142,7 +142,7 @@ static int check_seals(struct gs_client *c, int fd)
 	write_seals |= F_SEAL_FUTURE_WRITE;
 #endif
 	if (seals & write_seals)
-		return gs_fail(c, GS_EBUFFER,
+		return gs__fail(c, GS_EBUFFER,
 			       "memfd %d is sealed against writing, but gradsyncd writes the reduced gradients into it",
 			       fd);
 	return GS_OK;
@@ -159,7 +159,7 @@ static int adopt(struct gs_client *c, int fd, uint32_t *index)
 	}
 	struct stat st;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return gs_fail(c, GS_EBUFFER, "fd %d is not an open memfd", fd);
+		return gs__fail(c, GS_EBUFFER, "fd %d is not an open memfd", fd);
 	int r = check_seals(c, fd);
 	if (r < 0)
 		return r;
@@ -168,7 +168,7 @@ static int adopt(struct gs_client *c, int fd, uint32_t *index)
 		addr = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
 			    MAP_SHARED, fd, 0);
 		if (addr == MAP_FAILED)
-			return gs_fail(c, GS_ESYSTEM, "cannot map memfd %d: %s",
+			return gs__fail(c, GS_ESYSTEM, "cannot map memfd %d: %s",
 				       fd, strerror(errno));
 	}
 	*index = (uint32_t)c->nbuffers;
@@ -176,11 +176,11 @@ static int adopt(struct gs_client *c, int fd, uint32_t *index)
 	return GS_OK;
 }
 
-void gs_tensors_release(struct gs_client *c)
+void gs__tensors_release(struct gs_client *c)
 {
-	gs_cuda_release(c);
+	gs__cuda_release(c);
 	for (size_t b = 0; b < c->nbuffers; b++) {
-		struct gs_buffer *buf = &c->buffers[b];
+		struct gs__buffer *buf = &c->buffers[b];
 		if (buf->addr)
 			munmap(buf->addr, buf->size);
 		if (buf->owned)
@@ -207,7 +207,7 @@ void gs_tensors_release(struct gs_client *c)
 
 /* Lays out the tensors the library allocates, back to back, aligned. */
 static int layout_own(struct gs_client *c, const struct gs_tensor_spec *specs,
-		      size_t n, struct gs_placement *pl, uint64_t *total)
+		      size_t n, struct gs__placement *pl, uint64_t *total)
 {
 	uint64_t off = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -217,7 +217,7 @@ static int layout_own(struct gs_client *c, const struct gs_tensor_spec *specs,
 		pl[i].offset = off;
 		off += spec_bytes(&specs[i]);
 		if (off > BYTES_MAX || off > SIZE_MAX / 2)
-			return gs_fail(c, GS_ELIMIT,
+			return gs__fail(c, GS_ELIMIT,
 				       "the tensors need more shared memory than this process can map");
 	}
 	*total = off;
@@ -225,20 +225,20 @@ static int layout_own(struct gs_client *c, const struct gs_tensor_spec *specs,
 }
 
 static int check_fits(struct gs_client *c, const struct gs_tensor_spec *s,
-		      const struct gs_placement *pl)
+		      const struct gs__placement *pl)
 {
-	const struct gs_buffer *b = &c->buffers[pl->buffer];
+	const struct gs__buffer *b = &c->buffers[pl->buffer];
 	uint64_t bytes = spec_bytes(s);
 	if (pl->offset <= b->size && bytes <= b->size - pl->offset)
 		return GS_OK;
-	return gs_fail(c, GS_EBUFFER,
+	return gs__fail(c, GS_EBUFFER,
 		       "tensor '%s' needs bytes %" PRIu64 "..%" PRIu64
 		       " of memfd %d, which is %zu bytes long",
 		       s->name, pl->offset, pl->offset + bytes, b->fd, b->size);
 }
 
 static int place_all(struct gs_client *c, const struct gs_tensor_spec *specs,
-		     size_t n, struct gs_placement *pl, uint64_t own_size)
+		     size_t n, struct gs__placement *pl, uint64_t own_size)
 {
 	int own = -1;
 	for (size_t i = 0; i < n; i++) {
@@ -268,9 +268,9 @@ static int place_all(struct gs_client *c, const struct gs_tensor_spec *specs,
 
 static int send_registration(struct gs_client *c,
 			     const struct gs_tensor_spec *specs, size_t n,
-			     const struct gs_placement *pl)
+			     const struct gs__placement *pl)
 {
-	struct gs_reg_frames *f = gs_reg_frames_new(c, true);
+	struct gs__reg_frames *f = gs__reg_frames_new(c, true);
 	if (!f)
 		return GS_ENOMEM;
 	uint32_t attached = 0; /* buffers whose descriptor is on its way */
@@ -283,44 +283,44 @@ static int send_registration(struct gs_client *c,
 		t.buffer = pl[i].buffer;
 		t.offset = pl[i].offset;
 		Gradsync__Buffer buf = GRADSYNC__BUFFER__INIT;
-		const struct gs_buffer *b = NULL;
+		const struct gs__buffer *b = NULL;
 		if (pl[i].buffer == attached) {
 			b = &c->buffers[attached++];
 			buf.size = b->size;
 		}
-		r = gs_reg_frames_add(c, f, &t, b ? &buf : NULL, b ? b->fd : -1);
+		r = gs__reg_frames_add(c, f, &t, b ? &buf : NULL, b ? b->fd : -1);
 	}
-	return gs_reg_frames_end(c, f, r);
+	return gs__reg_frames_end(c, f, r);
 }
 
 /* Keeps what was sent (pl is taken over) so that gs_reconnect can send
  * it again to a restarted daemon. */
 static int keep_registration(struct gs_client *c, const struct gs_tensor_spec *specs,
-			     size_t n, struct gs_placement *pl)
+			     size_t n, struct gs__placement *pl)
 {
 	c->reg_pl = pl;
 	c->reg_specs = calloc(n, sizeof(*c->reg_specs));
 	c->reduced = calloc(n, sizeof(*c->reduced));
 	if (!c->reg_specs || !c->reduced)
-		return gs_fail(c, GS_ENOMEM, "out of memory");
+		return gs__fail(c, GS_ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		c->reg_specs[i] = specs[i];
 		c->reg_specs[i].name = strdup(specs[i].name);
 		if (!c->reg_specs[i].name)
-			return gs_fail(c, GS_ENOMEM, "out of memory");
+			return gs__fail(c, GS_ENOMEM, "out of memory");
 	}
 	return GS_OK;
 }
 
-int gs_register_again(struct gs_client *c)
+int gs__register_again(struct gs_client *c)
 {
 	if (c->cuda)
-		return gs_cuda_register_again(c);
-	gs_doing(c, "registration");
+		return gs__cuda_register_again(c);
+	gs__doing(c, "registration");
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	int r = send_registration(c, c->reg_specs, c->ntensors, c->reg_pl);
 	if (r == GS_OK)
-		r = gs_wait_registered(c, c->ntensors);
+		r = gs__wait_registered(c, c->ntensors);
 	return r;
 }
 
@@ -329,19 +329,19 @@ int gs_register_again(struct gs_client *c)
 static int check_register(struct gs_client *c,
 			  const struct gs_tensor_spec *specs, size_t n)
 {
-	int r = gs_check_alive(c);
+	int r = gs__check_alive(c);
 	if (r < 0)
 		return r;
 	if (c->role != GRADSYNC__ROLE__ROLE_TRAINER)
-		return gs_fail(c, GS_ESTATE,
+		return gs__fail(c, GS_ESTATE,
 			       "gs_register needs a trainer connection");
 	if (c->registered)
-		return gs_fail(c, GS_ESTATE,
+		return gs__fail(c, GS_ESTATE,
 			       "tensors are already registered on this connection");
 	if (!specs || n == 0)
-		return gs_fail(c, GS_EINVAL, "gs_register: no tensors");
+		return gs__fail(c, GS_EINVAL, "gs_register: no tensors");
 	if (n > UINT32_MAX)
-		return gs_fail(c, GS_ELIMIT, "gs_register: %zu tensors", n);
+		return gs__fail(c, GS_ELIMIT, "gs_register: %zu tensors", n);
 	for (size_t i = 0; i < n; i++) {
 		r = check_spec(c, &specs[i], i);
 		if (r < 0)
@@ -354,18 +354,18 @@ int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
 			  size_t n)
 {
 	if (!c)
-		return gs_fail(NULL, GS_EINVAL, "gs_register: NULL handle");
-	gs_doing(c, "registration");
+		return gs__fail(NULL, GS_EINVAL, "gs_register: NULL handle");
+	gs__doing(c, "registration");
 	int r = check_register(c, specs, n);
 	if (r < 0)
 		return r;
 
 	uint64_t own_size = 0;
-	struct gs_placement *pl = calloc(n, sizeof(*pl));
+	struct gs__placement *pl = calloc(n, sizeof(*pl));
 	c->buffers = calloc(n, sizeof(*c->buffers));
 	c->tensors = calloc(n, sizeof(*c->tensors));
 	if (!pl || !c->buffers || !c->tensors) {
-		r = gs_fail(c, GS_ENOMEM, "out of memory");
+		r = gs__fail(c, GS_ENOMEM, "out of memory");
 		goto err_release;
 	}
 	r = layout_own(c, specs, n, pl, &own_size);
@@ -379,7 +379,7 @@ int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
 	c->expect = GRADSYNC__MESSAGE__BODY_REGISTERED;
 	r = send_registration(c, specs, n, pl);
 	if (r == GS_OK)
-		r = gs_wait_registered(c, n);
+		r = gs__wait_registered(c, n);
 	if (r < 0)
 		goto err_session;
 	c->ntensors = n;
@@ -387,17 +387,17 @@ int gs_register(gs_client *c, const struct gs_tensor_spec *specs,
 	r = keep_registration(c, specs, n, pl);
 	if (r < 0) {
 		pl = NULL; /* c->reg_pl, freed with the tensors */
-		gs_end_session(c, r);
+		gs__end_session(c, r);
 		goto err_release;
 	}
 	return GS_OK;
 
 err_session:
 	/* The daemon holds part of a registration that cannot go on. */
-	gs_end_session(c, r);
+	gs__end_session(c, r);
 err_release:
 	c->expect = GRADSYNC__MESSAGE__BODY__NOT_SET;
-	gs_tensors_release(c);
+	gs__tensors_release(c);
 	free(pl);
 	return r;
 }

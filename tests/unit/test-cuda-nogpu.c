@@ -134,13 +134,13 @@ static void host_backend_refuses_cuda_buffers(void **state)
 static void client_says_when_the_driver_is_missing(void **state)
 {
 	char why[256] = "";
-	const struct gs_cu *cu = gs_cu_load(why, sizeof(why));
+	const struct gs__cu *cu = gs__cu_load(why, sizeof(why));
 	if (cu)
 		skip(); /* a driver is installed */
 	assert_non_null(strstr(why, "libcuda.so.1"));
 	/* Asked again, the same answer, without trying again. */
 	char again[256] = "";
-	assert_null(gs_cu_load(again, sizeof(again)));
+	assert_null(gs__cu_load(again, sizeof(again)));
 	assert_string_equal(why, again);
 }
 
