@@ -1,5 +1,5 @@
 /*
- * daemon/log.c: what a client's text can do to the log. Each case sends
+ * daemon/support/log.c: what a client's text can do to the log. Each case sends
  * stderr to a temporary file, logs, and reads the lines back.
  */
 #include <stdarg.h>
