@@ -147,17 +147,16 @@ static int derive_number(const struct field *f, uint32_t opt, uint32_t def,
 
 /* torchrun's node count, WORLD_SIZE / LOCAL_WORLD_SIZE (it runs the same
  * number of workers on every node). Returns 1 when it gave one, 0 when
- * WORLD_SIZE is unset, or the error. */
+ * either is unset, or the error. WORLD_SIZE alone is not torchrun's: other
+ * launchers (Kubeflow's PyTorchJob, the old torch.distributed.launch) set
+ * it without saying how many workers a node has, so it gives no count. */
 static int torchrun_nodes(uint32_t *out, char *source)
 {
 	static const struct field world = { "world size", { { NULL, NULL } }, 1,
 					    MAX_LOCAL_SIZE * MAX_NODES };
 	const char *ws = env("WORLD_SIZE"), *lws = env("LOCAL_WORLD_SIZE");
-	if (!ws)
+	if (!ws || !lws)
 		return 0;
-	if (!lws)
-		return gs__fail(NULL, GS_EINVAL,
-			       "node count: WORLD_SIZE is set (torchrun) but LOCAL_WORLD_SIZE is not, so the trainers per node are unknown; set LOCAL_WORLD_SIZE or GRADSYNC_NODES");
 	uint32_t w, l;
 	int r = parse_number(&world, "WORLD_SIZE (torchrun)", ws, &w);
 	if (r == GS_OK)

@@ -113,6 +113,11 @@ static const struct good_case good[] = {
 	  { "mine", "GRADSYNC_JOB_ID", 1, "GRADSYNC_LOCAL_RANK", 2,
 	    "LOCAL_WORLD_SIZE (torchrun)", 5, "GRADSYNC_NODES", 4, "GROUP_RANK (torchrun)",
 	    "h", "MASTER_ADDR (torchrun)" } },
+	/* WORLD_SIZE without LOCAL_WORLD_SIZE (Kubeflow's PyTorchJob, the old
+	 * torch.distributed.launch) says nothing of the nodes. */
+	{ "WORLD_SIZE alone",
+	  { "WORLD_SIZE=4", "SLURM_NNODES=2", NULL }, false,
+	  { "", DEF, 0, DEF, 1, DEF, 2, "SLURM_NNODES (Slurm)", 0, DEF, "", DEF } },
 	/* An empty variable is as good as unset. */
 	{ "empty variables are unset",
 	  { "GRADSYNC_LOCAL_RANK=", "LOCAL_RANK=1", "GRADSYNC_JOB_ID=", "SLURM_JOB_ID=5",
@@ -196,8 +201,6 @@ static const struct bad_case bad[] = {
 	  "node rank from GROUP_RANK (torchrun) is '1024': out of range: expected 0 to 1023" },
 	{ { "WORLD_SIZE=5", "LOCAL_WORLD_SIZE=2", NULL },
 	  "node count: WORLD_SIZE (torchrun) '5' is not a multiple of LOCAL_WORLD_SIZE (torchrun) '2'" },
-	{ { "WORLD_SIZE=4", NULL },
-	  "node count: WORLD_SIZE is set (torchrun) but LOCAL_WORLD_SIZE is not, so the trainers per node are unknown; set LOCAL_WORLD_SIZE or GRADSYNC_NODES" },
 	{ { "WORLD_SIZE=four", "LOCAL_WORLD_SIZE=2", NULL },
 	  "world size from WORLD_SIZE (torchrun) is 'four': not a number" },
 	{ { "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2", NULL },
