@@ -217,7 +217,7 @@ static int derive_job_id(const char *opt, struct gs_launch_info *li)
 		/* Each srun of a batch job is a step: steps are jobs apart. */
 		const char *step = env("SLURM_STEP_ID");
 		if (step) {
-			snprintf(slurm, sizeof(slurm), "%.63s.%.63s", id, step);
+			snprintf(slurm, sizeof(slurm), "%s.%s", id, step);
 			id = slurm;
 			set_source(source, "SLURM_JOB_ID.SLURM_STEP_ID", "Slurm");
 		} else {
