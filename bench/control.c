@@ -87,6 +87,8 @@ static int trainer_start(const char *socket, gs_client **c)
 {
 	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
 	co.socket_path = socket;
+	co.local_rank = 0;
+	co.job_id = "";
 	int r = gs_connect(&co, c);
 	if (r < 0) {
 		fprintf(stderr, "gradsync-bench: gs_connect: %s\n", gs_last_error(NULL));

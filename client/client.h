@@ -143,6 +143,17 @@ bool gs__has_reply(const struct gs_client *c);
 /* Handles one message from gradsyncd and takes ownership of it. */
 int gs__dispatch(struct gs_client *c, Gradsync__Message *m);
 
+/* ---- launch.c ---------------------------------------------------------- */
+
+/* Copies the caller's options (NULL, or an older and shorter struct) over
+ * GS_CONNECT_OPTIONS_INIT; fn names the public call in the error. */
+int gs__connect_options_take(const struct gs_connect_options *opts,
+			     struct gs_connect_options *o, const char *fn);
+/* Derives the job's fields from complete options and the environment into
+ * *li (all of it). Returns GS_OK, or GS_EINVAL with this thread's last
+ * error naming the field, the variable and its value. */
+int gs__launch_derive(const struct gs_connect_options *o, struct gs_launch_info *li);
+
 /* ---- registration.c ---------------------------------------------------- */
 
 /* A registration's RegisterTensors frames, built and sent as they fill. */

@@ -149,23 +149,20 @@ err_client:
 	return r;
 }
 
-int gs_connect(const struct gs_connect_options *opts,
-			 gs_client **out)
+int gs_connect(const struct gs_connect_options *opts, gs_client **out)
 {
-	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	struct gs_connect_options o;
+	struct gs_launch_info li;
 	if (!out)
 		return gs__fail(NULL, GS_EINVAL, "gs_connect: out is NULL");
 	*out = NULL;
-	if (opts) {
-		if (opts->size < offsetof(struct gs_connect_options, socket_path))
-			return gs__fail(NULL, GS_EINVAL,
-				       "gs_connect: options size %zu is too small; use GS_CONNECT_OPTIONS_INIT",
-				       opts->size);
-		/* An older caller's struct is a prefix of ours. */
-		memcpy(&o, opts, opts->size < sizeof(o) ? opts->size : sizeof(o));
-	}
+	int r = gs__connect_options_take(opts, &o, "gs_connect");
+	if (r == GS_OK)
+		r = gs__launch_derive(&o, &li);
+	if (r < 0)
+		return r;
 	return gs__session_open(o.socket_path, GRADSYNC__ROLE__ROLE_TRAINER,
-			       o.local_rank, o.job_id, o.timeout_ms, out);
+			       li.local_rank, li.job_id, o.timeout_ms, out);
 }
 
 void gs_close(gs_client *c)

@@ -6,8 +6,10 @@
  *   trainer [SOCKET [LOCAL_RANK]]
  *
  * SOCKET defaults to $GRADSYNC_SOCKET, else gradsyncd's default socket.
- * Start one per local rank (gradsyncd --local-size=N). Exits 0 when every
- * step checked out.
+ * LOCAL_RANK defaults to what the launcher left in the environment
+ * ($GRADSYNC_LOCAL_RANK, torchrun's $LOCAL_RANK, Slurm's $SLURM_LOCALID),
+ * else 0. Start one per local rank (gradsyncd --local-size=N). Exits 0
+ * when every step checked out.
  */
 #include <math.h>
 #include <stdio.h>
@@ -86,7 +88,8 @@ int main(int argc, char **argv)
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = argc > 1 ? argv[1] : NULL;
-	o.local_rank = argc > 2 ? (uint32_t)atoi(argv[2]) : 0;
+	if (argc > 2)
+		o.local_rank = (uint32_t)atoi(argv[2]);
 
 	gs_client *c;
 	int r = gs_connect(&o, &c);

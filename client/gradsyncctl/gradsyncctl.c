@@ -1,8 +1,10 @@
 /*
  * gradsyncctl: shows what the node's gradsyncd is doing, and starts and
  * stops its timeline. Built on libgradsync's control connection; prints
- * for people, or JSON (status, clients) or the Prometheus text format
- * (metrics) for programs. Exit codes are part of its interface.
+ * for people, or JSON (status, clients, launch-env) or the Prometheus text
+ * format (metrics) for programs. launch-env asks no daemon: it shows the
+ * job a trainer started here would derive from the environment. Exit codes
+ * are part of its interface.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,13 +24,16 @@
 #endif
 
 enum {
-	EXIT_DAEMON = 1,      /* the request failed: refused, protocol, timeout, file */
+	EXIT_DAEMON = 1,      /* the request failed: refused, protocol, timeout, file,
+			       * or a bad launch environment */
 	EXIT_USAGE = 2,
 	EXIT_NOT_RUNNING = 3, /* nothing listens on the socket */
 	EXIT_DENIED = 4,      /* not allowed to talk to gradsyncd */
 };
 
-enum command { CMD_STATUS, CMD_CLIENTS, CMD_METRICS, CMD_TRACE_START, CMD_TRACE_STOP };
+enum command {
+	CMD_STATUS, CMD_CLIENTS, CMD_METRICS, CMD_TRACE_START, CMD_TRACE_STOP, CMD_LAUNCH_ENV
+};
 
 struct args {
 	const char *socket;
@@ -50,6 +55,10 @@ static void usage(FILE *f)
 		"  trace start FILE   write a Chrome-trace timeline of every bucket's\n"
 		"                     phases to FILE (created as the calling user)\n"
 		"  trace stop         complete and close the trace file\n"
+		"  launch-env [--json]\n"
+		"                     the job a trainer started here would take from\n"
+		"                     the environment (GRADSYNC_*, torchrun's, Slurm's),\n"
+		"                     each field with where it came from; asks no daemon\n"
 		"\n"
 		"Options:\n"
 		"  --socket PATH   gradsyncd's socket (default: $GRADSYNC_SOCKET,\n"
@@ -60,7 +69,8 @@ static void usage(FILE *f)
 		"  --version       show the version\n"
 		"\n"
 		"Exit status: 0 done; 1 the request failed (gradsyncd refused it or\n"
-		"failed, or the trace file cannot be written); 2 usage error;\n"
+		"failed, the trace file cannot be written, or launch-env found a bad\n"
+		"value); 2 usage error;\n"
 		"3 gradsyncd is not running (nothing listens on the socket);\n"
 		"4 permission denied (not root, not in gradsyncd's group).\n");
 }
@@ -95,6 +105,8 @@ static int parse_command(int n, char **w, struct args *a)
 		a->cmd = CMD_CLIENTS;
 	} else if (strcmp(w[0], "metrics") == 0) {
 		a->cmd = CMD_METRICS;
+	} else if (strcmp(w[0], "launch-env") == 0) {
+		a->cmd = CMD_LAUNCH_ENV;
 	} else if (strcmp(w[0], "trace") == 0) {
 		if (n < 2)
 			return usage_error("trace wants 'start FILE' or 'stop'", NULL);
@@ -115,8 +127,9 @@ static int parse_command(int n, char **w, struct args *a)
 	}
 	if (n > want)
 		return usage_error("unexpected argument", w[want]);
-	if (a->json && a->cmd != CMD_STATUS && a->cmd != CMD_CLIENTS)
-		return usage_error("--json goes with status and clients", NULL);
+	if (a->json && a->cmd != CMD_STATUS && a->cmd != CMD_CLIENTS &&
+	    a->cmd != CMD_LAUNCH_ENV)
+		return usage_error("--json goes with status, clients and launch-env", NULL);
 	return -1;
 }
 
@@ -500,6 +513,78 @@ static void json_clients(const struct gs_connection_status *l, size_t n)
 	printf("]}\n");
 }
 
+/* ---- launch-env -------------------------------------------------------- */
+
+static void launch_row(const char *what, const char *value, const char *source)
+{
+	printf(ROW "%-24s from %s\n", what, value, source);
+}
+
+static void launch_number(const char *what, uint32_t v, const char *source)
+{
+	char buf[16];
+	snprintf(buf, sizeof(buf), "%u", v);
+	launch_row(what, buf, source);
+}
+
+static void print_launch_text(const struct gs_launch_info *li)
+{
+	char id[sizeof(li->job_id) + 2];
+	snprintf(id, sizeof(id), "'%s'", li->job_id);
+	printf("A trainer started here would join this job:\n");
+	launch_row("job id:", li->job_id[0] ? id : "(none)", li->job_id_source);
+	launch_number("local rank:", li->local_rank, li->local_rank_source);
+	launch_number("local size:", li->local_size, li->local_size_source);
+	launch_number("nodes:", li->nodes, li->nodes_source);
+	launch_number("node rank:", li->node_rank, li->node_rank_source);
+	launch_row("coordinator:", li->coordinator[0] ? li->coordinator : "(none)",
+		   li->coordinator_source);
+}
+
+static void json_launch_field(const char *key, const char *value, uint64_t n,
+			      const char *source, bool comma)
+{
+	printf("\"%s\":{", key);
+	if (value)
+		json_key_str("value", value, true);
+	else
+		json_key_u64("value", n, true);
+	json_key_str("source", source, false);
+	printf("}%s", comma ? "," : "");
+}
+
+static void print_launch_json(const struct gs_launch_info *li)
+{
+	putchar('{');
+	json_launch_field("job_id", li->job_id, 0, li->job_id_source, true);
+	json_launch_field("local_rank", NULL, li->local_rank, li->local_rank_source, true);
+	json_launch_field("local_size", NULL, li->local_size, li->local_size_source, true);
+	json_launch_field("nodes", NULL, li->nodes, li->nodes_source, true);
+	json_launch_field("node_rank", NULL, li->node_rank, li->node_rank_source, true);
+	json_launch_field("coordinator", li->coordinator, 0, li->coordinator_source, false);
+	printf("}\n");
+}
+
+/* What gs_connect would derive with GS_CONNECT_OPTIONS_INIT, as a trainer
+ * that sets none of the job's fields itself does. */
+static int launch_env(const struct args *a)
+{
+	struct gs_launch_info li = GS_LAUNCH_INFO_INIT;
+	if (gs_launch_info_get(NULL, &li) < 0) {
+		fprintf(stderr, "gradsyncctl: %s\n", gs_last_error(NULL));
+		return EXIT_DAEMON;
+	}
+	if (a->json)
+		print_launch_json(&li);
+	else
+		print_launch_text(&li);
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		perror("gradsyncctl: stdout");
+		return EXIT_DAEMON;
+	}
+	return 0;
+}
+
 /* ---- commands ------------------------------------------------------------ */
 
 static const char *socket_path(const struct args *a)
@@ -619,6 +704,8 @@ static int trace_stop(gs_client *c, const struct args *a)
 
 static int run(const struct args *a)
 {
+	if (a->cmd == CMD_LAUNCH_ENV)
+		return launch_env(a);
 	gs_client *c;
 	int r = gs_control_connect(a->socket, a->timeout_ms, &c);
 	if (r < 0)
@@ -629,6 +716,7 @@ static int run(const struct args *a)
 	case CMD_METRICS: r = metrics(c, a); break;
 	case CMD_TRACE_START: r = trace_start(c, a); break;
 	case CMD_TRACE_STOP: r = trace_stop(c, a); break;
+	case CMD_LAUNCH_ENV: break;
 	}
 	gs_close(c);
 	if (fflush(stdout) != 0 || ferror(stdout)) {

@@ -26,6 +26,33 @@ class ConnectOptions(Structure):
         ("local_rank", c_uint32),
         ("job_id", c_char_p),
         ("timeout_ms", c_int),
+        ("local_size", c_uint32),
+        ("nodes", c_uint32),
+        ("node_rank", c_uint32),
+        ("coordinator", c_char_p),
+    ]
+
+
+# GS_FROM_ENV: a number field of ConnectOptions left to the environment.
+FROM_ENV = 0xFFFFFFFF
+_SOURCE = c_char * 48  # GS_LAUNCH_SOURCE_MAX
+
+
+class LaunchInfo(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("job_id", c_char * 64),
+        ("job_id_source", _SOURCE),
+        ("local_rank", c_uint32),
+        ("local_rank_source", _SOURCE),
+        ("local_size", c_uint32),
+        ("local_size_source", _SOURCE),
+        ("nodes", c_uint32),
+        ("nodes_source", _SOURCE),
+        ("node_rank", c_uint32),
+        ("node_rank_source", _SOURCE),
+        ("coordinator", c_char * 256),
+        ("coordinator_source", _SOURCE),
     ]
 
 
@@ -171,6 +198,7 @@ class TraceStatus(Structure):
 # Every struct the binding mirrors, by its C name (for the ABI test).
 STRUCTS = {
     "gs_connect_options": ConnectOptions,
+    "gs_launch_info": LaunchInfo,
     "gs_session_info": SessionInfo,
     "gs_tensor_spec": TensorSpec,
     "gs_cuda_tensor_spec": CudaTensorSpec,
@@ -198,6 +226,7 @@ _SIGNATURES = {
     "gs_version": (ctypes.c_uint, []),
     "gs_strerror": (c_char_p, [c_int]),
     "gs_err_name": (c_char_p, [c_int]),
+    "gs_launch_info_get": (c_int, [POINTER(ConnectOptions), POINTER(LaunchInfo)]),
     "gs_connect": (c_int, [POINTER(ConnectOptions), POINTER(_client_p)]),
     "gs_close": (None, [_client_p]),
     "gs_last_error": (c_char_p, [_client_p]),

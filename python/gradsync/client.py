@@ -185,16 +185,20 @@ def _connect_error(rc: int, call: str) -> GradSyncError:
 class Client(_Connection):
     """A trainer: connects as ``local_rank`` (0..local_size-1 of the node)
     to gradsyncd on ``socket_path`` ($GRADSYNC_SOCKET, else the default
-    /run/gradsync/gradsyncd.sock). Not thread-safe beyond one call at a
-    time, which an internal lock enforces."""
+    /run/gradsync/gradsyncd.sock). ``job_id`` None takes the job id from
+    the environment as libgradsync does ($GRADSYNC_JOB_ID, torchrun's
+    $TORCHELASTIC_RUN_ID, Slurm's $SLURM_JOB_ID.$SLURM_STEP_ID), else "".
+    Not thread-safe beyond one call at a time, which an internal lock
+    enforces."""
 
     def __init__(self, socket_path: Optional[str] = None, local_rank: int = 0,
                  job_id: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT):
         lib = _lib.lib()
         opts = _lib.ConnectOptions(ctypes.sizeof(_lib.ConnectOptions),
                                    socket_path.encode() if socket_path else None,
-                                   local_rank, job_id.encode() if job_id else None,
-                                   _timeout_ms(timeout))
+                                   local_rank, job_id.encode() if job_id is not None else None,
+                                   _timeout_ms(timeout), _lib.FROM_ENV, _lib.FROM_ENV,
+                                   _lib.FROM_ENV, None)
         ptr = ctypes.c_void_p()
         rc = lib.gs_connect(ctypes.byref(opts), ctypes.byref(ptr))
         if rc < 0:

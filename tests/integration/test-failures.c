@@ -277,6 +277,8 @@ static void too_many_tensors(void **state)
 	harness_daemon_start(&d, args);
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = d.socket;
+	o.local_rank = 0;
+	o.job_id = "";
 	gs_client *c;
 	assert_int_equal(gs_connect(&o, &c), GS_OK);
 	const struct gs_tensor_spec specs[] = {

@@ -623,6 +623,7 @@ static void victim_main(int out, void *arg)
 	close(v->cmd[1]); /* the parent's end */
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = v->socket;
+	o.local_rank = 0;
 	o.job_id = "victim-job";
 	struct secret_layout l;
 	secret_layout_init(&l);
@@ -901,6 +902,8 @@ static void log_injection(void **state)
 
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = d.socket;
+	o.local_rank = 0;
+	o.job_id = "";
 	gs_client *c;
 	assert_int_equal(gs_connect(&o, &c), GS_OK);
 	const struct gs_tensor_spec bad[] = { { "w\n12:00:00.000 gradsyncd error: FORGED", 10, GS_FLOAT32, -1, 0 } };

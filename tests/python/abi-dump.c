@@ -37,7 +37,17 @@ int main(void)
 	BEGIN(gs_connect_options);
 	F(gs_connect_options, size); F(gs_connect_options, socket_path);
 	F(gs_connect_options, local_rank); F(gs_connect_options, job_id);
-	F(gs_connect_options, timeout_ms);
+	F(gs_connect_options, timeout_ms); F(gs_connect_options, local_size);
+	F(gs_connect_options, nodes); F(gs_connect_options, node_rank);
+	F(gs_connect_options, coordinator);
+	end();
+	BEGIN(gs_launch_info);
+	F(gs_launch_info, size); F(gs_launch_info, job_id); F(gs_launch_info, job_id_source);
+	F(gs_launch_info, local_rank); F(gs_launch_info, local_rank_source);
+	F(gs_launch_info, local_size); F(gs_launch_info, local_size_source);
+	F(gs_launch_info, nodes); F(gs_launch_info, nodes_source);
+	F(gs_launch_info, node_rank); F(gs_launch_info, node_rank_source);
+	F(gs_launch_info, coordinator); F(gs_launch_info, coordinator_source);
 	end();
 	BEGIN(gs_session_info);
 	F(gs_session_info, world_size); F(gs_session_info, local_size);

@@ -85,6 +85,7 @@ struct trainer {
 	uint64_t *counts;
 	struct gen *gens;   /* one per rank, for the reference */
 	struct reference ref;
+	uint32_t local_rank; /* --rank, or what the library derived */
 };
 
 static void usage(FILE *f)
@@ -100,7 +101,8 @@ static void usage(FILE *f)
 		"  --socket PATH     gradsyncd's socket (default: $GRADSYNC_SOCKET, else\n"
 		"                    " GS_DEFAULT_SOCKET ")\n"
 		"  --layout FILE     the gradient layout (required)\n"
-		"  --rank R          local rank on this node (default 0)\n"
+		"  --rank R          local rank on this node (default: from the\n"
+		"                    environment, as libgradsync derives it, else 0)\n"
 		"  --steps K         steps to run (default 5)\n"
 		"  --seed S          input seed (default 1)\n"
 		"  --clip V          clip gradients to [-V, V] (default: no clipping)\n"
@@ -508,7 +510,7 @@ static void print_session(const struct trainer *tr)
 		elements += tr->counts[t];
 	printf("rank %u of %u (node %u, local %u of %u): %zu tensors, %" PRIu64
 	       " elements, %zu buckets; wire %s, op %s, predivide %g, pattern %s%s\n",
-	       tr->ref.global_rank, info.world_size, info.node_rank, tr->o.rank,
+	       tr->ref.global_rank, info.world_size, info.node_rank, tr->local_rank,
 	       info.local_size, tr->n, elements, gs_bucket_count(tr->c),
 	       wire_name(info.wire_dtype),
 	       info.op == GS_OP_AVERAGE ? "average" : "sum",
@@ -700,6 +702,12 @@ static bool connect_session(struct trainer *tr)
 	int r = gs_connect(&co, &tr->c);
 	if (r < 0)
 		return gs_failed(tr, "gs_connect", r);
+	/* The rank gs_connect said hello with, from the same derivation. */
+	struct gs_launch_info li = GS_LAUNCH_INFO_INIT;
+	r = gs_launch_info_get(&co, &li);
+	if (r < 0)
+		return gs_failed(tr, "gs_launch_info_get", r);
+	tr->local_rank = li.local_rank;
 	return setup_reference(tr) && register_layout(tr);
 }
 
@@ -715,7 +723,8 @@ static void cleanup(struct trainer *tr)
 int main(int argc, char **argv)
 {
 	struct trainer tr = {
-		.o = { .steps = 5, .seed = 1, .clip = 100.0f, .batch = 8, .first_step = 1 },
+		.o = { .rank = GS_FROM_ENV, .steps = 5, .seed = 1, .clip = 100.0f, .batch = 8,
+		       .first_step = 1 },
 	};
 	/* Whole lines as they happen: tests and operators follow the output. */
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -229,6 +229,8 @@ static gs_client *connect_to(struct fake_daemon *f)
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = f->path;
+	o.local_rank = 0;
+	o.job_id = "";
 	o.timeout_ms = 5000;
 	gs_client *c = NULL;
 	int r = gs_connect(&o, &c);

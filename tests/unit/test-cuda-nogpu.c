@@ -119,6 +119,8 @@ static void host_backend_refuses_cuda_buffers(void **state)
 	/* Through the library: refused before anything is sent. */
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = d.socket;
+	o.local_rank = 0;
+	o.job_id = "";
 	gs_client *c;
 	assert_int_equal(gs_connect(&o, &c), GS_OK);
 	static float host[4];

@@ -1,0 +1,347 @@
+/*
+ * The launcher's environment: which job a trainer is part of, and where it
+ * sits in it, from the connect options and what GRADSYNC_*, torchrun or
+ * Slurm left in the environment. Each field is derived on its own, from
+ * the first source that gives it; gs_connect and gs_launch_info_get (its
+ * dry run) share this one derivation.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "client.h"
+
+/* gradsyncd's limits: --local-size 1..64, --nodes 1..1024, a job id of at
+ * most 63 printable ASCII bytes, --coordinator of at most 255 bytes. */
+#define MAX_LOCAL_SIZE 64
+#define MAX_NODES 1024
+
+/* One variable of one launcher, and how a source names it. */
+struct var {
+	const char *name;
+	const char *launcher; /* NULL for GRADSYNC_* */
+};
+
+/* What one field is derived from, after the options: at most one variable
+ * per launcher, in the order of precedence. */
+struct field {
+	const char *what; /* for messages: "local rank" */
+	struct var vars[3];
+	uint32_t lo, hi;
+};
+
+static const struct field local_rank_field = {
+	"local rank",
+	{ { "GRADSYNC_LOCAL_RANK", NULL }, { "LOCAL_RANK", "torchrun" },
+	  { "SLURM_LOCALID", "Slurm" } },
+	0, MAX_LOCAL_SIZE - 1,
+};
+static const struct field local_size_field = {
+	"local size",
+	{ { "GRADSYNC_LOCAL_SIZE", NULL }, { "LOCAL_WORLD_SIZE", "torchrun" },
+	  { "SLURM_NTASKS_PER_NODE", "Slurm" } },
+	1, MAX_LOCAL_SIZE,
+};
+/* torchrun gives the node count as WORLD_SIZE / LOCAL_WORLD_SIZE: see
+ * torchrun_nodes(). */
+static const struct field nodes_field = {
+	"node count",
+	{ { "GRADSYNC_NODES", NULL }, { "SLURM_NNODES", "Slurm" } },
+	1, MAX_NODES,
+};
+static const struct field node_rank_field = {
+	"node rank",
+	{ { "GRADSYNC_NODE_RANK", NULL }, { "GROUP_RANK", "torchrun" },
+	  { "SLURM_NODEID", "Slurm" } },
+	0, MAX_NODES - 1,
+};
+
+/* A variable that is set and not empty; NULL otherwise. */
+static const char *env(const char *name)
+{
+	const char *v = secure_getenv(name);
+	return v && *v ? v : NULL;
+}
+
+static void set_source(char *dst, const char *name, const char *launcher)
+{
+	if (launcher)
+		snprintf(dst, GS_LAUNCH_SOURCE_MAX, "%s (%s)", name, launcher);
+	else
+		snprintf(dst, GS_LAUNCH_SOURCE_MAX, "%s", name);
+}
+
+/* A value for a message: quoted, control and non-ASCII bytes escaped, cut
+ * after 64 characters. */
+static const char *quoted(const char *v, char *buf, size_t n)
+{
+	size_t k = 0;
+	buf[k++] = '\'';
+	for (size_t i = 0; v[i] && k + 8 < n; i++) {
+		unsigned char ch = (unsigned char)v[i];
+		if (i == 64) {
+			k += (size_t)snprintf(buf + k, n - k, "...");
+			break;
+		}
+		if (ch < 0x20 || ch > 0x7e || ch == '\'' || ch == '\\')
+			k += (size_t)snprintf(buf + k, n - k, "\\x%02x", ch);
+		else
+			buf[k++] = (char)ch;
+	}
+	snprintf(buf + k, n - k, "'");
+	return buf;
+}
+
+static int bad_value(const char *what, const char *source, const char *value,
+		     const char *why)
+{
+	char q[300];
+	return gs__fail(NULL, GS_EINVAL, "%s from %s is %s: %s", what, source,
+		       quoted(value, q, sizeof(q)), why);
+}
+
+/* Decimal digits only: no sign, space or base prefix. */
+static int parse_number(const struct field *f, const char *source, const char *text,
+			uint32_t *out)
+{
+	uint64_t v = 0;
+	if (!*text)
+		return bad_value(f->what, source, text, "not a number");
+	for (const char *p = text; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return bad_value(f->what, source, text, "not a number");
+		v = v * 10 + (uint64_t)(*p - '0');
+		if (v > UINT32_MAX)
+			break;
+	}
+	if (v < f->lo || v > f->hi) {
+		char why[96];
+		snprintf(why, sizeof(why), "out of range: expected %u to %u", f->lo, f->hi);
+		return bad_value(f->what, source, text, why);
+	}
+	*out = (uint32_t)v;
+	return GS_OK;
+}
+
+/* The options' value when set, else the first variable set, else def. */
+static int derive_number(const struct field *f, uint32_t opt, uint32_t def,
+			 uint32_t *out, char *source)
+{
+	if (opt != GS_FROM_ENV) {
+		set_source(source, "gs_connect_options", NULL);
+		char text[16];
+		snprintf(text, sizeof(text), "%u", opt);
+		return parse_number(f, source, text, out);
+	}
+	for (size_t i = 0; i < sizeof(f->vars) / sizeof(f->vars[0]) && f->vars[i].name; i++) {
+		const char *v = env(f->vars[i].name);
+		if (v) {
+			set_source(source, f->vars[i].name, f->vars[i].launcher);
+			return parse_number(f, source, v, out);
+		}
+	}
+	set_source(source, "default", NULL);
+	*out = def;
+	return GS_OK;
+}
+
+/* torchrun's node count, WORLD_SIZE / LOCAL_WORLD_SIZE (it runs the same
+ * number of workers on every node). Returns 1 when it gave one, 0 when
+ * either is unset, or the error. WORLD_SIZE alone is not torchrun's: other
+ * launchers (Kubeflow's PyTorchJob, the old torch.distributed.launch) set
+ * it without saying how many workers a node has, so it gives no count. */
+static int torchrun_nodes(uint32_t *out, char *source)
+{
+	static const struct field world = { "world size", { { NULL, NULL } }, 1,
+					    MAX_LOCAL_SIZE * MAX_NODES };
+	const char *ws = env("WORLD_SIZE"), *lws = env("LOCAL_WORLD_SIZE");
+	if (!ws || !lws)
+		return 0;
+	uint32_t w, l;
+	int r = parse_number(&world, "WORLD_SIZE (torchrun)", ws, &w);
+	if (r == GS_OK)
+		r = parse_number(&local_size_field, "LOCAL_WORLD_SIZE (torchrun)", lws, &l);
+	if (r < 0)
+		return r;
+	if (w % l != 0) {
+		char q1[300], q2[300];
+		return gs__fail(NULL, GS_EINVAL,
+			       "node count: WORLD_SIZE (torchrun) %s is not a multiple of LOCAL_WORLD_SIZE (torchrun) %s",
+			       quoted(ws, q1, sizeof(q1)), quoted(lws, q2, sizeof(q2)));
+	}
+	snprintf(source, GS_LAUNCH_SOURCE_MAX, "WORLD_SIZE / LOCAL_WORLD_SIZE (torchrun)");
+	char text[16];
+	snprintf(text, sizeof(text), "%u", w / l);
+	r = parse_number(&nodes_field, source, text, out);
+	return r < 0 ? r : 1;
+}
+
+static int derive_nodes(uint32_t opt, uint32_t *out, char *source)
+{
+	if (opt != GS_FROM_ENV || env("GRADSYNC_NODES"))
+		return derive_number(&nodes_field, opt, 1, out, source);
+	int r = torchrun_nodes(out, source);
+	if (r != 0)
+		return r < 0 ? r : GS_OK;
+	return derive_number(&nodes_field, opt, 1, out, source);
+}
+
+/* What gradsyncd accepts as a job id: printable ASCII, at most 63 bytes. */
+static int check_job_id(const char *id, const char *source)
+{
+	for (size_t i = 0; id[i]; i++)
+		if ((unsigned char)id[i] < 0x20 || (unsigned char)id[i] > 0x7e)
+			return bad_value("job id", source, id,
+					 "only printable ASCII characters may be in a job id");
+	if (strlen(id) >= sizeof(((struct gs_launch_info *)0)->job_id)) {
+		char why[96];
+		snprintf(why, sizeof(why), "%zu bytes long, more than the 63 a job id may have",
+			 strlen(id));
+		return bad_value("job id", source, id, why);
+	}
+	return GS_OK;
+}
+
+static int derive_job_id(const char *opt, struct gs_launch_info *li)
+{
+	char *source = li->job_id_source;
+	char slurm[160];
+	const char *id = opt;
+	if (opt) {
+		set_source(source, "gs_connect_options", NULL);
+	} else if ((id = env("GRADSYNC_JOB_ID"))) {
+		set_source(source, "GRADSYNC_JOB_ID", NULL);
+	} else if ((id = env("TORCHELASTIC_RUN_ID"))) {
+		set_source(source, "TORCHELASTIC_RUN_ID", "torchrun");
+	} else if ((id = env("SLURM_JOB_ID"))) {
+		/* Each srun of a batch job is a step: steps are jobs apart. */
+		const char *step = env("SLURM_STEP_ID");
+		if (step) {
+			snprintf(slurm, sizeof(slurm), "%s.%s", id, step);
+			id = slurm;
+			set_source(source, "SLURM_JOB_ID.SLURM_STEP_ID", "Slurm");
+		} else {
+			set_source(source, "SLURM_JOB_ID", "Slurm");
+		}
+	} else {
+		id = "";
+		set_source(source, "default", NULL);
+	}
+	int r = check_job_id(id, source);
+	if (r == GS_OK)
+		snprintf(li->job_id, sizeof(li->job_id), "%s", id);
+	return r;
+}
+
+/* MASTER_ADDR is torchrun's, or a Slurm script's (PyTorch's recipes set it
+ * from the first host of the allocation); the source says which launcher's
+ * other variables are there. */
+static const char *master_addr_launcher(void)
+{
+	if (env("TORCHELASTIC_RUN_ID") || env("LOCAL_WORLD_SIZE"))
+		return "torchrun";
+	if (env("SLURM_JOB_ID"))
+		return "Slurm";
+	return NULL;
+}
+
+static int derive_coordinator(const char *opt, struct gs_launch_info *li)
+{
+	char *source = li->coordinator_source;
+	const char *host = opt;
+	if (opt)
+		set_source(source, "gs_connect_options", NULL);
+	else if ((host = env("GRADSYNC_COORDINATOR")))
+		set_source(source, "GRADSYNC_COORDINATOR", NULL);
+	else if ((host = env("MASTER_ADDR")))
+		set_source(source, "MASTER_ADDR", master_addr_launcher());
+	else {
+		host = "";
+		set_source(source, "default", NULL);
+	}
+	for (size_t i = 0; host[i]; i++)
+		if ((unsigned char)host[i] <= 0x20 || (unsigned char)host[i] > 0x7e)
+			return bad_value("coordinator", source, host,
+					 "a host name or address has no spaces, control or non-ASCII characters");
+	if (strlen(host) >= sizeof(li->coordinator))
+		return bad_value("coordinator", source, host,
+				 "longer than the 255 bytes a coordinator may have");
+	snprintf(li->coordinator, sizeof(li->coordinator), "%s", host);
+	return GS_OK;
+}
+
+/* A rank is checked against its size only when a source gave the size:
+ * until the protocol carries it, gradsyncd's own --local-size decides. */
+static int check_rank(const char *rank_what, uint32_t rank, const char *rank_source,
+		      const char *size_what, uint32_t size, const char *size_source)
+{
+	if (strcmp(size_source, "default") == 0 || rank < size)
+		return GS_OK;
+	return gs__fail(NULL, GS_EINVAL, "%s %u from %s is not below the %s %u from %s",
+		       rank_what, rank, rank_source, size_what, size, size_source);
+}
+
+int gs__launch_derive(const struct gs_connect_options *o, struct gs_launch_info *li)
+{
+	memset(li, 0, sizeof(*li));
+	li->size = sizeof(*li);
+	int r = derive_job_id(o->job_id, li);
+	if (r == GS_OK)
+		r = derive_number(&local_rank_field, o->local_rank, 0, &li->local_rank,
+				  li->local_rank_source);
+	if (r == GS_OK)
+		r = derive_number(&local_size_field, o->local_size, 1, &li->local_size,
+				  li->local_size_source);
+	if (r == GS_OK)
+		r = derive_nodes(o->nodes, &li->nodes, li->nodes_source);
+	if (r == GS_OK)
+		r = derive_number(&node_rank_field, o->node_rank, 0, &li->node_rank,
+				  li->node_rank_source);
+	if (r == GS_OK)
+		r = derive_coordinator(o->coordinator, li);
+	if (r == GS_OK)
+		r = check_rank("local rank", li->local_rank, li->local_rank_source,
+			       "local size", li->local_size, li->local_size_source);
+	if (r == GS_OK)
+		r = check_rank("node rank", li->node_rank, li->node_rank_source,
+			       "node count", li->nodes, li->nodes_source);
+	return r;
+}
+
+int gs__connect_options_take(const struct gs_connect_options *opts,
+			     struct gs_connect_options *o, const char *fn)
+{
+	static const struct gs_connect_options init = GS_CONNECT_OPTIONS_INIT;
+	*o = init;
+	if (!opts)
+		return GS_OK;
+	if (opts->size < offsetof(struct gs_connect_options, socket_path))
+		return gs__fail(NULL, GS_EINVAL,
+			       "%s: options size %zu is too small; use GS_CONNECT_OPTIONS_INIT",
+			       fn, opts->size);
+	/* An older caller's struct is a prefix of ours. */
+	memcpy(o, opts, opts->size < sizeof(*o) ? opts->size : sizeof(*o));
+	o->size = sizeof(*o);
+	return GS_OK;
+}
+
+int gs_launch_info_get(const struct gs_connect_options *opts, struct gs_launch_info *out)
+{
+	if (!out)
+		return gs__fail(NULL, GS_EINVAL, "gs_launch_info_get: out is NULL");
+	if (out->size < offsetof(struct gs_launch_info, job_id))
+		return gs__fail(NULL, GS_EINVAL,
+			       "gs_launch_info_get: out->size %zu is too small; use GS_LAUNCH_INFO_INIT",
+			       out->size);
+	struct gs_connect_options o;
+	struct gs_launch_info li;
+	int r = gs__connect_options_take(opts, &o, "gs_launch_info_get");
+	if (r == GS_OK)
+		r = gs__launch_derive(&o, &li);
+	if (r < 0)
+		return r;
+	size_t n = out->size < sizeof(li) ? out->size : sizeof(li);
+	li.size = n;
+	memcpy(out, &li, n);
+	return GS_OK;
+}
