@@ -11,10 +11,9 @@
 
 #include "client.h"
 
-/* gradsyncd's limits: --local-size 1..64, --nodes 1..1024, a job id of at
- * most 63 printable ASCII bytes, --coordinator of at most 255 bytes. */
-#define MAX_LOCAL_SIZE 64
-#define MAX_NODES 1024
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 
 /* One variable of one launcher, and how a source names it. */
 struct var {
@@ -34,26 +33,26 @@ static const struct field local_rank_field = {
 	"local rank",
 	{ { "GRADSYNC_LOCAL_RANK", NULL }, { "LOCAL_RANK", "torchrun" },
 	  { "SLURM_LOCALID", "Slurm" } },
-	0, MAX_LOCAL_SIZE - 1,
+	0, GS_MAX_LOCAL_SIZE - 1,
 };
 static const struct field local_size_field = {
 	"local size",
 	{ { "GRADSYNC_LOCAL_SIZE", NULL }, { "LOCAL_WORLD_SIZE", "torchrun" },
 	  { "SLURM_NTASKS_PER_NODE", "Slurm" } },
-	1, MAX_LOCAL_SIZE,
+	1, GS_MAX_LOCAL_SIZE,
 };
 /* torchrun gives the node count as WORLD_SIZE / LOCAL_WORLD_SIZE: see
  * torchrun_nodes(). */
 static const struct field nodes_field = {
 	"node count",
 	{ { "GRADSYNC_NODES", NULL }, { "SLURM_NNODES", "Slurm" } },
-	1, MAX_NODES,
+	1, GS_MAX_NODES,
 };
 static const struct field node_rank_field = {
 	"node rank",
 	{ { "GRADSYNC_NODE_RANK", NULL }, { "GROUP_RANK", "torchrun" },
 	  { "SLURM_NODEID", "Slurm" } },
-	0, MAX_NODES - 1,
+	0, GS_MAX_NODES - 1,
 };
 
 /* A variable that is set and not empty; NULL otherwise. */
@@ -153,7 +152,7 @@ static int derive_number(const struct field *f, uint32_t opt, uint32_t def,
 static int torchrun_nodes(uint32_t *out, char *source)
 {
 	static const struct field world = { "world size", { { NULL, NULL } }, 1,
-					    MAX_LOCAL_SIZE * MAX_NODES };
+					    GS_MAX_LOCAL_SIZE * GS_MAX_NODES };
 	const char *ws = env("WORLD_SIZE"), *lws = env("LOCAL_WORLD_SIZE");
 	if (!ws || !lws)
 		return 0;
@@ -186,7 +185,7 @@ static int derive_nodes(uint32_t opt, uint32_t *out, char *source)
 	return derive_number(&nodes_field, opt, 1, out, source);
 }
 
-/* What gradsyncd accepts as a job id: printable ASCII, at most 63 bytes. */
+/* What gradsyncd accepts as a job id: printable ASCII, at most GS_JOB_ID_MAX bytes. */
 static int check_job_id(const char *id, const char *source)
 {
 	for (size_t i = 0; id[i]; i++)
@@ -195,8 +194,8 @@ static int check_job_id(const char *id, const char *source)
 					 "only printable ASCII characters may be in a job id");
 	if (strlen(id) >= sizeof(((struct gs_launch_info *)0)->job_id)) {
 		char why[96];
-		snprintf(why, sizeof(why), "%zu bytes long, more than the 63 a job id may have",
-			 strlen(id));
+		snprintf(why, sizeof(why), "%zu bytes long, more than the %d a job id may have",
+			 strlen(id), GS_JOB_ID_MAX);
 		return bad_value("job id", source, id, why);
 	}
 	return GS_OK;
@@ -265,7 +264,7 @@ static int derive_coordinator(const char *opt, struct gs_launch_info *li)
 					 "a host name or address has no spaces, control or non-ASCII characters");
 	if (strlen(host) >= sizeof(li->coordinator))
 		return bad_value("coordinator", source, host,
-				 "longer than the 255 bytes a coordinator may have");
+				 "longer than the " STR(GS_COORDINATOR_MAX) " bytes a coordinator may have");
 	snprintf(li->coordinator, sizeof(li->coordinator), "%s", host);
 	return GS_OK;
 }

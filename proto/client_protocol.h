@@ -19,6 +19,13 @@
 /* Where gradsyncd listens unless --socket or GRADSYNC_SOCKET say otherwise. */
 #define GS_DEFAULT_SOCKET "/run/gradsync/gradsyncd.sock"
 
+/* What a job's shape may be: gradsyncd refuses more, and libgradsync
+ * checks a trainer's launch environment against the same bounds. */
+#define GS_MAX_LOCAL_SIZE 64    /* trainers of one job on one node */
+#define GS_MAX_NODES 1024       /* nodes of one job */
+#define GS_JOB_ID_MAX 63        /* bytes of a job id, printable ASCII */
+#define GS_COORDINATOR_MAX 255  /* bytes of the coordinator's address */
+
 /* Error codes: X(name, value, description). Values never change meaning. */
 #define GS_ERRNO_MAP(X)                                                        \
 	X(OK, 0, "success")                                                    \

@@ -96,7 +96,7 @@ bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged)
 }
 
 /* A job id goes into logs, status and other nodes' messages: printable
- * ASCII (spaces allowed), at most 63 bytes. */
+ * ASCII (spaces allowed), at most GS_JOB_ID_MAX bytes. */
 static bool valid_job_id(const char *id)
 {
 	size_t n = 0;
@@ -139,7 +139,8 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 	const char *id = h->job_id ? h->job_id : "";
 	uid_t uid = c->uid;
 	if (!valid_job_id(id)) {
-		gs_client_fail(c, GS_EINVAL, "job id must be at most 63 printable ASCII characters");
+		gs_client_fail(c, GS_EINVAL, "job id must be at most %d printable ASCII characters",
+			       GS_JOB_ID_MAX);
 		return NULL;
 	}
 	if (h->local_rank >= size) {

@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "backend/plan.h"
+#include "client_protocol.h"
 #include "engine/client_port.h"
 #include "engine/group_port.h"
 #include "engine/layout.h"
@@ -27,7 +28,7 @@
 #include "support/settings.h"
 #include "support/worker.h"
 
-#define GS_MAX_LOCAL 64
+#define GS_MAX_LOCAL GS_MAX_LOCAL_SIZE
 
 struct gs_trace;
 struct gs_trainer;
@@ -67,7 +68,7 @@ struct gs_job {
 	uint64_t mappings;     /* trainers' buffers imported, all together */
 	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
 	unsigned attached;
-	char id[64];
+	char id[GS_JOB_ID_MAX + 1];
 	/* The user whose trainer began the job: only that user (and root)
 	 * may join it or see more of it than that it exists. */
 	uid_t owner;

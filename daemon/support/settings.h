@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "client_protocol.h"
 #include "convert.h"
 #include "support/secret.h"
 
@@ -46,7 +47,7 @@ struct gs_settings {
 	int allow_hugetlb;        /* accept MFD_HUGETLB memfds (0 or 1) */
 	uint32_t nodes;
 	uint32_t node_rank;
-	char coordinator[256];    /* HOST:PORT of node rank 0's rendezvous */
+	char coordinator[GS_COORDINATOR_MAX + 1];    /* HOST:PORT of node rank 0's rendezvous */
 	char cluster_secret_file[256]; /* "": the rendezvous is unauthenticated */
 	char gloo_host[256];      /* where this node's Gloo device listens */
 	uint64_t join_timeout;    /* seconds to wait for the other nodes */
