@@ -539,6 +539,29 @@ static void print_launch_text(const struct gs_launch_info *li)
 	launch_number("node rank:", li->node_rank, li->node_rank_source);
 	launch_row("coordinator:", li->coordinator[0] ? li->coordinator : "(none)",
 		   li->coordinator_source);
+	char buf[32];
+	const char *v;
+	if (strcmp(li->threshold_source, "unset") == 0)
+		v = "(gradsyncd's)";
+	else
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)li->threshold), v = buf;
+	launch_row("threshold:", v, li->threshold_source);
+	launch_row("wire dtype:", li->wire_dtype ? wire_name(li->wire_dtype) : "(gradsyncd's)",
+		   li->wire_dtype_source);
+	launch_row("op:", li->op ? op_name(li->op) : "(gradsyncd's)", li->op_source);
+	if (strcmp(li->predivide_source, "unset") == 0)
+		v = "(gradsyncd's)";
+	else if (li->predivide_factor == 0)
+		v = "world";
+	else
+		snprintf(buf, sizeof(buf), "%g", li->predivide_factor), v = buf;
+	launch_row("predivide:", v, li->predivide_source);
+	if (strcmp(li->fusion_buffer_source, "unset") == 0)
+		v = "(gradsyncd's)";
+	else
+		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)li->fusion_buffer_elements),
+			v = buf;
+	launch_row("fusion buffer:", v, li->fusion_buffer_source);
 }
 
 static void json_launch_field(const char *key, const char *value, uint64_t n,
@@ -561,7 +584,17 @@ static void print_launch_json(const struct gs_launch_info *li)
 	json_launch_field("local_size", NULL, li->local_size, li->local_size_source, true);
 	json_launch_field("nodes", NULL, li->nodes, li->nodes_source, true);
 	json_launch_field("node_rank", NULL, li->node_rank, li->node_rank_source, true);
-	json_launch_field("coordinator", li->coordinator, 0, li->coordinator_source, false);
+	json_launch_field("coordinator", li->coordinator, 0, li->coordinator_source, true);
+	/* An unset setting's value is 0 (its source says "unset"). */
+	json_launch_field("threshold", NULL, li->threshold, li->threshold_source, true);
+	json_launch_field("wire_dtype", li->wire_dtype ? wire_name(li->wire_dtype) : "", 0,
+			  li->wire_dtype_source, true);
+	json_launch_field("op", li->op ? op_name(li->op) : "", 0, li->op_source, true);
+	printf("\"predivide\":{\"value\":%.17g,", li->predivide_factor);
+	json_key_str("source", li->predivide_source, false);
+	printf("},");
+	json_launch_field("fusion_buffer", NULL, li->fusion_buffer_elements,
+			  li->fusion_buffer_source, false);
 	printf("}\n");
 }
 
