@@ -222,6 +222,15 @@ static void agreeing_trainers_run(void **state)
 	if (failed)
 		harness_dump(d.log);
 	assert_int_equal(failed, 0);
+	for (unsigned r = 0; r < 2; r++) {
+		char where[64];
+		snprintf(where, sizeof(where), "(node 0, local %u of 2)", r);
+		if (!harness_file_contains(logs[r], "OK: 2 steps verified") ||
+		    !harness_file_contains(logs[r], where)) {
+			harness_dump(logs[r]);
+			fail_msg("trainer %u did not verify 2 steps as local rank %u", r, r);
+		}
+	}
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
