@@ -527,6 +527,12 @@ static void launch_number(const char *what, uint32_t v, const char *source)
 	launch_row(what, buf, source);
 }
 
+/* A setting no option or variable gave is the daemon's job's to decide. */
+static const char *unset_or(const char *source, const char *value)
+{
+	return strcmp(source, "unset") == 0 ? "(gradsyncd's)" : value;
+}
+
 static void print_launch_text(const struct gs_launch_info *li)
 {
 	char id[sizeof(li->job_id) + 2];
@@ -539,29 +545,19 @@ static void print_launch_text(const struct gs_launch_info *li)
 	launch_number("node rank:", li->node_rank, li->node_rank_source);
 	launch_row("coordinator:", li->coordinator[0] ? li->coordinator : "(none)",
 		   li->coordinator_source);
-	char buf[32];
-	const char *v;
-	if (strcmp(li->threshold_source, "unset") == 0)
-		v = "(gradsyncd's)";
-	else
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)li->threshold), v = buf;
-	launch_row("threshold:", v, li->threshold_source);
-	launch_row("wire dtype:", li->wire_dtype ? wire_name(li->wire_dtype) : "(gradsyncd's)",
+	char thr[24], pre[32], fus[24];
+	snprintf(thr, sizeof(thr), "%llu", (unsigned long long)li->threshold);
+	snprintf(pre, sizeof(pre), "%g", li->predivide_factor);
+	snprintf(fus, sizeof(fus), "%llu", (unsigned long long)li->fusion_buffer_elements);
+	launch_row("threshold:", unset_or(li->threshold_source, thr), li->threshold_source);
+	launch_row("wire dtype:", unset_or(li->wire_dtype_source, wire_name(li->wire_dtype)),
 		   li->wire_dtype_source);
-	launch_row("op:", li->op ? op_name(li->op) : "(gradsyncd's)", li->op_source);
-	if (strcmp(li->predivide_source, "unset") == 0)
-		v = "(gradsyncd's)";
-	else if (li->predivide_factor == 0)
-		v = "world";
-	else
-		snprintf(buf, sizeof(buf), "%g", li->predivide_factor), v = buf;
-	launch_row("predivide:", v, li->predivide_source);
-	if (strcmp(li->fusion_buffer_source, "unset") == 0)
-		v = "(gradsyncd's)";
-	else
-		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)li->fusion_buffer_elements),
-			v = buf;
-	launch_row("fusion buffer:", v, li->fusion_buffer_source);
+	launch_row("op:", unset_or(li->op_source, op_name(li->op)), li->op_source);
+	launch_row("predivide:",
+		   unset_or(li->predivide_source, li->predivide_factor == 0 ? "world" : pre),
+		   li->predivide_source);
+	launch_row("fusion buffer:", unset_or(li->fusion_buffer_source, fus),
+		   li->fusion_buffer_source);
 }
 
 static void json_launch_field(const char *key, const char *value, uint64_t n,
