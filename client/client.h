@@ -56,6 +56,9 @@ struct gs_client {
 	char *path;
 	uint32_t local_rank;
 	char *job_id;
+	/* A trainer's view of its job, sent in every hello (has_launch). */
+	struct gs_launch_info launch;
+	bool has_launch;
 	Gradsync__Role role;
 	struct gs_frame_reader reader;
 	char error[GS_ERRMSG_SIZE];
@@ -177,9 +180,11 @@ int gs__wait_registered(struct gs_client *c, size_t n);
 
 /* ---- session.c --------------------------------------------------------- */
 
-/* Connects, says hello in role and waits for the welcome. */
-int gs__session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
-		    const char *job_id, int timeout_ms, struct gs_client **out);
+/* Connects, says hello in role and waits for the welcome. A trainer's
+ * hello carries li (its job, rank and view of the job); a control
+ * client's passes NULL. */
+int gs__session_open(const char *path, Gradsync__Role role,
+		    const struct gs_launch_info *li, int timeout_ms, struct gs_client **out);
 
 /* ---- tensors.c --------------------------------------------------------- */
 

@@ -15,8 +15,8 @@ int gs_control_connect(const char *socket_path, int timeout_ms,
 {
 	if (!out)
 		return gs__fail(NULL, GS_EINVAL, "gs_control_connect: out is NULL");
-	return gs__session_open(socket_path, GRADSYNC__ROLE__ROLE_CONTROL, 0,
-			       NULL, timeout_ms, out);
+	return gs__session_open(socket_path, GRADSYNC__ROLE__ROLE_CONTROL, NULL,
+			       timeout_ms, out);
 }
 
 #define COPY_STR(dst, src) snprintf((dst), sizeof(dst), "%s", (src) ? (src) : "")

@@ -5,6 +5,7 @@
  * the first source that gives it; gs_connect and gs_launch_info_get (its
  * dry run) share this one derivation.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -280,6 +281,150 @@ static int check_rank(const char *rank_what, uint32_t rank, const char *rank_sou
 		       rank_what, rank, rank_source, size_what, size, size_source);
 }
 
+/* ---- The job's settings ------------------------------------------------ */
+
+/* Decimal digits only, lo..hi. */
+static int parse_u64(const char *what, const char *source, const char *text,
+		     uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	uint64_t v = 0;
+	if (!*text)
+		return bad_value(what, source, text, "not a number");
+	for (const char *p = text; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return bad_value(what, source, text, "not a number");
+		if (v > (UINT64_MAX - 9) / 10) {
+			v = UINT64_MAX;
+			break;
+		}
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	if (v < lo || v > hi) {
+		char why[96];
+		snprintf(why, sizeof(why), "out of range: expected %llu to %llu",
+			 (unsigned long long)lo, (unsigned long long)hi);
+		return bad_value(what, source, text, why);
+	}
+	*out = v;
+	return GS_OK;
+}
+
+/* gradsyncd's bounds of --threshold and --fusion-buffer. */
+#define THRESHOLD_MAX (UINT64_C(1) << 32)
+#define FUSION_MIN UINT64_C(1024)
+#define FUSION_MAX (UINT64_C(1) << 30)
+
+/* A setting's source: the options, its variable, or none ("unset"). */
+static const char *setting_source(bool from_options, const char *var, char *source)
+{
+	const char *v = from_options ? NULL : env(var);
+	if (from_options)
+		set_source(source, "gs_connect_options", NULL);
+	else if (v)
+		set_source(source, var, NULL);
+	else
+		set_source(source, "unset", NULL);
+	return v;
+}
+
+static int derive_u64(const char *what, const char *var, bool from_options, uint64_t opt,
+		      uint64_t lo, uint64_t hi, uint64_t *out, char *source)
+{
+	const char *v = setting_source(from_options, var, source);
+	*out = 0;
+	if (from_options) {
+		char text[24];
+		snprintf(text, sizeof(text), "%llu", (unsigned long long)opt);
+		return parse_u64(what, source, text, lo, hi, out);
+	}
+	return v ? parse_u64(what, source, v, lo, hi, out) : GS_OK;
+}
+
+static const char *const wire_names[] = { NULL, "fp16", "bf16", "fp32" };
+static const char *const op_names[] = { NULL, "average", "sum" };
+
+/* A name of names[1..n-1]: its index, or 0. */
+static int name_index(const char *const *names, int n, const char *text)
+{
+	for (int i = 1; i < n; i++)
+		if (strcmp(names[i], text) == 0)
+			return i;
+	return 0;
+}
+
+static int derive_choice(const char *what, const char *var, int opt,
+			 const char *const *names, int n, const char *expected,
+			 int *out, char *source)
+{
+	const char *v = setting_source(opt != 0, var, source);
+	*out = 0;
+	if (opt != 0) {
+		char text[16];
+		snprintf(text, sizeof(text), "%d", opt);
+		if (opt < 1 || opt >= n)
+			return bad_value(what, source, text, expected);
+		*out = opt;
+	} else if (v) {
+		*out = name_index(names, n, v);
+		if (*out == 0)
+			return bad_value(what, source, v, expected);
+	}
+	return GS_OK;
+}
+
+/* "world" (0) or a number in [1, 1e6], as gradsyncd's --predivide. */
+static int derive_predivide(double opt, struct gs_launch_info *li)
+{
+	char *source = li->predivide_source;
+	const char *v = setting_source(opt >= 0, "GRADSYNC_PREDIVIDE", source);
+	double f = opt;
+	li->predivide_factor = 0;
+	if (opt < 0 && !v)
+		return GS_OK;
+	if (opt < 0 && strcmp(v, "world") == 0)
+		f = 0;
+	else if (opt < 0) {
+		char *end;
+		f = strtod(v, &end);
+		if (end == v || *end)
+			return bad_value("predivide factor", source, v,
+					 "expected 'world' or a number in [1, 1e6]");
+	}
+	if (f != 0 && !(f >= 1 && f <= 1e6)) {
+		char text[32];
+		snprintf(text, sizeof(text), "%g", f);
+		return bad_value("predivide factor", source, v ? v : text,
+				 "expected 'world' (0) or a number in [1, 1e6]");
+	}
+	li->predivide_factor = f;
+	return GS_OK;
+}
+
+static int derive_settings(const struct gs_connect_options *o, struct gs_launch_info *li)
+{
+	int wire, op;
+	int r = derive_u64("threshold", "GRADSYNC_THRESHOLD", o->threshold != GS_FROM_ENV_U64,
+			   o->threshold, 0, THRESHOLD_MAX, &li->threshold, li->threshold_source);
+	if (r == GS_OK)
+		r = derive_choice("wire dtype", "GRADSYNC_WIRE", (int)o->wire_dtype, wire_names, 4,
+				  "expected fp16, bf16 or fp32", &wire, li->wire_dtype_source);
+	if (r == GS_OK)
+		li->wire_dtype = (enum gs_wire_dtype)wire;
+	if (r == GS_OK)
+		r = derive_choice("op", "GRADSYNC_OP", (int)o->op, op_names, 3,
+				  "expected average or sum", &op, li->op_source);
+	if (r == GS_OK)
+		li->op = (enum gs_reduce_op)op;
+	if (r == GS_OK)
+		r = derive_predivide(o->predivide_factor, li);
+	if (r == GS_OK)
+		r = derive_u64("fusion buffer", "GRADSYNC_FUSION_BUFFER",
+			       o->fusion_buffer_elements != 0, o->fusion_buffer_elements,
+			       FUSION_MIN, FUSION_MAX, &li->fusion_buffer_elements,
+			       li->fusion_buffer_source);
+	return r;
+}
+
 int gs__launch_derive(const struct gs_connect_options *o, struct gs_launch_info *li)
 {
 	memset(li, 0, sizeof(*li));
@@ -304,6 +449,8 @@ int gs__launch_derive(const struct gs_connect_options *o, struct gs_launch_info 
 	if (r == GS_OK)
 		r = check_rank("node rank", li->node_rank, li->node_rank_source,
 			       "node count", li->nodes, li->nodes_source);
+	if (r == GS_OK)
+		r = derive_settings(o, li);
 	return r;
 }
 

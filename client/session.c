@@ -33,15 +33,56 @@ static const char *socket_path(const char *path)
 	return env && *env ? env : GS_DEFAULT_SOCKET;
 }
 
-static int send_hello(struct gs_client *c, uint32_t local_rank,
-		      const char *job_id, int timeout_ms)
+/* A source that gave no value: the field is sent unset, and not checked. */
+static bool given(const char *source)
+{
+	return strcmp(source, "default") != 0 && strcmp(source, "unset") != 0;
+}
+
+/* The trainer's view of its job, each field only where a source gave it. */
+static void fill_view(Gradsync__Hello *h, const struct gs_launch_info *li,
+		      Gradsync__UInt64Value *node_rank, Gradsync__UInt64Value *threshold,
+		      Gradsync__DoubleValue *predivide)
+{
+	if (given(li->local_size_source))
+		h->local_size = li->local_size;
+	if (given(li->nodes_source))
+		h->nodes = li->nodes;
+	if (given(li->node_rank_source)) {
+		node_rank->value = li->node_rank;
+		h->node_rank = node_rank;
+	}
+	if (given(li->coordinator_source))
+		h->coordinator = (char *)li->coordinator;
+	if (given(li->threshold_source)) {
+		threshold->value = li->threshold;
+		h->threshold = threshold;
+	}
+	if (given(li->wire_dtype_source))
+		h->wire_dtype = (Gradsync__WireDtype)li->wire_dtype;
+	if (given(li->op_source))
+		h->op = (Gradsync__ReduceOp)li->op;
+	if (given(li->predivide_source)) {
+		predivide->value = li->predivide_factor;
+		h->predivide_factor = predivide;
+	}
+	if (given(li->fusion_buffer_source))
+		h->fusion_buffer_elements = li->fusion_buffer_elements;
+}
+
+static int send_hello(struct gs_client *c, int timeout_ms)
 {
 	Gradsync__Hello hello = GRADSYNC__HELLO__INIT;
+	Gradsync__UInt64Value node_rank = GRADSYNC__UINT64_VALUE__INIT;
+	Gradsync__UInt64Value threshold = GRADSYNC__UINT64_VALUE__INIT;
+	Gradsync__DoubleValue predivide = GRADSYNC__DOUBLE_VALUE__INIT;
 	hello.protocol_version = GS_PROTOCOL_VERSION;
 	hello.role = c->role;
-	hello.local_rank = local_rank;
+	hello.local_rank = c->local_rank;
 	hello.pid = (uint32_t)getpid();
-	hello.job_id = (char *)(job_id ? job_id : "");
+	hello.job_id = c->job_id ? c->job_id : "";
+	if (c->has_launch)
+		fill_view(&hello, &c->launch, &node_rank, &threshold, &predivide);
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
 	m.hello = &hello;
@@ -102,7 +143,7 @@ static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
 int gs__session_handshake(struct gs_client *c, int64_t deadline)
 {
 	c->expect = GRADSYNC__MESSAGE__BODY_WELCOME;
-	int r = send_hello(c, c->local_rank, c->job_id, gs__remaining(deadline));
+	int r = send_hello(c, gs__remaining(deadline));
 	if (r < 0)
 		return r;
 	r = gs__conn_pump(c, gs__has_reply, gs__remaining(deadline));
@@ -114,8 +155,8 @@ int gs__session_handshake(struct gs_client *c, int64_t deadline)
 	return r;
 }
 
-int gs__session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
-		    const char *job_id, int timeout_ms, struct gs_client **out)
+int gs__session_open(const char *path, Gradsync__Role role,
+		    const struct gs_launch_info *li, int timeout_ms, struct gs_client **out)
 {
 	*out = NULL;
 	struct gs_client *c = calloc(1, sizeof(*c));
@@ -123,9 +164,13 @@ int gs__session_open(const char *path, Gradsync__Role role, uint32_t local_rank,
 		return gs__fail(NULL, GS_ENOMEM, "out of memory");
 	c->fd = -1;
 	c->role = role;
-	c->local_rank = local_rank;
+	c->local_rank = li ? li->local_rank : 0;
+	if (li) {
+		c->launch = *li;
+		c->has_launch = true;
+	}
 	c->path = strdup(socket_path(path));
-	c->job_id = strdup(job_id ? job_id : "");
+	c->job_id = strdup(li ? li->job_id : "");
 	if (!c->path || !c->job_id) {
 		gs_close(c);
 		return gs__fail(NULL, GS_ENOMEM, "out of memory");
@@ -161,8 +206,8 @@ int gs_connect(const struct gs_connect_options *opts, gs_client **out)
 		r = gs__launch_derive(&o, &li);
 	if (r < 0)
 		return r;
-	return gs__session_open(o.socket_path, GRADSYNC__ROLE__ROLE_TRAINER,
-			       li.local_rank, li.job_id, o.timeout_ms, out);
+	return gs__session_open(o.socket_path, GRADSYNC__ROLE__ROLE_TRAINER, &li,
+			       o.timeout_ms, out);
 }
 
 void gs_close(gs_client *c)

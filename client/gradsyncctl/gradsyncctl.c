@@ -527,6 +527,12 @@ static void launch_number(const char *what, uint32_t v, const char *source)
 	launch_row(what, buf, source);
 }
 
+/* A setting no option or variable gave is the daemon's job's to decide. */
+static const char *unset_or(const char *source, const char *value)
+{
+	return strcmp(source, "unset") == 0 ? "(gradsyncd's)" : value;
+}
+
 static void print_launch_text(const struct gs_launch_info *li)
 {
 	char id[sizeof(li->job_id) + 2];
@@ -539,6 +545,19 @@ static void print_launch_text(const struct gs_launch_info *li)
 	launch_number("node rank:", li->node_rank, li->node_rank_source);
 	launch_row("coordinator:", li->coordinator[0] ? li->coordinator : "(none)",
 		   li->coordinator_source);
+	char thr[24], pre[32], fus[24];
+	snprintf(thr, sizeof(thr), "%llu", (unsigned long long)li->threshold);
+	snprintf(pre, sizeof(pre), "%g", li->predivide_factor);
+	snprintf(fus, sizeof(fus), "%llu", (unsigned long long)li->fusion_buffer_elements);
+	launch_row("threshold:", unset_or(li->threshold_source, thr), li->threshold_source);
+	launch_row("wire dtype:", unset_or(li->wire_dtype_source, wire_name(li->wire_dtype)),
+		   li->wire_dtype_source);
+	launch_row("op:", unset_or(li->op_source, op_name(li->op)), li->op_source);
+	launch_row("predivide:",
+		   unset_or(li->predivide_source, li->predivide_factor == 0 ? "world" : pre),
+		   li->predivide_source);
+	launch_row("fusion buffer:", unset_or(li->fusion_buffer_source, fus),
+		   li->fusion_buffer_source);
 }
 
 static void json_launch_field(const char *key, const char *value, uint64_t n,
@@ -561,7 +580,17 @@ static void print_launch_json(const struct gs_launch_info *li)
 	json_launch_field("local_size", NULL, li->local_size, li->local_size_source, true);
 	json_launch_field("nodes", NULL, li->nodes, li->nodes_source, true);
 	json_launch_field("node_rank", NULL, li->node_rank, li->node_rank_source, true);
-	json_launch_field("coordinator", li->coordinator, 0, li->coordinator_source, false);
+	json_launch_field("coordinator", li->coordinator, 0, li->coordinator_source, true);
+	/* An unset setting's value is 0 (its source says "unset"). */
+	json_launch_field("threshold", NULL, li->threshold, li->threshold_source, true);
+	json_launch_field("wire_dtype", li->wire_dtype ? wire_name(li->wire_dtype) : "", 0,
+			  li->wire_dtype_source, true);
+	json_launch_field("op", li->op ? op_name(li->op) : "", 0, li->op_source, true);
+	printf("\"predivide\":{\"value\":%.17g,", li->predivide_factor);
+	json_key_str("source", li->predivide_source, false);
+	printf("},");
+	json_launch_field("fusion_buffer", NULL, li->fusion_buffer_elements,
+			  li->fusion_buffer_source, false);
 	printf("}\n");
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "clock.h"
+#include "engine/job_view.h"
 #include "engine/reduce.h"
 #include "engine/trainer.h"
 #include "errors.h"
@@ -143,14 +144,21 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 			       GS_JOB_ID_MAX);
 		return NULL;
 	}
-	if (h->local_rank >= size) {
-		gs_client_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
-			     (unsigned long long)h->local_rank, size);
-		return NULL;
-	}
+	/* Ownership first: another user's trainer learns nothing of the job,
+	 * not even whether its view of it is right. */
 	if (!may_join(j, uid)) {
 		gs_client_fail(c, GS_EREFUSED, "this node runs another user's job: uid %u may not join it or learn about it (--job-access); try again when it has ended",
 			     (unsigned)uid);
+		return NULL;
+	}
+	char why[GS_COORDINATOR_MAX * 2 + 160];
+	if (gs_job_view_differs(j->env.settings, id, h, why, sizeof(why))) {
+		gs_client_fail(c, GS_EREFUSED, "%s", why);
+		return NULL;
+	}
+	if (h->local_rank >= size) {
+		gs_client_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
+			     (unsigned long long)h->local_rank, size);
 		return NULL;
 	}
 	struct gs_trainer *holder = j->slots[h->local_rank];

@@ -30,11 +30,19 @@ class ConnectOptions(Structure):
         ("nodes", c_uint32),
         ("node_rank", c_uint32),
         ("coordinator", c_char_p),
+        # The job's settings (0, or FROM_ENV_U64 / < 0: from the environment).
+        ("threshold", c_uint64),
+        ("wire_dtype", c_int),
+        ("op", c_int),
+        ("predivide_factor", c_double),
+        ("fusion_buffer_elements", c_uint64),
     ]
 
 
 # GS_FROM_ENV: a number field of ConnectOptions left to the environment.
 FROM_ENV = 0xFFFFFFFF
+# GS_FROM_ENV_U64: the threshold left to the environment.
+FROM_ENV_U64 = 0xFFFFFFFFFFFFFFFF
 _SOURCE = c_char * 48  # GS_LAUNCH_SOURCE_MAX
 
 
@@ -53,6 +61,16 @@ class LaunchInfo(Structure):
         ("node_rank_source", _SOURCE),
         ("coordinator", c_char * 256),
         ("coordinator_source", _SOURCE),
+        ("threshold", c_uint64),
+        ("threshold_source", _SOURCE),
+        ("wire_dtype", c_int),
+        ("wire_dtype_source", _SOURCE),
+        ("op", c_int),
+        ("op_source", _SOURCE),
+        ("predivide_factor", c_double),
+        ("predivide_source", _SOURCE),
+        ("fusion_buffer_elements", c_uint64),
+        ("fusion_buffer_source", _SOURCE),
     ]
 
 

@@ -198,7 +198,7 @@ class Client(_Connection):
                                    socket_path.encode() if socket_path else None,
                                    local_rank, job_id.encode() if job_id is not None else None,
                                    _timeout_ms(timeout), _lib.FROM_ENV, _lib.FROM_ENV,
-                                   _lib.FROM_ENV, None)
+                                   _lib.FROM_ENV, None, _lib.FROM_ENV_U64, 0, 0, -1.0, 0)
         ptr = ctypes.c_void_p()
         rc = lib.gs_connect(ctypes.byref(opts), ctypes.byref(ptr))
         if rc < 0:

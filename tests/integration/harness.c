@@ -103,8 +103,28 @@ bool harness_listening(const char *path)
 	return ok;
 }
 
+const char *const harness_launch_vars[] = {
+	"GRADSYNC_JOB_ID", "GRADSYNC_LOCAL_RANK", "GRADSYNC_LOCAL_SIZE",
+	"GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_COORDINATOR",
+	"GRADSYNC_THRESHOLD", "GRADSYNC_WIRE", "GRADSYNC_OP", "GRADSYNC_PREDIVIDE",
+	"GRADSYNC_FUSION_BUFFER",
+	"TORCHELASTIC_RUN_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
+	"GROUP_RANK", "MASTER_ADDR", "SLURM_JOB_ID", "SLURM_STEP_ID",
+	"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_NNODES", "SLURM_NODEID",
+	NULL,
+};
+
+void harness_clear_launch_env(void)
+{
+	for (size_t i = 0; harness_launch_vars[i]; i++)
+		unsetenv(harness_launch_vars[i]);
+}
+
 void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 {
+	/* A test run from a shell (or a job) with a launcher's variables
+	 * exported must not hand them to its daemons and trainers. */
+	harness_clear_launch_env();
 	snprintf(d->dir, sizeof(d->dir), "/tmp/gradsync-test-XXXXXX");
 	assert_non_null(mkdtemp(d->dir));
 	snprintf(d->socket, sizeof(d->socket), "%s/gradsyncd.sock", d->dir);

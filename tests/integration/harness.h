@@ -21,6 +21,13 @@ struct gs_test_daemon {
 	char log[160];    /* its stderr */
 };
 
+/* The launcher variables libgradsync reads (GRADSYNC_* job and settings,
+ * torchrun's, Slurm's; NULL ended); gradsyncd reads the settings among
+ * them too. harness_clear_launch_env() unsets them in this process, whose
+ * children inherit it; harness_daemon_spawn() does so first. */
+extern const char *const harness_launch_vars[];
+void harness_clear_launch_env(void);
+
 /* Starts gradsyncd on a fresh socket with the extra arguments (NULL
  * ended) and waits until it accepts connections. Fails the test on error. */
 void harness_daemon_start(struct gs_test_daemon *d, const char *const *args);

@@ -18,20 +18,11 @@
 #include "gradsync.h"
 #include "harness.h"
 
-static const char *const known[] = {
-	"GRADSYNC_JOB_ID", "GRADSYNC_LOCAL_RANK", "GRADSYNC_LOCAL_SIZE",
-	"GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_COORDINATOR",
-	"TORCHELASTIC_RUN_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
-	"GROUP_RANK", "MASTER_ADDR", "SLURM_JOB_ID", "SLURM_STEP_ID",
-	"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_NNODES", "SLURM_NODEID",
-};
-
 /* Replaces every launcher variable of this process (which the programs it
  * spawns inherit) with vars, "NAME=value" ended by NULL. */
 static void launch_env(const char *const *vars)
 {
-	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
-		unsetenv(known[i]);
+	harness_clear_launch_env();
 	for (size_t i = 0; vars && vars[i]; i++)
 		assert_int_equal(putenv((char *)vars[i]), 0);
 }
@@ -66,7 +57,8 @@ static void ctl_under_torchrun(void **state)
 		"LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=4", "GROUP_RANK=1",
 		"MASTER_ADDR=127.0.0.2", "TORCHELASTIC_RUN_ID=x",
 		/* Slurm's, under torchrun's: torchrun's win. */
-		"SLURM_JOB_ID=5", "SLURM_LOCALID=3", "SLURM_NNODES=7", NULL,
+		"SLURM_JOB_ID=5", "SLURM_LOCALID=3", "SLURM_NNODES=7",
+		"GRADSYNC_WIRE=bf16", "GRADSYNC_PREDIVIDE=world", NULL,
 	};
 	int status = run_ctl(dir, "torchrun", vars, log, sizeof(log));
 	if (status != 0)
@@ -78,6 +70,11 @@ static void ctl_under_torchrun(void **state)
 	expect_line(log, "  nodes:           2                        from WORLD_SIZE / LOCAL_WORLD_SIZE (torchrun)\n");
 	expect_line(log, "  node rank:       1                        from GROUP_RANK (torchrun)\n");
 	expect_line(log, "  coordinator:     127.0.0.2                from MASTER_ADDR (torchrun)\n");
+	expect_line(log, "  threshold:       (gradsyncd's)            from unset\n");
+	expect_line(log, "  wire dtype:      bf16                     from GRADSYNC_WIRE\n");
+	expect_line(log, "  op:              (gradsyncd's)            from unset\n");
+	expect_line(log, "  predivide:       world                    from GRADSYNC_PREDIVIDE\n");
+	expect_line(log, "  fusion buffer:   (gradsyncd's)            from unset\n");
 
 	static const char *const odd[] = {
 		"LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=3", NULL,

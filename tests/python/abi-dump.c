@@ -39,7 +39,9 @@ int main(void)
 	F(gs_connect_options, local_rank); F(gs_connect_options, job_id);
 	F(gs_connect_options, timeout_ms); F(gs_connect_options, local_size);
 	F(gs_connect_options, nodes); F(gs_connect_options, node_rank);
-	F(gs_connect_options, coordinator);
+	F(gs_connect_options, coordinator); F(gs_connect_options, threshold);
+	F(gs_connect_options, wire_dtype); F(gs_connect_options, op);
+	F(gs_connect_options, predivide_factor); F(gs_connect_options, fusion_buffer_elements);
 	end();
 	BEGIN(gs_launch_info);
 	F(gs_launch_info, size); F(gs_launch_info, job_id); F(gs_launch_info, job_id_source);
@@ -48,6 +50,11 @@ int main(void)
 	F(gs_launch_info, nodes); F(gs_launch_info, nodes_source);
 	F(gs_launch_info, node_rank); F(gs_launch_info, node_rank_source);
 	F(gs_launch_info, coordinator); F(gs_launch_info, coordinator_source);
+	F(gs_launch_info, threshold); F(gs_launch_info, threshold_source);
+	F(gs_launch_info, wire_dtype); F(gs_launch_info, wire_dtype_source);
+	F(gs_launch_info, op); F(gs_launch_info, op_source);
+	F(gs_launch_info, predivide_factor); F(gs_launch_info, predivide_source);
+	F(gs_launch_info, fusion_buffer_elements); F(gs_launch_info, fusion_buffer_source);
 	end();
 	BEGIN(gs_session_info);
 	F(gs_session_info, world_size); F(gs_session_info, local_size);

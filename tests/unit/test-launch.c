@@ -23,6 +23,8 @@ static const char *const known[] = {
 	"TORCHELASTIC_RUN_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE",
 	"GROUP_RANK", "MASTER_ADDR", "SLURM_JOB_ID", "SLURM_STEP_ID",
 	"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE", "SLURM_NNODES", "SLURM_NODEID",
+	"GRADSYNC_THRESHOLD", "GRADSYNC_WIRE", "GRADSYNC_OP", "GRADSYNC_PREDIVIDE",
+	"GRADSYNC_FUSION_BUFFER",
 };
 
 static void set_env(const char *const *vars)
@@ -299,6 +301,136 @@ static void shorter_structs(void **state)
 	assert_int_equal(gs_launch_info_get(&o, li), GS_EINVAL);
 }
 
+/* ---- The job's settings ------------------------------------------------ */
+
+/* No option or variable: every setting unset (value 0), for gradsyncd. */
+static void settings_unset(void **state)
+{
+	(void)state;
+	set_env((const char *const[]){ "LOCAL_RANK=1", NULL });
+	struct gs_launch_info li = GS_LAUNCH_INFO_INIT;
+	assert_int_equal(gs_launch_info_get(NULL, &li), GS_OK);
+	assert_string_equal(li.threshold_source, "unset");
+	assert_string_equal(li.wire_dtype_source, "unset");
+	assert_string_equal(li.op_source, "unset");
+	assert_string_equal(li.predivide_source, "unset");
+	assert_string_equal(li.fusion_buffer_source, "unset");
+	assert_int_equal(li.threshold, 0);
+	assert_int_equal(li.wire_dtype, 0);
+	assert_int_equal(li.op, 0);
+	assert_true(li.predivide_factor == 0);
+	assert_int_equal(li.fusion_buffer_elements, 0);
+}
+
+static void settings_from_env(void **state)
+{
+	(void)state;
+	set_env((const char *const[]){ "GRADSYNC_THRESHOLD=0", "GRADSYNC_WIRE=bf16",
+				       "GRADSYNC_OP=sum", "GRADSYNC_PREDIVIDE=2.5",
+				       "GRADSYNC_FUSION_BUFFER=1024", NULL });
+	struct gs_launch_info li = GS_LAUNCH_INFO_INIT;
+	assert_int_equal(gs_launch_info_get(NULL, &li), GS_OK);
+	assert_int_equal(li.threshold, 0); /* a value, not unset */
+	assert_string_equal(li.threshold_source, "GRADSYNC_THRESHOLD");
+	assert_int_equal(li.wire_dtype, GS_WIRE_DTYPE_BF16);
+	assert_string_equal(li.wire_dtype_source, "GRADSYNC_WIRE");
+	assert_int_equal(li.op, GS_OP_SUM);
+	assert_string_equal(li.op_source, "GRADSYNC_OP");
+	assert_true(li.predivide_factor == 2.5);
+	assert_string_equal(li.predivide_source, "GRADSYNC_PREDIVIDE");
+	assert_int_equal(li.fusion_buffer_elements, 1024);
+	assert_string_equal(li.fusion_buffer_source, "GRADSYNC_FUSION_BUFFER");
+
+	set_env((const char *const[]){ "GRADSYNC_PREDIVIDE=world", "GRADSYNC_WIRE=fp32",
+				       "GRADSYNC_THRESHOLD=4294967296", NULL });
+	assert_int_equal(gs_launch_info_get(NULL, &li), GS_OK);
+	assert_true(li.predivide_factor == 0);
+	assert_string_equal(li.predivide_source, "GRADSYNC_PREDIVIDE");
+	assert_int_equal(li.wire_dtype, GS_WIRE_DTYPE_FP32);
+	assert_int_equal(li.threshold, UINT64_C(4294967296));
+}
+
+/* Options > variables, setting by setting. */
+static void settings_options_win(void **state)
+{
+	(void)state;
+	set_env((const char *const[]){ "GRADSYNC_THRESHOLD=5", "GRADSYNC_WIRE=bf16",
+				       "GRADSYNC_OP=sum", "GRADSYNC_PREDIVIDE=2",
+				       "GRADSYNC_FUSION_BUFFER=2048", NULL });
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	o.threshold = 7;
+	o.op = GS_OP_AVERAGE;
+	o.predivide_factor = 0; /* the world size */
+	struct gs_launch_info li = GS_LAUNCH_INFO_INIT;
+	assert_int_equal(gs_launch_info_get(&o, &li), GS_OK);
+	assert_int_equal(li.threshold, 7);
+	assert_string_equal(li.threshold_source, "gs_connect_options");
+	assert_int_equal(li.op, GS_OP_AVERAGE);
+	assert_string_equal(li.op_source, "gs_connect_options");
+	assert_true(li.predivide_factor == 0);
+	assert_string_equal(li.predivide_source, "gs_connect_options");
+	assert_int_equal(li.wire_dtype, GS_WIRE_DTYPE_BF16);
+	assert_string_equal(li.wire_dtype_source, "GRADSYNC_WIRE");
+	assert_int_equal(li.fusion_buffer_elements, 2048);
+	assert_string_equal(li.fusion_buffer_source, "GRADSYNC_FUSION_BUFFER");
+
+	/* An options struct from before the settings leaves them to the
+	 * environment. */
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.size = offsetof(struct gs_connect_options, threshold);
+	o.threshold = 7;
+	assert_int_equal(gs_launch_info_get(&o, &li), GS_OK);
+	assert_int_equal(li.threshold, 5);
+	assert_string_equal(li.threshold_source, "GRADSYNC_THRESHOLD");
+}
+
+struct bad_setting {
+	const char *var;
+	const char *message;
+};
+
+static const struct bad_setting bad_settings[] = {
+	{ "GRADSYNC_THRESHOLD=-1", "threshold from GRADSYNC_THRESHOLD is '-1': not a number" },
+	{ "GRADSYNC_THRESHOLD=4294967297",
+	  "threshold from GRADSYNC_THRESHOLD is '4294967297': out of range: expected 0 to 4294967296" },
+	{ "GRADSYNC_THRESHOLD=99999999999999999999999",
+	  "threshold from GRADSYNC_THRESHOLD is '99999999999999999999999': out of range: expected 0 to 4294967296" },
+	{ "GRADSYNC_WIRE=FP16", "wire dtype from GRADSYNC_WIRE is 'FP16': expected fp16, bf16 or fp32" },
+	{ "GRADSYNC_OP=max", "op from GRADSYNC_OP is 'max': expected average or sum" },
+	{ "GRADSYNC_PREDIVIDE=0.5",
+	  "predivide factor from GRADSYNC_PREDIVIDE is '0.5': expected 'world' (0) or a number in [1, 1e6]" },
+	{ "GRADSYNC_PREDIVIDE=2x",
+	  "predivide factor from GRADSYNC_PREDIVIDE is '2x': expected 'world' or a number in [1, 1e6]" },
+	{ "GRADSYNC_PREDIVIDE=nan",
+	  "predivide factor from GRADSYNC_PREDIVIDE is 'nan': expected 'world' (0) or a number in [1, 1e6]" },
+	{ "GRADSYNC_FUSION_BUFFER=1023",
+	  "fusion buffer from GRADSYNC_FUSION_BUFFER is '1023': out of range: expected 1024 to 1073741824" },
+};
+
+static void settings_bad(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(bad_settings) / sizeof(bad_settings[0]); i++) {
+		print_message("case: %s\n", bad_settings[i].var);
+		set_env((const char *const[]){ bad_settings[i].var, NULL });
+		struct gs_launch_info li = GS_LAUNCH_INFO_INIT;
+		assert_int_equal(gs_launch_info_get(NULL, &li), GS_EINVAL);
+		assert_string_equal(gs_last_error(NULL), bad_settings[i].message);
+	}
+	set_env((const char *const[]){ NULL });
+	struct gs_launch_info li = GS_LAUNCH_INFO_INIT;
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	o.wire_dtype = (enum gs_wire_dtype)9;
+	assert_int_equal(gs_launch_info_get(&o, &li), GS_EINVAL);
+	assert_string_equal(gs_last_error(NULL),
+			    "wire dtype from gs_connect_options is '9': expected fp16, bf16 or fp32");
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.predivide_factor = 2e6;
+	assert_int_equal(gs_launch_info_get(&o, &li), GS_EINVAL);
+	assert_string_equal(gs_last_error(NULL),
+			    "predivide factor from gs_connect_options is '2e+06': expected 'world' (0) or a number in [1, 1e6]");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -307,6 +439,10 @@ int main(void)
 		cmocka_unit_test(bad_options),
 		cmocka_unit_test(rank_without_size_is_the_daemons),
 		cmocka_unit_test(shorter_structs),
+		cmocka_unit_test(settings_unset),
+		cmocka_unit_test(settings_from_env),
+		cmocka_unit_test(settings_options_win),
+		cmocka_unit_test(settings_bad),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,246 @@
+/*
+ * A trainer's view of its job against the job's (today gradsyncd's own
+ * flags): a trainer whose environment or connect options disagree on any
+ * field is refused, quickly, with the field and both values, and nothing
+ * of it stays registered; trainers that agree on every field, set through
+ * GRADSYNC_* and torchrun's variables, run steps with every element
+ * checked by the verifying trainer.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gradsync.h"
+#include "harness.h"
+
+static const char *const daemon_args[] = {
+	"--local-size=2", "--threshold=65536", "--wire=bf16", "--op=sum",
+	"--predivide=2", "--fusion-buffer=8192", NULL,
+};
+
+/* Every variable of the job's, agreeing with daemon_args, for local rank r
+ * (with GRADSYNC_LOCAL_RANK unset: LOCAL_RANK). */
+static const char *const agreeing[] = {
+	"TORCHELASTIC_RUN_ID=view", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=2", "GROUP_RANK=0",
+	"MASTER_ADDR=somewhere", /* one node: not compared */
+	"GRADSYNC_THRESHOLD=65536", "GRADSYNC_WIRE=bf16", "GRADSYNC_OP=sum",
+	"GRADSYNC_PREDIVIDE=2", "GRADSYNC_FUSION_BUFFER=8192", NULL,
+};
+
+static void set_env(const char *const *vars)
+{
+	harness_clear_launch_env();
+	for (size_t i = 0; vars && vars[i]; i++)
+		assert_int_equal(putenv((char *)vars[i]), 0);
+}
+
+static size_t trainers_of(const char *socket)
+{
+	gs_client *c;
+	struct gs_status *st = NULL;
+	if (gs_control_connect(socket, 5000, &c) != GS_OK)
+		fail_msg("status: cannot connect: %s", gs_last_error(NULL));
+	if (gs_status_get(c, 5000, &st) != GS_OK)
+		fail_msg("status: %s", gs_last_error(c));
+	gs_close(c);
+	size_t n = st->trainer_count;
+	gs_status_free(st);
+	return n;
+}
+
+/* A trainer of this process with the agreeing environment but `var`
+ * and `var2` (NAME=value, or NULL) or options *o: refused with GS_EREFUSED and `text`, in
+ * under 5 s, and nothing of it stays. */
+static void expect_refused(const char *socket, const char *var, const char *var2,
+			   const struct gs_connect_options *o, const char *text)
+{
+	set_env(agreeing);
+	putenv((char *)"LOCAL_RANK=0");
+	if (var)
+		putenv((char *)var);
+	if (var2)
+		putenv((char *)var2);
+	struct gs_connect_options opts = GS_CONNECT_OPTIONS_INIT;
+	if (o)
+		opts = *o;
+	opts.socket_path = socket;
+	opts.timeout_ms = 5000;
+	gs_client *c = NULL;
+	double t0 = harness_now_s();
+	int r = gs_connect(&opts, &c);
+	double took = harness_now_s() - t0;
+	harness_clear_launch_env();
+	if (r != GS_EREFUSED || !strstr(gs_last_error(NULL), text))
+		fail_msg("%s: got %d '%s', expected GS_EREFUSED with '%s'", var ? var : "options",
+			 r, gs_last_error(NULL), text);
+	assert_null(c);
+	assert_true(took < 5.0);
+	assert_int_equal(trainers_of(socket), 0);
+}
+
+static void refused_on_each_field(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, daemon_args);
+	expect_refused(d.socket, "GRADSYNC_LOCAL_SIZE=4", NULL, NULL,
+		       "job 'view': this trainer says local size 4, the job has 2 (gradsyncd's --local-size)");
+	expect_refused(d.socket, "GRADSYNC_NODES=3", NULL, NULL,
+		       "this trainer says node count 3, the job has 1 (gradsyncd's --nodes)");
+	/* A node rank above the node count fails in the library; with
+	 * WORLD_SIZE emptied the count is no source's, and not sent. */
+	expect_refused(d.socket, "GRADSYNC_NODE_RANK=1", "WORLD_SIZE=", NULL,
+		       "this trainer says node rank 1, the job has 0 (gradsyncd's --node-rank)");
+	expect_refused(d.socket, "GRADSYNC_THRESHOLD=1000", NULL, NULL,
+		       "this trainer says threshold 1000, the job has 65536 (gradsyncd's --threshold)");
+	expect_refused(d.socket, "GRADSYNC_WIRE=fp16", NULL, NULL,
+		       "this trainer says wire dtype fp16, the job has bf16 (gradsyncd's --wire)");
+	expect_refused(d.socket, "GRADSYNC_OP=average", NULL, NULL,
+		       "this trainer says op average, the job has sum (gradsyncd's --op)");
+	expect_refused(d.socket, "GRADSYNC_PREDIVIDE=world", NULL, NULL,
+		       "this trainer says predivide world, the job has 2 (gradsyncd's --predivide)");
+	expect_refused(d.socket, "GRADSYNC_FUSION_BUFFER=4096", NULL, NULL,
+		       "this trainer says fusion buffer 4096, the job has 8192 (gradsyncd's --fusion-buffer)");
+
+	/* The options win over the (agreeing) environment, and are checked
+	 * the same way. */
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	o.threshold = 1000;
+	expect_refused(d.socket, NULL, NULL, &o, "this trainer says threshold 1000, the job has 65536");
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.wire_dtype = GS_WIRE_DTYPE_FP32;
+	expect_refused(d.socket, NULL, NULL, &o, "this trainer says wire dtype fp32, the job has bf16");
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.op = GS_OP_AVERAGE;
+	expect_refused(d.socket, NULL, NULL, &o, "this trainer says op average, the job has sum");
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.predivide_factor = 4;
+	expect_refused(d.socket, NULL, NULL, &o, "this trainer says predivide 4, the job has 2");
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.fusion_buffer_elements = 1024;
+	expect_refused(d.socket, NULL, NULL, &o, "this trainer says fusion buffer 1024, the job has 8192");
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.local_size = 1;
+	expect_refused(d.socket, NULL, NULL, &o, "this trainer says local size 1, the job has 2");
+	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
+	o.nodes = 2;
+	o.node_rank = 0;
+	expect_refused(d.socket, NULL, NULL, &o, "this trainer says node count 2, the job has 1");
+	assert_true(harness_daemon_alive(&d));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* A job of two nodes compares the coordinator's host with the host of
+ * gradsyncd's --coordinator, case aside (a trainer
+ * is refused at hello, on node 0). */
+static void refused_on_coordinator(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	char coordinator[64];
+	snprintf(coordinator, sizeof(coordinator), "--coordinator=LocalHost:%d",
+		 harness_free_port());
+	const char *args[] = { "--nodes=2", "--node-rank=0", coordinator, "--local-size=2",
+			       "--gloo-host=127.0.0.1", "--join-timeout=30", "--threshold=65536",
+			       "--wire=bf16", "--op=sum", "--predivide=2", "--fusion-buffer=8192",
+			       NULL };
+	struct gs_test_daemon d, d1;
+	harness_daemon_spawn(&d, args);
+	args[1] = "--node-rank=1";
+	harness_daemon_spawn(&d1, args);
+	harness_daemon_wait_ready(&d, 30000);
+	harness_daemon_wait_ready(&d1, 30000);
+	/* WORLD_SIZE 4 of LOCAL_WORLD_SIZE 2: two nodes, as the daemon's. */
+	expect_refused(d.socket, "MASTER_ADDR=127.0.0.9", "WORLD_SIZE=4", NULL,
+		       "job 'view': this trainer says coordinator '127.0.0.9', the job has 'LocalHost' (gradsyncd's --coordinator)");
+	expect_refused(d.socket, "GRADSYNC_COORDINATOR=localhost.example", "WORLD_SIZE=4", NULL,
+		       "this trainer says coordinator 'localhost.example', the job has 'LocalHost'");
+	/* The same host in other letters is no difference: the next field
+	 * that differs is what the refusal names. */
+	expect_refused(d.socket, "MASTER_ADDR=localhost", "WORLD_SIZE=6", NULL,
+		       "this trainer says node count 3, the job has 2");
+	assert_true(harness_daemon_alive(&d));
+	harness_daemon_stop(&d1);
+	harness_daemon_stop(&d);
+}
+
+/* The verifying trainer itself, under a disagreeing torchrun environment,
+ * exits non-zero with the daemon's words. */
+static void verifying_trainer_refused(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, daemon_args);
+	char log[200];
+	snprintf(log, sizeof(log), "%s/trainer-refused.log", d.dir);
+	const char *argv[] = { getenv("GS_TRAINER"), "--socket", d.socket, "--layout",
+			       harness_layout("resnet50.txt"), "--steps", "1", NULL };
+	set_env(agreeing);
+	putenv((char *)"LOCAL_RANK=0");
+	putenv((char *)"GRADSYNC_THRESHOLD=1000");
+	pid_t pid = harness_spawn(argv, log);
+	harness_clear_launch_env();
+	assert_int_not_equal(harness_wait(pid, 30000), 0);
+	if (!harness_file_contains(log, "this trainer says threshold 1000, the job has 65536 (gradsyncd's --threshold)")) {
+		harness_dump(log);
+		fail_msg("the trainer did not report the daemon's refusal");
+	}
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* Both trainers agree on every field: steps run, every element checked. */
+static void agreeing_trainers_run(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, daemon_args);
+	static const char *const rank_vars[2] = { "LOCAL_RANK=0", "LOCAL_RANK=1" };
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++) {
+		snprintf(logs[r], sizeof(logs[r]), "%s/trainer-%u.log", d.dir, r);
+		const char *argv[] = { getenv("GS_TRAINER"), "--socket", d.socket, "--layout",
+				       harness_layout("resnet50.txt"), "--steps", "2", NULL };
+		set_env(agreeing);
+		putenv((char *)rank_vars[r]);
+		pids[r] = harness_spawn(argv, logs[r]);
+		harness_clear_launch_env();
+	}
+	int failed = 0;
+	for (unsigned r = 0; r < 2; r++)
+		if (harness_wait(pids[r], 240000) != 0) {
+			harness_dump(logs[r]);
+			failed = 1;
+		}
+	if (failed)
+		harness_dump(d.log);
+	assert_int_equal(failed, 0);
+	for (unsigned r = 0; r < 2; r++) {
+		char where[64];
+		snprintf(where, sizeof(where), "(node 0, local %u of 2)", r);
+		if (!harness_file_contains(logs[r], "OK: 2 steps verified") ||
+		    !harness_file_contains(logs[r], where)) {
+			harness_dump(logs[r]);
+			fail_msg("trainer %u did not verify 2 steps as local rank %u", r, r);
+		}
+	}
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(refused_on_each_field),
+		cmocka_unit_test(refused_on_coordinator),
+		cmocka_unit_test(verifying_trainer_refused),
+		cmocka_unit_test(agreeing_trainers_run),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
