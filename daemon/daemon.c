@@ -98,12 +98,6 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 	return b;
 }
 
-/* A connection is gone: a trainer it had may be freed now. */
-static void conn_freed(void *job)
-{
-	gs_job_reap(job);
-}
-
 static void status_line(void *view, char *out, size_t n)
 {
 	gs_status_line(view, out, n);
@@ -118,8 +112,6 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 	d->view.start_ns = gs_now_ns();
 	gs_conn_set_init(&d->conns, loop, s->max_frame, s->hello_timeout, s->frame_timeout,
 			 s->max_parked_fds, s->max_pending_bytes);
-	d->conns.freed = conn_freed;
-	d->conns.ctx = &d->job;
 	gs_server_init(&d->server, &d->conns, &d->settings, &d->access, gs_session_accept,
 		       &d->view);
 	d->cluster.cancel_fd = -1;

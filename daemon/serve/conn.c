@@ -244,12 +244,7 @@ static void on_closed(uv_handle_t *h)
 	}
 	gs_frame_reader_destroy(&c->reader);
 	close(c->fd);
-	/* What this connection's callbacks left (a trainer it had) is freed
-	 * now that none of them holds it. */
-	struct gs_conn_set *set = c->set;
 	free(c);
-	if (set->freed)
-		set->freed(set->ctx);
 }
 
 void gs_conn_close(struct gs_conn *c)

@@ -42,11 +42,6 @@ struct gs_conn_set {
 	 * client, in seconds (--hello-timeout, --frame-timeout). */
 	uint64_t max_frame;
 	uint64_t hello_timeout, frame_timeout;
-	/* Runs from the loop whenever a closed connection has been freed, so
-	 * that the layer above may free what the connection's callbacks left
-	 * for later (a trainer whose client went away). NULL: nothing. */
-	void (*freed)(void *ctx);
-	void *ctx;
 };
 
 /* An empty set on loop: frames up to max_frame (a trainer's), a local
