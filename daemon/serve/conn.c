@@ -106,14 +106,22 @@ void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now)
 	}
 }
 
-void gs_conn_refuse(int fd, int code, const char *message)
+/* An Error message of code and message, held in *err. */
+static Gradsync__Message error_message(Gradsync__Error *err, int code, const char *message)
 {
-	Gradsync__Error err = GRADSYNC__ERROR__INIT;
-	err.code = code;
-	err.message = (char *)message;
+	*err = (Gradsync__Error)GRADSYNC__ERROR__INIT;
+	err->code = code;
+	err->message = (char *)message;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
-	m.error = &err;
+	m.error = err;
+	return m;
+}
+
+void gs_conn_refuse(int fd, int code, const char *message)
+{
+	Gradsync__Error err;
+	Gradsync__Message m = error_message(&err, code, message);
 	uint8_t *buf;
 	size_t len;
 	if (gs_frame_encode(&m, &buf, &len) == 0) {
@@ -222,12 +230,8 @@ void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 
 void gs_conn_end(struct gs_conn *c, int code, const char *message)
 {
-	Gradsync__Error err = GRADSYNC__ERROR__INIT;
-	err.code = code;
-	err.message = (char *)message;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
-	m.error = &err;
+	Gradsync__Error err;
+	Gradsync__Message m = error_message(&err, code, message);
 	gs_conn_send(c, &m);
 	/* Best effort: the error frame is small and the socket buffer empty
 	 * in all but hostile cases; we do not wait for a peer that won't read. */
