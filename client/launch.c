@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "job_id.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -189,11 +190,10 @@ static int derive_nodes(uint32_t opt, uint32_t *out, char *source)
 /* What gradsyncd accepts as a job id: printable ASCII, at most GS_JOB_ID_MAX bytes. */
 static int check_job_id(const char *id, const char *source)
 {
-	for (size_t i = 0; id[i]; i++)
-		if ((unsigned char)id[i] < 0x20 || (unsigned char)id[i] > 0x7e)
-			return bad_value("job id", source, id,
-					 "only printable ASCII characters may be in a job id");
-	if (strlen(id) >= sizeof(((struct gs_launch_info *)0)->job_id)) {
+	if (!gs_job_id_printable(id))
+		return bad_value("job id", source, id,
+				 "only printable ASCII characters may be in a job id");
+	if (strlen(id) > GS_JOB_ID_MAX) {
 		char why[96];
 		snprintf(why, sizeof(why), "%zu bytes long, more than the %d a job id may have",
 			 strlen(id), GS_JOB_ID_MAX);

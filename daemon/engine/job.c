@@ -10,6 +10,7 @@
 #include "engine/reduce.h"
 #include "engine/trainer.h"
 #include "errors.h"
+#include "job_id.h"
 #include "support/log.h"
 
 static void on_reap_timer(uv_timer_t *timer)
@@ -96,17 +97,6 @@ bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged)
 	return !gs_job_active(j) || uid == j->owner || privileged;
 }
 
-/* A job id goes into logs, status and other nodes' messages: printable
- * ASCII (spaces allowed), at most GS_JOB_ID_MAX bytes. */
-static bool valid_job_id(const char *id)
-{
-	size_t n = 0;
-	for (; id[n]; n++)
-		if (id[n] < 0x20 || id[n] > 0x7e)
-			return false;
-	return n < sizeof(((struct gs_job *)0)->id);
-}
-
 /* A trainer of another user learns nothing of the job: not its id, its
  * trainers' pids, nor (it never registers) its layout. */
 static bool may_join(const struct gs_job *j, uid_t uid)
@@ -139,7 +129,7 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 	uint32_t size = j->env.settings->local_size;
 	const char *id = h->job_id ? h->job_id : "";
 	uid_t uid = c->uid;
-	if (!valid_job_id(id)) {
+	if (!gs_job_id_valid(id)) {
 		gs_client_fail(c, GS_EINVAL, "job id must be at most %d printable ASCII characters",
 			       GS_JOB_ID_MAX);
 		return NULL;
