@@ -427,6 +427,7 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 	a.nonce.data = nn;
 	a.nonce.len = sizeof(nn);
 	a.has_secret = mine;
+	a.job_id = (char *)s->job_id;
 	Gradsync__Message am = GRADSYNC__MESSAGE__INIT;
 	am.body_case = GRADSYNC__MESSAGE__BODY_NODE_AUTH;
 	am.node_auth = &a;
