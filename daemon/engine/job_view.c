@@ -143,6 +143,11 @@ int gs_job_settings_from_hello(const struct gs_settings *node, const char *id,
 			 GS_MAX_NODES);
 		return refuse(err, n, id, why);
 	}
+	if (out->nodes > node->max_nodes) {
+		snprintf(why, sizeof(why), "%u nodes are more than this node serves a job of (--max-nodes %u)",
+			 out->nodes, node->max_nodes);
+		return refuse(err, n, id, why);
+	}
 	if (out->threshold > GS_MAX_THRESHOLD) {
 		snprintf(why, sizeof(why), "threshold %llu is more than %llu elements",
 			 (unsigned long long)out->threshold, (unsigned long long)GS_MAX_THRESHOLD);

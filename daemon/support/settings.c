@@ -112,6 +112,8 @@ static const struct setting table[] = {
 	  "jobs this node serves at once (each has its own worker thread, fusion buffers and group of nodes); a trainer of one more is refused" },
 	{ "max-trainers", K_UINT, FIELD(max_trainers), "64", 1, 4096, NULL,
 	  "trainers of every job together" },
+	{ "max-nodes", K_UINT, FIELD(max_nodes), "1024", 1, GS_MAX_NODES, NULL,
+	  "most nodes a job may span; 1: this node serves jobs of one node only" },
 	{ "max-fusion-buffer", K_UINT, FIELD(max_fusion_elements), "67108864", 1024, UINT64_C(1) << 30, NULL,
 	  "largest fusion buffer, in elements, a job may ask for (it has one per local trainer)" },
 	{ "job-linger", K_UINT, FIELD(job_linger), "30", 0, 86400, NULL,
@@ -550,7 +552,7 @@ static const char *choice_name(const struct choice *choices, int value)
 	for (const struct choice *c = choices; c->name; c++)
 		if (c->value == value)
 			return c->name;
-	return "?";
+	return "unknown";
 }
 
 const char *gs_wire_setting_name(int wire)

@@ -59,6 +59,7 @@ struct gs_settings {
 	uint64_t max_mappings;    /* buffers of every trainer together */
 	uint64_t max_jobs;        /* jobs at once */
 	uint64_t max_trainers;    /* trainers of every job together */
+	uint32_t max_nodes;       /* most nodes one job may span */
 	uint64_t max_fusion_elements; /* the largest fusion buffer a job may ask for */
 	uint64_t job_linger;      /* seconds a job's group outlives its trainers */
 	char gpus[256];           /* PCI bus ids the CUDA backend may use; "": all */
@@ -104,7 +105,7 @@ int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
 			   char *why, size_t whylen);
 
 /* The names of a wire dtype and a reduce op, as the settings spell them
- * ("fp16", "average"); "?" for another value. */
+ * ("fp16", "average"); "unknown" for another value. */
 const char *gs_wire_setting_name(int wire);
 const char *gs_op_setting_name(int op);
 
