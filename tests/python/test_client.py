@@ -6,6 +6,7 @@ control calls agree with what the trainers did.
 Each trainer is a process of its own (numpy_trainer.py); the test process
 is one more trainer, or a control client, where a case needs one.
 """
+import contextlib
 import os
 import select
 import signal
@@ -177,6 +178,65 @@ def test_errors_carry_code_and_message():
         d.cleanup()
 
 
+@contextlib.contextmanager
+def environment(**values):
+    """The process's environment, which libgradsync reads, with `values`
+    set for the block."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_job_from_environment_and_arguments():
+    """Client() leaves each field of the job and each of its settings to
+    libgradsync, which derives it from the environment; an argument
+    overrides its variable and is sent as the job's. gradsyncd refuses a
+    trainer whose view, from either, differs from its job's, naming both
+    values; a value the C struct cannot carry is refused before."""
+    d = Daemon(["--local-size=2", "--threshold=1000", "--wire=bf16", "--op=sum"])
+    refused = lambda what, **kw: expect_error(  # noqa: E731
+        gradsync.RefusedError, -16, lambda: gradsync.Client(d.socket, **kw),
+        f"this trainer says {what} (gradsyncd's")
+    try:
+        with environment(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", GRADSYNC_THRESHOLD="1000",
+                         GRADSYNC_WIRE="bf16"):
+            with gradsync.Client(d.socket) as c:
+                i = c.info
+                check_eq((i.global_rank, i.local_size, i.threshold, i.wire_dtype, i.op),
+                         (1, 2, 1000, "bf16", "sum"), "the job from the environment")
+            with gradsync.Client(d.socket, local_rank=0, wire="bf16", op="sum") as c:
+                check_eq(c.info.global_rank, 0, "local_rank=0 over LOCAL_RANK=1")
+            refused("threshold 999, the job has 1000", threshold=999)
+        with environment(GRADSYNC_WIRE="fp16"):
+            refused("wire dtype fp16, the job has bf16")
+            refused("threshold 1, the job has 1000", threshold=1, wire="bf16")
+        with environment(LOCAL_WORLD_SIZE="3"):
+            refused("local size 3, the job has 2")
+        refused("op average, the job has sum", op="average")
+        refused("predivide 2, the job has world", predivide=2)
+        refused("fusion buffer 8192, the job has 4194304", fusion_buffer=8192)
+        refused("node count 2, the job has 1", nodes=2, node_rank=1)
+        with environment(LOCAL_RANK="x"):
+            expect_error(gradsync.InvalidArgumentError, -1, lambda: gradsync.Client(d.socket),
+                         "LOCAL_RANK (torchrun)", "'x'")
+        for name, value in [("local_rank", -1), ("threshold", 2 ** 64), ("nodes", True),
+                            ("wire", "fp8"), ("op", "max"), ("predivide", -1),
+                            ("fusion_buffer", 0)]:
+            expect_error(gradsync.InvalidArgumentError, -1,
+                         lambda: gradsync.Client(d.socket, **{name: value}), name)
+        with gradsync.Control(d.socket) as ctl:
+            check_eq(len(ctl.status()["trainers"]), 0, "trainers left after the refusals")
+    finally:
+        d.cleanup()
+
+
 def test_layout_mismatch_names_the_tensor():
     d = Daemon(["--local-size=2"])
     try:
@@ -335,6 +395,7 @@ if __name__ == "__main__":
     run([test_fp16_average_equals_reference, test_bf16_sum_equals_reference,
          test_fp32_average_equals_reference, test_clipping_and_nonfinite_counts,
          test_step_in_process_with_poll_and_fileno, test_errors_carry_code_and_message,
+         test_job_from_environment_and_arguments,
          test_layout_mismatch_names_the_tensor, test_abort_when_a_trainer_dies,
          test_control_agrees_with_trainers, test_caller_memfd_is_adopted,
          test_reconnect_after_daemon_restart,

@@ -184,7 +184,8 @@ def test_in_process_semantics():
     """One trainer in this process (a world of one, so the result is the
     local gradient rounded through fp16, which torch computes on its own):
     the reduced gradients, an unused parameter, no_sync accumulation, and
-    the errors for settings or dtypes the daemon cannot take."""
+    the refusal of a threshold that is not the job's, and the error for a
+    dtype the daemon cannot take."""
     import torch
     import gradsync
     import gradsync.torch as gst
@@ -202,9 +203,9 @@ def test_in_process_semantics():
 
         try:
             gst.GradSync(model, threshold=THRESHOLD + 1, socket_path=d.socket)
-            raise AssertionError("a threshold other than the daemon's was accepted")
-        except gradsync.InvalidArgumentError as e:
-            check(str(THRESHOLD) in e.message and str(THRESHOLD + 1) in e.message,
+            raise AssertionError("a threshold other than the job's was accepted")
+        except gradsync.RefusedError as e:
+            check(f"threshold {THRESHOLD + 1}, the job has {THRESHOLD}" in e.message,
                   f"the message does not name both thresholds: {e.message}")
         try:
             gst.GradSync(copy.deepcopy(model).double(), threshold=None, socket_path=d.socket)
