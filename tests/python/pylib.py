@@ -5,6 +5,7 @@ independent NumPy model of what a reduce must give.
 Paths come from the environment meson sets (see meson.build).
 """
 import os
+import socket
 import subprocess
 import sys
 
@@ -16,6 +17,31 @@ from opslib import (HAVE_GLOO, Daemon, Skip, check, check_eq, run, spawn,  # noq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")
+LOOPBACK = "127.0.0.1"
+
+
+def free_port():
+    """A TCP port on loopback that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def node_daemon(node_rank, nodes, local_size, node_port, settings=(), tmp=None):
+    """gradsyncd of node `node_rank` of a job of `nodes` nodes on this
+    machine, the daemons reaching each other on loopback at `node_port`;
+    call wait_ready() on each once all are started. `settings` are the
+    job's as its trainers say them: (("threshold", 4096), ("wire", "fp16")).
+
+    The one place the Python tests build such a daemon's command line.
+    Today gradsyncd still takes the job's shape and settings as flags,
+    which must match what the trainers derive from their environment; once
+    the first trainer of a job defines it, the job's flags go and `args`
+    becomes [f"--node-address={LOOPBACK}", f"--node-port={node_port}"]."""
+    args = [f"--gloo-host={LOOPBACK}", f"--coordinator={LOOPBACK}:{node_port}",
+            f"--nodes={nodes}", f"--node-rank={node_rank}", f"--local-size={local_size}"] \
+        + [f"--{k}={v}" for k, v in settings]
+    return Daemon(args, wait=False, tmp=tmp)
 
 
 class TrainerProc:

@@ -22,7 +22,8 @@ import tempfile
 
 import numpy as np
 
-from pylib import HAVE_GLOO, Daemon, Skip, check, run, spawn
+from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, node_daemon, run,
+                   spawn)
 from torch_trainer import LR, MOMENTUM, THRESHOLD
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,16 +31,17 @@ STEPS = 30
 WORLD = 2
 
 
-def train(mode, tmp, *extra, rank_args=lambda r: []):
+def train(mode, tmp, *extra, rank_args=lambda r: [], rank_env=lambda r: {}):
     """Runs WORLD trainers of `mode` (rank r with the arguments extra and
-    rank_args(r)); returns their saved results."""
+    rank_args(r), and the variables rank_env(r) added to the environment);
+    returns their saved results."""
     procs, outs, logs = [], [], []
     for r in range(WORLD):
         out = os.path.join(tmp, f"{mode}-{r}.npz")
         log = os.path.join(tmp, f"{mode}-{r}.log")
         argv = [sys.executable, os.path.join(HERE, "torch_trainer.py"), mode, str(r),
                 str(STEPS), out] + list(extra) + rank_args(r)
-        procs.append(spawn(argv, log))
+        procs.append(spawn(argv, log, env={**os.environ, **rank_env(r)}))
         outs.append(out)
         logs.append(log)
     results = []
@@ -124,22 +126,22 @@ def test_two_nodes_equal_one_node():
     """GradSync with one trainer on each of two gradsyncd joined on
     loopback (the Gloo path between nodes) gives bit for bit the weights
     of two trainers on one node: the same fp16 sum of the same values."""
-    import socket
     if not HAVE_GLOO:
         raise Skip("gradsyncd is built without Gloo")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = ["--nodes=2", f"--coordinator=127.0.0.1:{port}", "--gloo-host=127.0.0.1",
-              "--local-size=1", f"--threshold={THRESHOLD}", "--wire=fp16"]
-    nodes = [Daemon(common + [f"--node-rank={r}"], wait=False) for r in range(2)]
+    port = free_port()
+    settings = (("threshold", THRESHOLD), ("wire", "fp16"))
+    nodes = [node_daemon(r, 2, 1, port, settings) for r in range(2)]
     try:
         for n in nodes:
             n.wait_ready(60)
         # Each node's only trainer is its local rank 0; the data is still
-        # that of global rank r.
+        # that of global rank r. The trainers say the job's shape, which
+        # gradsyncd checks.
         two = train("gradsync", nodes[0].dir, "--wire", "fp16", "--local-rank", "0",
-                    rank_args=lambda r: ["--socket", nodes[r].socket])
+                    rank_args=lambda r: ["--socket", nodes[r].socket],
+                    rank_env=lambda r: {"GRADSYNC_NODES": "2", "GRADSYNC_NODE_RANK": str(r),
+                                        "GRADSYNC_LOCAL_SIZE": "1",
+                                        "GRADSYNC_COORDINATOR": LOOPBACK})
     finally:
         for n in nodes:
             n.cleanup()
