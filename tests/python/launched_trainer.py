@@ -1,14 +1,16 @@
-"""One worker of test_torchrun.py, started by torchrun: nothing but the
-environment says which job it is part of and where it sits in it.
+"""One worker of test_launchers.py, started by torchrun or as srun would
+start it: nothing but the environment says which job it is part of and
+where it sits in it.
 
-    python -m torch.distributed.run ... torchrun_trainer.py STEPS OUTDIR
+    python -m torch.distributed.run ... launched_trainer.py STEPS OUTDIR
+    SLURM_PROCID=... MASTER_ADDR=... python launched_trainer.py STEPS OUTDIR
 
 It trains torch_trainer.py's model on torch_trainer.py's data for global
-rank $RANK three times side by side: synchronised by
+rank $RANK ($SLURM_PROCID) three times side by side: synchronised by
 ``GradSync(model, optimizer=opt)`` and nothing else (gradsyncd's socket,
 the job and its settings from the environment), by PyTorch's DDP on Gloo
-with the fp16 compress hook (the reference; env:// from torchrun's
-variables), and alone. Saves each model's parameters, the largest
+with the fp16 compress hook (the reference; env:// from MASTER_ADDR and
+MASTER_PORT), and alone. Saves each model's parameters, the largest
 gradient seen and the job GradSync was told to OUTDIR/rank$RANK.npz.
 """
 import os
@@ -29,14 +31,16 @@ def sgd(model):
 
 def main():
     steps, outdir = int(sys.argv[1]), sys.argv[2]
-    rank = int(os.environ["RANK"])
+    # torchrun's; under srun, Slurm's, as PyTorch's Slurm recipes read them.
+    rank = int(os.environ.get("RANK") or os.environ["SLURM_PROCID"])
+    world = int(os.environ.get("WORLD_SIZE") or os.environ["SLURM_NTASKS"])
     with open(os.path.join(outdir, f"pid{rank}"), "w") as f:  # for the test to end it
         f.write(str(os.getpid()))
     torch.set_num_threads(1)  # the same float operations in every process
     ours, ddp_model, alone = make_model(), make_model(), make_model()
     ours_opt, ddp_opt, alone_opt = sgd(ours), sgd(ddp_model), sgd(alone)
     sync = gradsync.torch.GradSync(ours, optimizer=ours_opt)
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", rank=rank, world_size=world)  # MASTER_ADDR, MASTER_PORT
     ddp = torch.nn.parallel.DistributedDataParallel(ddp_model)
     ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     loss_fn = torch.nn.CrossEntropyLoss()
