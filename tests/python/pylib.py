@@ -27,21 +27,23 @@ def free_port():
         return s.getsockname()[1]
 
 
-def node_daemon(node_rank, nodes, local_size, node_port, settings=(), tmp=None):
-    """gradsyncd of node `node_rank` of a job of `nodes` nodes on this
-    machine, the daemons reaching each other on loopback at `node_port`;
-    call wait_ready() on each once all are started. `settings` are the
-    job's as its trainers say them: (("threshold", 4096), ("wire", "fp16")).
+def job_daemon(local_size, settings=(), nodes=1, node_rank=0, node_port=None):
+    """gradsyncd for a job of `local_size` trainers on each of `nodes`
+    nodes, as node `node_rank`: with several nodes, the daemons reach each
+    other on loopback at `node_port`, and the caller calls wait_ready() on
+    each once all are started. `settings` are the job's as its trainers say
+    them: (("threshold", 4096), ("wire", "fp16")).
 
-    The one place the Python tests build such a daemon's command line.
-    Today gradsyncd still takes the job's shape and settings as flags,
-    which must match what the trainers derive from their environment; once
-    the first trainer of a job defines it, the job's flags go and `args`
-    becomes [f"--node-address={LOOPBACK}", f"--node-port={node_port}"]."""
-    args = [f"--gloo-host={LOOPBACK}", f"--coordinator={LOOPBACK}:{node_port}",
-            f"--nodes={nodes}", f"--node-rank={node_rank}", f"--local-size={local_size}"] \
-        + [f"--{k}={v}" for k, v in settings]
-    return Daemon(args, wait=False, tmp=tmp)
+    The one place the Python tests that start a job's trainers from its
+    launcher's environment build a daemon's command line. Today gradsyncd
+    still takes the job's shape and settings as flags, which must match
+    what the trainers derive; once the first trainer of a job defines it,
+    the job's flags go and `args` becomes
+    [f"--node-address={LOOPBACK}", f"--node-port={node_port}"] (or [])."""
+    args = [f"--local-size={local_size}"] + [f"--{k}={v}" for k, v in settings] + (
+        [f"--gloo-host={LOOPBACK}", f"--coordinator={LOOPBACK}:{node_port}",
+         f"--nodes={nodes}", f"--node-rank={node_rank}"] if nodes > 1 else [])
+    return Daemon(args, wait=nodes == 1)
 
 
 class TrainerProc:

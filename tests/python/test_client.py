@@ -16,8 +16,8 @@ import numpy as np
 
 import gradsync
 from numpy_trainer import inputs
-from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, reduce_reference,
-                   run, same_bits)
+from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, job_daemon,
+                   reduce_reference, run, same_bits)
 
 # Sizes chosen so that, with --threshold 1000, the plan has small fused
 # buckets, a tensor above the threshold in the middle of a pending group,
@@ -200,20 +200,24 @@ def test_job_from_environment_and_arguments():
     overrides its variable and is sent as the job's. gradsyncd refuses a
     trainer whose view, from either, differs from its job's, naming both
     values; a value the C struct cannot carry is refused before."""
-    d = Daemon(["--local-size=2", "--threshold=1000", "--wire=bf16", "--op=sum"])
+    settings = (("threshold", 1000), ("wire", "bf16"), ("op", "sum"))
+    d = job_daemon(2, settings)
     refused = lambda what, **kw: expect_error(  # noqa: E731
         gradsync.RefusedError, -16, lambda: gradsync.Client(d.socket, **kw),
-        f"this trainer says {what} (gradsyncd's")
+        f"this trainer says {what}")
     try:
-        with environment(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", GRADSYNC_THRESHOLD="1000",
-                         GRADSYNC_WIRE="bf16"):
-            with gradsync.Client(d.socket) as c:
-                i = c.info
-                check_eq((i.global_rank, i.local_size, i.threshold, i.wire_dtype, i.op),
-                         (1, 2, 1000, "bf16", "sum"), "the job from the environment")
-            with gradsync.Client(d.socket, local_rank=0, wire="bf16", op="sum") as c:
+        # The job's first trainer, all from the environment.
+        with environment(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                         **{f"GRADSYNC_{k.upper()}": str(v) for k, v in settings}):
+            first = gradsync.Client(d.socket)
+        i = first.info
+        check_eq((i.global_rank, i.local_size, i.threshold, i.wire_dtype, i.op),
+                 (1, 2, 1000, "bf16", "sum"), "the job from the environment")
+        with environment(LOCAL_RANK="1", GRADSYNC_THRESHOLD="999"):
+            with gradsync.Client(d.socket, local_rank=0, threshold=1000) as c:
                 check_eq(c.info.global_rank, 0, "local_rank=0 over LOCAL_RANK=1")
-            refused("threshold 999, the job has 1000", threshold=999)
+            refused("threshold 999, the job has 1000", local_rank=0)
+        refused("threshold 1001, the job has 1000", threshold=1001)
         with environment(GRADSYNC_WIRE="fp16"):
             refused("wire dtype fp16, the job has bf16")
             refused("threshold 1, the job has 1000", threshold=1, wire="bf16")
@@ -232,7 +236,9 @@ def test_job_from_environment_and_arguments():
             expect_error(gradsync.InvalidArgumentError, -1,
                          lambda: gradsync.Client(d.socket, **{name: value}), name)
         with gradsync.Control(d.socket) as ctl:
-            check_eq(len(ctl.status()["trainers"]), 0, "trainers left after the refusals")
+            check_eq([t["local_rank"] for t in ctl.status()["trainers"]], [1],
+                     "trainers left after the refusals")
+        first.close()
     finally:
         d.cleanup()
 

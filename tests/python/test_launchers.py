@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from pylib import (HAVE_GLOO, LOOPBACK, Skip, check, check_eq, free_port, node_daemon, run,
+from pylib import (HAVE_GLOO, LOOPBACK, Skip, check, check_eq, free_port, job_daemon, run,
                    spawn)
 from test_torch import STEPS, bound, max_diff
 from torch_trainer import THRESHOLD
@@ -129,7 +129,7 @@ def launch(launcher):
         raise Skip("gradsyncd is built without Gloo")
     tmp = tempfile.mkdtemp(prefix="gs-launch-")
     node_port, master_port = free_port(), free_port()
-    daemons = [node_daemon(n, NODES, PER_NODE, node_port, SETTINGS) for n in range(NODES)]
+    daemons = [job_daemon(PER_NODE, SETTINGS, NODES, n, node_port) for n in range(NODES)]
     started = []
     try:
         for d in daemons:

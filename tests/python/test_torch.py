@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, node_daemon, run,
+from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run,
                    spawn)
 from torch_trainer import LR, MOMENTUM, THRESHOLD
 
@@ -130,7 +130,7 @@ def test_two_nodes_equal_one_node():
         raise Skip("gradsyncd is built without Gloo")
     port = free_port()
     settings = (("threshold", THRESHOLD), ("wire", "fp16"))
-    nodes = [node_daemon(r, 2, 1, port, settings) for r in range(2)]
+    nodes = [job_daemon(1, settings, 2, r, port) for r in range(2)]
     try:
         for n in nodes:
             n.wait_ready(60)
