@@ -18,6 +18,8 @@ handle is closed when the client is closed and no array of it is left.
 from __future__ import annotations
 
 import ctypes
+import numbers
+import operator
 import threading
 import weakref
 from dataclasses import dataclass
@@ -189,10 +191,15 @@ def _number(name: str, value: Optional[int], unset: int) -> int:
     the C field cannot hold, or would read as unset, is refused."""
     if value is None:
         return unset
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < unset:
+    try:
+        n = -1 if isinstance(value, bool) else operator.index(value)  # NumPy's ints too
+    except TypeError:
+        n = -1
+    if not 0 <= n < unset:
         raise InvalidArgumentError(EINVAL, f"{name} is {value!r}: expected a whole number "
-                                   "from 0, or None for the environment's", "connect")
-    return value
+                                   f"from 0 to {unset - 1}, or None for the environment's",
+                                   "connect")
+    return n
 
 
 def _choice(name: str, value: Optional[str], names: Dict[int, str]) -> int:
@@ -214,7 +221,7 @@ def _predivide(value: Union[float, str, None]) -> float:
         return -1.0
     if value == "world":
         return 0.0
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= 0:
         return float(value)
     raise InvalidArgumentError(EINVAL, f"predivide is {value!r}: expected 'world', a "
                                "number, or None for the environment's", "connect")
@@ -270,7 +277,7 @@ class Client(_Connection):
         lib = _lib.lib()
         u32 = _lib.FROM_ENV
         opts = _lib.ConnectOptions(
-            size=ctypes.sizeof(_lib.ConnectOptions), socket_path=_str(socket_path),
+            size=ctypes.sizeof(_lib.ConnectOptions), socket_path=_str(socket_path or None),
             local_rank=_number("local_rank", local_rank, u32), job_id=_str(job_id),
             timeout_ms=_timeout_ms(timeout),
             local_size=_number("local_size", local_size, u32),
