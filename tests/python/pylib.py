@@ -20,11 +20,20 @@ NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")
 LOOPBACK = "127.0.0.1"
 
 
+def free_ports(n):
+    """n different TCP ports on loopback that nothing listens on now."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 def free_port():
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def job_daemon(local_size, settings=(), nodes=1, node_rank=0, node_port=None):

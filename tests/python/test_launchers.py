@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from pylib import (HAVE_GLOO, LOOPBACK, Skip, check, check_eq, free_port, job_daemon, run,
+from pylib import (HAVE_GLOO, LOOPBACK, Skip, check, check_eq, free_ports, job_daemon, run,
                    spawn)
 from test_torch import STEPS, bound, max_diff
 from torch_trainer import THRESHOLD
@@ -128,7 +128,7 @@ def launch(launcher):
     if not HAVE_GLOO:
         raise Skip("gradsyncd is built without Gloo")
     tmp = tempfile.mkdtemp(prefix="gs-launch-")
-    node_port, master_port = free_port(), free_port()
+    node_port, master_port = free_ports(2)
     daemons = [job_daemon(PER_NODE, SETTINGS, NODES, n, node_port) for n in range(NODES)]
     started = []
     try:
