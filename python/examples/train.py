@@ -50,8 +50,7 @@ def trainer(rank, args, results):
     if args.sync == "gradsync":
         import gradsync.torch                                            # gradsync
         sync = gradsync.torch.GradSync(model, optimizer=optimizer,       # gradsync
-                                       socket_path=args.socket, local_rank=rank,
-                                       threshold=None, wire=None)
+                                       socket_path=args.socket, local_rank=rank)
     elif args.sync in ("ddp", "ddp-fp16"):
         import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

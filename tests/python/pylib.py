@@ -5,6 +5,7 @@ independent NumPy model of what a reduce must give.
 Paths come from the environment meson sets (see meson.build).
 """
 import os
+import socket
 import subprocess
 import sys
 
@@ -16,6 +17,42 @@ from opslib import (HAVE_GLOO, Daemon, Skip, check, check_eq, run, spawn,  # noq
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(n):
+    """n different TCP ports on loopback that nothing listens on now."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port():
+    return free_ports(1)[0]
+
+
+def job_daemon(local_size, settings=(), nodes=1, node_rank=0, node_port=None):
+    """gradsyncd for a job of `local_size` trainers on each of `nodes`
+    nodes, as node `node_rank`: with several nodes, the daemons reach each
+    other on loopback at `node_port`, and the caller calls wait_ready() on
+    each once all are started. `settings` are the job's as its trainers say
+    them: (("threshold", 4096), ("wire", "fp16")).
+
+    The one place the Python tests that start a job's trainers from its
+    launcher's environment build a daemon's command line. Today gradsyncd
+    still takes the job's shape and settings as flags, which must match
+    what the trainers derive; once the first trainer of a job defines it,
+    the job's flags go and `args` becomes
+    [f"--node-address={LOOPBACK}", f"--node-port={node_port}"] (or [])."""
+    args = [f"--local-size={local_size}"] + [f"--{k}={v}" for k, v in settings] + (
+        [f"--gloo-host={LOOPBACK}", f"--coordinator={LOOPBACK}:{node_port}",
+         f"--nodes={nodes}", f"--node-rank={node_rank}"] if nodes > 1 else [])
+    return Daemon(args, wait=nodes == 1)
 
 
 class TrainerProc:
