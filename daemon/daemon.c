@@ -157,16 +157,22 @@ static void on_signal(uv_signal_t *s, int signum)
 /* Serves trainers and other nodes. */
 static int serve(struct gs_daemon *d)
 {
-	if (gs_node_port_start(&d->port, d->loop, &d->settings, &d->server) < 0)
+	if (d->settings.node_port != 0 &&
+	    gs_node_port_start(&d->port, d->loop, &d->settings, &d->server) < 0)
 		return -1;
 	if (gs_server_listen(&d->server) < 0)
 		return -1;
 	gs_notify_ready(&d->notifier);
 	const struct gs_settings *s = &d->settings;
-	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, other nodes reach it at %s port %u; up to %llu jobs",
-		GS_VERSION, s->socket_path, node_backend, gs_isa_name(gs_isa_active()),
-		s->node_address[0] ? s->node_address : "(the host name)", s->node_port,
-		(unsigned long long)s->max_jobs);
+	if (s->node_port == 0)
+		gs_info("gradsyncd %s listening on %s: backend %s, kernels %s; jobs of one node only (--node-port 0), up to %llu",
+			GS_VERSION, s->socket_path, node_backend, gs_isa_name(gs_isa_active()),
+			(unsigned long long)s->max_jobs);
+	else
+		gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, other nodes reach it at %s port %u; up to %llu jobs",
+			GS_VERSION, s->socket_path, node_backend, gs_isa_name(gs_isa_active()),
+			s->node_address[0] ? s->node_address : "(the host name)", s->node_port,
+			(unsigned long long)s->max_jobs);
 	return 0;
 }
 

@@ -51,13 +51,13 @@ static void bare_host(const char *says, char *out, size_t n)
 static bool coordinator_differs(const struct gs_settings *s, const char *id,
 				const char *says, char *err, size_t n)
 {
-	char host[GS_COORDINATOR_MAX + 8], port[16], mine[GS_COORDINATOR_MAX + 1];
+	char host[GS_COORDINATOR_MAX + 16], port[16], mine[GS_COORDINATOR_MAX + 1];
 	if (gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0)
 		snprintf(host, sizeof(host), "%s", s->coordinator);
 	bare_host(says, mine, sizeof(mine));
 	if (strcasecmp(mine, host) == 0)
 		return false;
-	char a[GS_COORDINATOR_MAX + 3], b[GS_COORDINATOR_MAX + 12];
+	char a[GS_COORDINATOR_MAX + 3], b[GS_COORDINATOR_MAX + 20];
 	snprintf(a, sizeof(a), "'%s'", says);
 	snprintf(b, sizeof(b), "'%s'", host);
 	return differs(id, "coordinator", a, b, err, n);
@@ -175,6 +175,8 @@ int gs_job_settings_from_hello(const struct gs_settings *node, const char *id,
 		bare_host(h->coordinator ? h->coordinator : "", host, sizeof(host));
 		if (!host[0])
 			return refuse(err, n, id, "a job of several nodes needs its coordinator, the host of its node-0 daemon (GRADSYNC_COORDINATOR or MASTER_ADDR)");
+		if (node->node_port == 0)
+			return refuse(err, n, id, "this daemon serves jobs of one node only (--node-port 0)");
 		join_host_port(host, node->node_port, out->coordinator, sizeof(out->coordinator));
 	}
 	return 0;

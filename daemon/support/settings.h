@@ -76,7 +76,7 @@ struct gs_settings {
 	uint64_t fusion_elements; /* per fusion buffer */
 	uint32_t nodes;
 	uint32_t node_rank;
-	char coordinator[GS_COORDINATOR_MAX + 8]; /* HOST:PORT of node rank 0's rendezvous */
+	char coordinator[GS_COORDINATOR_MAX + 16]; /* HOST:PORT of node rank 0's rendezvous */
 	char gloo_host[256];      /* where this node's Gloo device listens: node_address */
 
 	/* Not settings of the table: the secret read from

@@ -90,7 +90,8 @@ def daemon_env(extra=None, drop=()):
 
 class Daemon:
     """gradsyncd on a socket of its own; no configuration file unless the
-    test names one."""
+    test names one; no node port unless the test gives one (tests run side
+    by side, and one default port would be taken by the first)."""
 
     def __init__(self, args=(), env=None, config="", wait=True, tmp=None):
         self.dir = tmp or tempfile.mkdtemp(prefix="gs-ops-")
@@ -99,6 +100,8 @@ class Daemon:
         argv = [DAEMON, f"--socket={self.socket}"]
         if config is not None:
             argv.append(f"--config={config}")
+        if not any(str(a).startswith("--node-port") for a in args):
+            argv.append("--node-port=0")
         argv += list(args)
         self.proc = spawn(argv, self.log, env=daemon_env(env))
         if wait:

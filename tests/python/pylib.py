@@ -12,12 +12,44 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.environ["GS_SOURCE_ROOT"], "tests", "ops"))
-from opslib import (HAVE_GLOO, Daemon, Skip, check, check_eq, run, spawn,  # noqa: E402,F401
+import opslib  # noqa: E402
+from opslib import (HAVE_GLOO, Daemon, Skip, check, check_eq, spawn,  # noqa: E402,F401
                     wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")
 LOOPBACK = "127.0.0.1"
+
+
+# The job variables libgradsync reads (client/launch.c), cleared before
+# each test so that one test's job never leaks into the next.
+JOB_VARS = ("GRADSYNC_JOB_ID", "GRADSYNC_LOCAL_RANK", "GRADSYNC_LOCAL_SIZE", "GRADSYNC_NODES",
+            "GRADSYNC_NODE_RANK", "GRADSYNC_COORDINATOR", "GRADSYNC_THRESHOLD", "GRADSYNC_WIRE",
+            "GRADSYNC_OP", "GRADSYNC_PREDIVIDE", "GRADSYNC_FUSION_BUFFER")
+
+
+def set_job(local_size=1, **settings):
+    """The job of the trainers a test starts, in this process and the
+    processes it starts: GRADSYNC_LOCAL_SIZE and the settings given
+    (threshold=1000, wire="bf16", fusion_buffer=4096, ...), as a launcher
+    would set them. gradsyncd takes the job from its first trainer."""
+    for k in JOB_VARS:
+        os.environ.pop(k, None)
+    os.environ["GRADSYNC_LOCAL_SIZE"] = str(local_size)
+    for k, v in settings.items():
+        os.environ["GRADSYNC_" + k.upper()] = str(v)
+
+
+def run(tests):
+    """opslib's runner, each test beginning with no job in the environment."""
+    def fresh(t):
+        def test():
+            for k in JOB_VARS:
+                os.environ.pop(k, None)
+            t()
+        test.__name__ = t.__name__
+        return test
+    opslib.run([fresh(t) for t in tests])
 
 
 def free_ports(n):
@@ -37,21 +69,15 @@ def free_port():
 
 
 def job_daemon(local_size, settings=(), nodes=1, node_rank=0, node_port=None):
-    """gradsyncd for a job of `local_size` trainers on each of `nodes`
-    nodes, as node `node_rank`: with several nodes, the daemons reach each
-    other on loopback at `node_port`, and the caller calls wait_ready() on
-    each once all are started. `settings` are the job's as its trainers say
-    them: (("threshold", 4096), ("wire", "fp16")).
-
-    The one place the Python tests that start a job's trainers from its
-    launcher's environment build a daemon's command line. Today gradsyncd
-    still takes the job's shape and settings as flags, which must match
-    what the trainers derive; once the first trainer of a job defines it,
-    the job's flags go and `args` becomes
-    [f"--node-address={LOOPBACK}", f"--node-port={node_port}"] (or [])."""
-    args = [f"--local-size={local_size}"] + [f"--{k}={v}" for k, v in settings] + (
-        [f"--gloo-host={LOOPBACK}", f"--coordinator={LOOPBACK}:{node_port}",
-         f"--nodes={nodes}", f"--node-rank={node_rank}"] if nodes > 1 else [])
+    """gradsyncd as node `node_rank` of a job of `local_size` trainers on
+    each of `nodes` nodes: with several nodes, each daemon listens for the
+    others at its own loopback address (127.0.0.1 for node 0, 127.0.0.2
+    for node 1, ...) on `node_port`, and the caller calls wait_ready() on
+    each once all are started. The daemon takes no job: the trainers say it
+    (local_size and settings, (("threshold", 4096), ("wire", "fp16")), are
+    theirs to give, here through their launcher's environment)."""
+    args = [f"--node-address=127.0.0.{node_rank + 1}", f"--node-port={node_port}"] \
+        if nodes > 1 else []
     return Daemon(args, wait=nodes == 1)
 
 

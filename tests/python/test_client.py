@@ -16,7 +16,7 @@ import numpy as np
 
 import gradsync
 from numpy_trainer import inputs
-from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, job_daemon,
+from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, job_daemon, set_job,
                    reduce_reference, run, same_bits)
 
 # Sizes chosen so that, with --threshold 1000, the plan has small fused
@@ -24,7 +24,7 @@ from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, job_daem
 # and a tensor larger than the 4096-element fusion buffer (chunked).
 COUNTS = [300, 500, 7, 1200, 260, 9000, 40, 3]
 THRESHOLD = 1000
-DAEMON_ARGS = ["--threshold=1000", "--fusion-buffer=4096", "--step-timeout=60"]
+DAEMON_ARGS = ["--step-timeout=60"]
 
 
 def scales(info):
@@ -36,8 +36,8 @@ def scales(info):
 
 
 def sync_and_check(wire, op, trainers=3, steps=3, clips=None, nan=False):
-    d = Daemon(DAEMON_ARGS + [f"--local-size={trainers}", f"--wire={wire}",
-                              f"--op={op}"])
+    set_job(trainers, threshold=THRESHOLD, fusion_buffer=4096, wire=wire, op=op)
+    d = Daemon(DAEMON_ARGS)
     try:
         clips = clips or [None] * trainers
         procs = []
@@ -96,7 +96,8 @@ def test_clipping_and_nonfinite_counts():
 
 
 def one_trainer_daemon(*args):
-    return Daemon(["--local-size=1"] + list(args))
+    set_job(1)
+    return Daemon(list(args))
 
 
 def test_step_in_process_with_poll_and_fileno():
@@ -244,7 +245,8 @@ def test_job_from_environment_and_arguments():
 
 
 def test_layout_mismatch_names_the_tensor():
-    d = Daemon(["--local-size=2"])
+    set_job(2)
+    d = Daemon([])
     try:
         other = TrainerProc(d, 0, [100, 50], 1)
         other.wait_text("registered")
@@ -258,7 +260,8 @@ def test_layout_mismatch_names_the_tensor():
 
 
 def test_abort_when_a_trainer_dies():
-    d = Daemon(["--local-size=2"])
+    set_job(2)
+    d = Daemon([])
     try:
         other = TrainerProc(d, 0, [100, 200, 300, 400], 1, "--hold-at", "1")
         with gradsync.Client(d.socket, local_rank=1) as c:
@@ -282,7 +285,8 @@ def test_abort_when_a_trainer_dies():
 
 
 def test_control_agrees_with_trainers():
-    d = Daemon(["--local-size=2"])
+    set_job(2)
+    d = Daemon([])
     try:
         procs = [TrainerProc(d, r, [1000, 10], 4) for r in range(2)]
         for p in procs:
@@ -363,7 +367,7 @@ def test_reconnect_after_daemon_restart():
             expect_error(gradsync.DisconnectedError, -4, lambda: c.wait(timeout=30))
             check(time.monotonic() - t0 < 5, "the disconnection took more than 5 s to show")
             os.unlink(d.socket)
-            d2 = Daemon(["--local-size=1"], tmp=d.dir)
+            d2 = Daemon([], tmp=d.dir)
             c.reconnect(timeout=10)
             g[0][:] = x
             with c.step() as s:

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run,
+from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run, set_job,
                    spawn)
 from torch_trainer import LR, MOMENTUM, THRESHOLD
 
@@ -53,7 +53,8 @@ def train(mode, tmp, *extra, rank_args=lambda r: [], rank_env=lambda r: {}):
 
 
 def gradsync_run(mode, wire):
-    d = Daemon([f"--local-size={WORLD}", f"--threshold={THRESHOLD}", f"--wire={wire}"])
+    set_job(WORLD, threshold=THRESHOLD, wire=wire)
+    d = Daemon([])
     try:
         return train(mode, d.dir, "--socket", d.socket, "--wire", wire)
     finally:
@@ -164,7 +165,8 @@ def test_loss_scaler_figures():
     """Clipped counts equal the local gradients'; an infinite loss on one
     rank shows as non-finite values on every rank, which all skip it."""
     inf_at = 3
-    d = Daemon([f"--local-size={WORLD}", f"--threshold={THRESHOLD}"])
+    set_job(WORLD, threshold=THRESHOLD)
+    d = Daemon([])
     try:
         res = train("figures", d.dir, "--socket", d.socket, "--clip", "0.01",
                     "--inf-at", str(inf_at))
@@ -192,7 +194,8 @@ def test_in_process_semantics():
     import gradsync
     import gradsync.torch as gst
     torch.manual_seed(0)
-    d = Daemon(["--local-size=1", f"--threshold={THRESHOLD}"])
+    set_job(1, threshold=THRESHOLD)
+    d = Daemon([])
     try:
         model = torch.nn.ModuleDict({"used": torch.nn.Linear(16, 8),
                                      "unused": torch.nn.Linear(4, 4)})
@@ -203,19 +206,15 @@ def test_in_process_semantics():
             loss = sum(twin["used"](b).square().sum() for b in batches)
             return torch.autograd.grad(loss, list(twin["used"].parameters()))
 
+        # The job's first trainer defines it; another that says otherwise
+        # is refused while it runs.
+        sync = gst.GradSync(model, threshold=THRESHOLD, socket_path=d.socket)
         try:
-            gst.GradSync(model, threshold=THRESHOLD + 1, socket_path=d.socket)
+            gst.GradSync(copy.deepcopy(model), threshold=THRESHOLD + 1, socket_path=d.socket)
             raise AssertionError("a threshold other than the job's was accepted")
         except gradsync.RefusedError as e:
             check(f"threshold {THRESHOLD + 1}, the job has {THRESHOLD}" in e.message,
                   f"the message does not name both thresholds: {e.message}")
-        try:
-            gst.GradSync(copy.deepcopy(model).double(), threshold=None, socket_path=d.socket)
-            raise AssertionError("float64 parameters were accepted")
-        except gradsync.DtypeError as e:
-            check("float64" in e.message, f"the message does not name the dtype: {e.message}")
-
-        sync = gst.GradSync(model, threshold=THRESHOLD, socket_path=d.socket)
         want = [g.half().float() for g in local_grads(x[0])]
         model["used"](x[0]).square().sum().backward()
         r = sync.wait()
@@ -235,6 +234,13 @@ def test_in_process_semantics():
             check(torch.allclose(p.grad, w, rtol=2 ** -10, atol=0),
                   "no_sync did not accumulate both backward passes")
         sync.close()
+        # The job lingers: a trainer of the same job (the threshold from
+        # the environment) takes its place, and its dtype is refused.
+        try:
+            gst.GradSync(copy.deepcopy(model).double(), threshold=None, socket_path=d.socket)
+            raise AssertionError("float64 parameters were accepted")
+        except gradsync.DtypeError as e:
+            check("float64" in e.message, f"the message does not name the dtype: {e.message}")
     finally:
         d.cleanup()
 

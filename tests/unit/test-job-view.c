@@ -247,6 +247,15 @@ static void limits_are_named(void **state)
 	h.nodes = 9;
 	assert_non_null(strstr(refusal(&h), "9 nodes are more than this node serves a job of (--max-nodes 8)"));
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.nodes = 2;
+	h.coordinator = "n0";
+	struct gs_settings n, js;
+	node(&n);
+	n.node_port = 0;
+	char err[400] = "";
+	assert_int_equal(gs_job_settings_from_hello(&n, "x", &h, &js, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "this daemon serves jobs of one node only (--node-port 0)"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	h.local_size = 65;
 	assert_non_null(strstr(refusal(&h), "local size 65 is more than 64"));
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
