@@ -36,7 +36,9 @@ try:  # NumPy is optional: without it tensors are memoryviews
 except ImportError:  # pragma: no cover - exercised where NumPy is absent
     _np = None
 
-DEFAULT_TIMEOUT = 10.0
+# A trainer's hello is answered once every node of its job has joined,
+# which gradsyncd bounds by its --join-timeout (300 s by default).
+DEFAULT_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -265,7 +267,8 @@ class Client(_Connection):
     a trainer whose view differs from its job's (RefusedError naming the
     field and both values). A bad value, given or derived, raises
     InvalidArgumentError naming the field and its source. ``timeout``
-    (seconds, None: no limit) bounds the connection and hello."""
+    (seconds, None: no limit) bounds the connection and the hello, whose
+    answer comes once every node of the job has joined."""
 
     def __init__(self, socket_path: Optional[str] = None, local_rank: Optional[int] = None,
                  job_id: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT, *,
