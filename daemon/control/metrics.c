@@ -99,6 +99,9 @@ static void info(struct text *t, const struct gs_node_view *v)
 	       v->conns->count);
 	scalar(t, "gradsync_jobs", "gauge", "Jobs this node serves (lingering ones included).",
 	       v->jobs->count);
+	scalar(t, "gradsync_groups_built_total", "counter",
+	       "Groups of nodes this daemon built, every job's (one rendezvous each; a job whose trainers come back within --job-linger builds none).",
+	       v->jobs->groups_built);
 }
 
 /* Per-job series name the job in a `job` label; another user's jobs are
@@ -168,7 +171,7 @@ static void jobs(struct text *t, const struct shown *sh)
 	job_series(t, "gradsync_local_size", "gauge", "The job's trainers on this node.", sh, v_local);
 	job_series(t, "gradsync_group_generation", "gauge", "Generation of the job's group of nodes.",
 		   sh, v_generation);
-	job_series(t, "gradsync_groups_built_total", "counter", "Times this node built the job's group (joined its rendezvous).",
+	job_series(t, "gradsync_job_groups_built_total", "counter", "Times this node built the job's group (joined its rendezvous).",
 		   sh, v_groups);
 	job_series(t, "gradsync_internode_bytes_total", "counter", "Bytes this node sent to the job's other nodes in all-reduces.",
 		   sh, v_internode);

@@ -192,6 +192,7 @@ static void on_ready(void *arg, int rc, const char *why)
 		return;
 	if (rc == GS_OK) {
 		e->groups_built++;
+		e->table->groups_built++;
 		if (e->state == GS_ENTRY_JOINING)
 			e->state = GS_ENTRY_READY;
 		welcome_waiting(e);

@@ -76,6 +76,7 @@ struct gs_jobs {
 	 * ever grow. */
 	struct gs_stats ended;
 	uint64_t ended_wire_bytes[4]; /* their bytes reduced, by wire dtype */
+	uint64_t groups_built;        /* by every job: joins of a rendezvous */
 };
 
 void gs_jobs_init(struct gs_jobs *t, const struct gs_jobs_env *env);
