@@ -41,6 +41,7 @@ struct ncclComm {
 	_Atomic int refs;  /* the user's, the connector's, one per queued collective */
 	_Atomic bool aborted;
 	uint32_t seq;      /* collectives queued (stream order is queue order) */
+	int device;        /* current at its creation, as NCCL binds it */
 };
 
 static _Thread_local int group_depth;
@@ -165,6 +166,7 @@ EMU_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUni
 		return ncclSystemError;
 	pthread_mutex_init(&c->lock, NULL);
 	c->fd = -1;
+	c->device = emu_current_device();
 	c->rank = rank;
 	c->nranks = nranks;
 	c->id = uid;
@@ -269,6 +271,14 @@ EMU_API ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, n
 	}
 	if (atomic_load(&comm->aborted))
 		return ncclInvalidUsage;
+	int sd = emu_stream_device(stream);
+	if ((sd >= 0 && sd != comm->device) || !emu_mem_on_device(send, comm->device) ||
+	    !emu_mem_on_device(recv, comm->device)) {
+		snprintf(thread_error, sizeof(thread_error),
+			 "rank %d's communicator is on device %d, but its stream or buffers are not",
+			 comm->rank, comm->device);
+		return ncclInvalidArgument;
+	}
 	struct allreduce a = { comm, send, recv, count, dtype, ++comm->seq };
 	atomic_fetch_add(&comm->refs, 1);
 	if (emu_enqueue(stream, run_allreduce, &a, sizeof(a)) != cudaSuccess) {
