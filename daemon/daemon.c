@@ -69,7 +69,7 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 	if (s->backend != GS_BACKEND_HOST) {
 		char why[400];
 		struct gs_backend *cb = NULL;
-		if (gs_cuda_usable(s->local_size, why, sizeof(why)))
+		if (gs_cuda_usable(NULL, why, sizeof(why)))
 			cb = open_cuda(s, why, sizeof(why));
 		if (cb && s->backend == GS_BACKEND_AUTO)
 			gs_info("backend auto: using cuda (one GPU per local rank)");
