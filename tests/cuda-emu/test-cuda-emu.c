@@ -749,5 +749,8 @@ int main(void)
 		TIMED(gpu_check_sync),
 		TIMED(gpu_check_recovery),
 	};
+	/* GS_TEST_FILTER=gpu* runs only the cases it matches. */
+	if (getenv("GS_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("GS_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
