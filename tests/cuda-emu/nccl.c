@@ -9,6 +9,9 @@
  * ncclGetLastError names it; ncclCommAbort shuts the connection down, so
  * a stream blocked in a collective goes on at once. NCCL_DEBUG=WARN logs
  * failures to stderr, NCCL_DEBUG=INFO each all-reduce as it starts.
+ * GS_CUDA_EMU_NCCL_FAIL_INITS=N: the first N communicators a process
+ * makes fail to join, without reaching the root, so tests see a creation
+ * fail.
  */
 #include <arpa/inet.h>
 #include <limits.h>
@@ -42,7 +45,10 @@ struct ncclComm {
 	_Atomic bool aborted;
 	uint32_t seq;      /* collectives queued (stream order is queue order) */
 	int device;        /* current at its creation, as NCCL binds it */
+	bool fail;         /* GS_CUDA_EMU_NCCL_FAIL_INITS */
 };
+
+static _Atomic long inits;
 
 static _Thread_local int group_depth;
 static _Thread_local ncclComm_t group_blocking[64]; /* blocking inits to finish at GroupEnd */
@@ -113,6 +119,11 @@ static int dial(ncclComm_t c)
 static void *connector(void *arg)
 {
 	ncclComm_t c = arg;
+	if (c->fail) {
+		set_error(c, ncclSystemError, "joining the communicator failed (GS_CUDA_EMU_NCCL_FAIL_INITS)");
+		unref(c);
+		return NULL;
+	}
 	int fd = dial(c);
 	struct emu_nccl_hello h = { EMU_NCCL_MAGIC, c->id.job, c->rank, c->nranks };
 	struct emu_nccl_reply ready;
@@ -167,6 +178,7 @@ EMU_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUni
 	pthread_mutex_init(&c->lock, NULL);
 	c->fd = -1;
 	c->device = emu_current_device();
+	c->fail = atomic_fetch_add(&inits, 1) < emu_env_ms("GS_CUDA_EMU_NCCL_FAIL_INITS", 0);
 	c->rank = rank;
 	c->nranks = nranks;
 	c->id = uid;

@@ -665,6 +665,29 @@ static void not_ready_then_communicators_again(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* One node: making the communicators at the first bucket fails (the
+ * emulated NCCL fails the first communicator the daemon makes), so step 1
+ * is aborted on both trainers with the reason; step 2 must be right, on
+ * communicators made at its first bucket. */
+static void communicators_fail_then_made(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
+	struct gs_test_daemon d;
+	setenv("GS_CUDA_EMU_NCCL_FAIL_INITS", "1", 1);
+	harness_daemon_start(&d, args);
+	unsetenv("GS_CUDA_EMU_NCCL_FAIL_INITS");
+	pid_t pids[2];
+	char logs[2][200];
+	const char *abort1[] = { "--expect-abort-at=1", NULL };
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(d.socket, d.dir, r, r, "2", abort1, logs[r]);
+	for (unsigned r = 0; r < 2; r++)
+		expect_aborted(pids[r], logs[r], &d, 1);
+	assert_true(harness_file_contains(logs[0], "cannot make the NCCL communicators: creating the NCCL communicators on local rank 0"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* ---- tests/gpu/run.sh's trainer, on the emulation ------------------------------ */
 
 /* gpu-trainer, as run.sh runs it, against one emulated GPU: its own checks
@@ -740,6 +763,7 @@ int main(void)
 		TIMED(two_daemons_own_gpus),
 		TIMED(gpu_refusals),
 		TIMED(not_ready_then_communicators_again),
+		TIMED(communicators_fail_then_made),
 		TIMED(two_nodes),
 		TIMED(node_lost_mid_allreduce),
 		TIMED(node_lost_between_launches),
