@@ -7,8 +7,11 @@
  * middle of its registration, leaves no mapping behind in the daemon,
  * which serves the next trainers; a trainer whose GPU work is late past
  * --peer-timeout aborts the step, and the communicators are made again for
- * the next; two daemons, one emulated GPU each, that share node 0's NCCL
- * unique id through the rendezvous; a node lost in an all-reduce, or
+ * the next, as after a creation that failed at the first bucket; each
+ * local rank reduced on the GPU its buffers' PCI bus id names, whatever
+ * the trainer's and the daemon's numbering (GS_CUDA_EMU_VISIBLE_DEVICES),
+ * and the GPUs it refuses; two daemons, one emulated GPU each, that share
+ * node 0's NCCL unique id through the rendezvous; a node lost in an all-reduce, or
  * between two launches of a staged bucket; a node (node 0 too) lost and
  * back, with new communicators.
  */
