@@ -325,7 +325,8 @@ EMU_API ncclResult_t ncclCommAbort(ncclComm_t comm)
 
 EMU_API const char *ncclGetLastError(ncclComm_t comm)
 {
-	return comm ? comm->last_error : thread_error;
+	/* A call refused at once words it for the thread, as NCCL does. */
+	return comm && comm->last_error[0] ? comm->last_error : thread_error;
 }
 
 EMU_API const char *ncclGetErrorString(ncclResult_t res)

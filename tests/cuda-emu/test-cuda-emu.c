@@ -441,9 +441,10 @@ static void start_two_nodes(struct gs_test_daemon d[2], int port, const char *co
 		harness_daemon_wait_ready(&d[n], 30000);
 }
 
-/* Two daemons with one emulated GPU and one trainer each: node 0 makes
- * the NCCL unique id, the rendezvous hands it to node 1, the NCCL root
- * sums across the two processes. Each node's status counts what it sent:
+/* Two daemons with one trainer each, node n's on the emulated GPU n: node
+ * 0 makes the NCCL unique id, the rendezvous hands it to node 1, each
+ * makes its communicator at the first bucket on its trainer's GPU, and the
+ * NCCL root sums across the two processes. Each node's status counts what it sent:
  * for fp16 on a world of two, a ring sends 2 (W - 1) / W = 1 buffer. */
 static void two_nodes(void **state)
 {
@@ -455,9 +456,11 @@ static void two_nodes(void **state)
 	start_two_nodes(d, port, NULL);
 	pid_t pids[2];
 	char logs[2][200];
+	const char *dev[2][3] = { { "--device", "0", NULL }, { "--device", "1", NULL } };
 	for (unsigned n = 0; n < 2; n++)
-		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", NULL, logs[n]);
+		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", dev[n], logs[n]);
 	expect_pass(pids, logs, 2);
+	assert_true(harness_log_contains(&d[1], "local rank 0 on GPU 0000:19:00.0 (device 1 here"));
 	for (unsigned n = 0; n < 2; n++) {
 		gs_client *ctl;
 		struct gs_status *st;
