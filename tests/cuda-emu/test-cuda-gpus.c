@@ -69,13 +69,14 @@ static int import(struct gs_backend *b, const struct alloc *a, unsigned rank, ch
 	return rc;
 }
 
-/* --gpus names the node's GPUs 1 and 3, in two forms the driver takes: a
+/* --gpus names the node's GPUs 1 and 3, in two forms the driver takes
+ * (and a space after the comma): a
  * buffer on GPU 2 is refused, naming its GPU and the list; GPUs 1 and 3
  * take a local rank each. */
 static void only_the_listed_gpus(void **state)
 {
 	(void)state;
-	const char *gpus = "0000:19:00.0,1B:00.0";
+	const char *gpus = "0000:19:00.0, 1B:00.0";
 	char why[256], err[256];
 	assert_true(gs_cuda_usable(gpus, why, sizeof(why)));
 	struct gs_backend *b = open_with(gpus, why, sizeof(why));
@@ -85,7 +86,7 @@ static void only_the_listed_gpus(void **state)
 	for (int g = 1; g < 4; g++)
 		alloc_on(&on[g], g);
 	assert_int_equal(import(b, &on[2], 0, err, sizeof(err)), GS_EBUFFER);
-	assert_string_equal(err, "it is on GPU 0000:1a:00.0, which is not one this gradsyncd may use (--gpus 0000:19:00.0,1B:00.0)");
+	assert_string_equal(err, "it is on GPU 0000:1a:00.0, which is not one this gradsyncd may use (--gpus 0000:19:00.0, 1B:00.0)");
 	assert_int_equal(import(b, &on[3], 0, err, sizeof(err)), GS_OK);
 	assert_int_equal(import(b, &on[1], 1, err, sizeof(err)), GS_OK);
 	b->ops->destroy(b);
@@ -93,15 +94,15 @@ static void only_the_listed_gpus(void **state)
 		cudaFree(on[g].mem);
 }
 
-/* Without a list, or with an empty one, every GPU the daemon sees. */
+/* Without a list, or with one that names none, every GPU the daemon sees. */
 static void every_gpu(void **state)
 {
 	(void)state;
-	const char *lists[] = { NULL, "" };
+	const char *lists[] = { NULL, "", " " };
 	char why[256], err[256];
 	struct alloc on7;
 	alloc_on(&on7, 7);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		assert_true(gs_cuda_usable(lists[i], why, sizeof(why)));
 		struct gs_backend *b = open_with(lists[i], why, sizeof(why));
 		assert_non_null(b);

@@ -27,7 +27,8 @@ struct gs_cuda_options {
 	int join_timeout_ms; /* the longest making communicators may take */
 	/* The GPUs trainers' tensors may be on: PCI bus ids, comma-separated
 	 * ("0000:3b:00.0,0000:5e:00.0"; any form cudaDeviceGetByPCIBusId
-	 * takes), each one this daemon sees; NULL or "": every GPU it sees. */
+	 * takes), each one this daemon sees; NULL, or a list naming none (""):
+	 * every GPU it sees. */
 	const char *gpus;
 };
 

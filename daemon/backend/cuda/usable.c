@@ -33,10 +33,14 @@ int cuda_parse_gpus(const char *gpus, bool allowed[MAX_DEVICES], char *why, size
 	int count = 0;
 	if (cudaGetDeviceCount(&count) != cudaSuccess)
 		count = 0;
+	int named = 0;
 	for (int d = 0; d < MAX_DEVICES; d++)
-		allowed[d] = !gpus || !*gpus ? d < count : false;
+		allowed[d] = false;
 	for (const char *p = gpus; p && *p;) {
+		p += strspn(p, " \t");
 		size_t len = strcspn(p, ",");
+		while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t'))
+			len--;
 		char id[BUS_ID_MAX + 1];
 		int dev = -1;
 		snprintf(id, sizeof(id), "%.*s", (int)(len < BUS_ID_MAX ? len : BUS_ID_MAX), p);
@@ -50,8 +54,14 @@ int cuda_parse_gpus(const char *gpus, bool allowed[MAX_DEVICES], char *why, size
 		}
 		if (dev >= 0)
 			allowed[dev] = true;
-		p += len + (p[len] == ',');
+		named += dev >= 0;
+		p += len;
+		p += strspn(p, " \t");
+		p += *p == ',';
 	}
+	/* A list that names none (NULL, "", blanks): every GPU. */
+	for (int d = 0; !named && d < count && d < MAX_DEVICES; d++)
+		allowed[d] = true;
 	return GS_OK;
 }
 
@@ -91,6 +101,6 @@ bool gs_cuda_usable(const char *gpus, char *why, size_t n)
 				 MIN_CC_MAJOR, d, p.name, p.major, p.minor);
 	}
 	if (!why[0])
-		snprintf(why, n, "no GPU it may use answers (--gpus %s)", gpus ? gpus : "");
+		snprintf(why, n, "none of the GPUs it may use (--gpus %s) answers", gpus ? gpus : "");
 	return false;
 }
