@@ -87,7 +87,7 @@ int cuda_connect_alone(struct cuda_backend *cb)
 {
 	char why[sizeof(cb->base.error)];
 	bool again = cb->broken;
-	int rc = cuda_wait_streams(cb, "draining the aborted all-reduce");
+	int rc = again ? cuda_wait_streams(cb, "draining the aborted all-reduce") : GS_OK;
 	if (rc == GS_OK) {
 		if (again)
 			gs_warn("cuda: rebuilding the NCCL communicators aborted after: %s",
