@@ -1,11 +1,11 @@
 /*
  * Devices, contexts and errors of the CUDA emulation. The emulated node
  * has GS_CUDA_EMU_DEVICES GPUs (default 2), each of compute capability
- * 9.0 and its own PCI bus id; a process sees those GS_CUDA_EMU_VISIBLE_DEVICES
- * lists (their indices on the node, comma-separated; all when unset), in
- * that order, as the real CUDA_VISIBLE_DEVICES: with "4,5" its device 0
- * is the node's GPU 4. One context per device, standing for its primary
- * context.
+ * 9.0 and its own PCI bus id; a process sees those that
+ * GS_CUDA_EMU_VISIBLE_DEVICES lists (their indices on the node,
+ * comma-separated; all when unset), in that order, as the real
+ * CUDA_VISIBLE_DEVICES: with "4,5" its device 0 is the node's GPU 4. One
+ * context per device, standing for its primary context.
  */
 #include <errno.h>
 #include <limits.h>
