@@ -34,6 +34,7 @@ static struct gs_backend *open_cuda(const struct gs_settings *s, char *why, size
 		.peer_timeout_ms = (int)(s->peer_timeout * 1000),
 		.nodes = s->nodes,
 		.join_timeout_ms = (int)(s->join_timeout * 1000),
+		.gpus = s->gpus,
 	};
 	return gs_backend_cuda_open(&o, why, n);
 }
@@ -71,7 +72,7 @@ static int choose_backend(const struct gs_settings *s)
 #ifdef GS_HAVE_CUDA
 	if (s->backend != GS_BACKEND_HOST) {
 		char why[400];
-		if (gs_cuda_usable(1, why, sizeof(why))) {
+		if (gs_cuda_usable(s->gpus, why, sizeof(why))) {
 			if (s->backend == GS_BACKEND_AUTO)
 				gs_info("backend auto: using cuda (each tensor reduced on the GPU that holds it)");
 			node_backend = "cuda";

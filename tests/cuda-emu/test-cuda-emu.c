@@ -7,8 +7,11 @@
  * middle of its registration, leaves no mapping behind in the daemon,
  * which serves the next trainers; a trainer whose GPU work is late past
  * --peer-timeout aborts the step, and the communicators are made again for
- * the next; two daemons, one emulated GPU each, that share node 0's NCCL
- * unique id through the rendezvous; a node lost in an all-reduce, or
+ * the next, as after a creation that failed at the first bucket; each
+ * local rank reduced on the GPU its buffers' PCI bus id names, whatever
+ * the trainer's and the daemon's numbering (GS_CUDA_EMU_VISIBLE_DEVICES),
+ * and the GPUs it refuses; two daemons, one emulated GPU each, that share
+ * node 0's NCCL unique id through the rendezvous; a node lost in an all-reduce, or
  * between two launches of a staged bucket; a node (node 0 too) lost and
  * back, with new communicators.
  */
@@ -171,8 +174,8 @@ static void trainer_killed_after_registering(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* A raw trainer of local rank 1 holding real handles of this process's
- * emulated GPU memory: one allocation of 1 MiB and the two events. */
+/* A raw trainer holding real handles of this process's emulated GPU
+ * memory, on one of its GPUs: one allocation of 1 MiB and the two events. */
 struct raw_trainer {
 	void *mem;
 	cudaEvent_t ready, done;
@@ -181,17 +184,22 @@ struct raw_trainer {
 	char pci[32];
 };
 
-static void raw_trainer_make(struct raw_trainer *t)
+static void raw_trainer_make_on(struct raw_trainer *t, int device)
 {
 	unsigned flags = cudaEventInterprocess | cudaEventDisableTiming;
-	assert_int_equal(cudaSetDevice(1), cudaSuccess);
+	assert_int_equal(cudaSetDevice(device), cudaSuccess);
 	assert_int_equal(cudaMalloc(&t->mem, 1 << 20), cudaSuccess);
 	assert_int_equal(cudaEventCreateWithFlags(&t->ready, flags), cudaSuccess);
 	assert_int_equal(cudaEventCreateWithFlags(&t->done, flags), cudaSuccess);
 	assert_int_equal(cudaIpcGetMemHandle(&t->mh, t->mem), cudaSuccess);
 	assert_int_equal(cudaIpcGetEventHandle(&t->rh, t->ready), cudaSuccess);
 	assert_int_equal(cudaIpcGetEventHandle(&t->dh, t->done), cudaSuccess);
-	assert_int_equal(cudaDeviceGetPCIBusId(t->pci, sizeof(t->pci), 1), cudaSuccess);
+	assert_int_equal(cudaDeviceGetPCIBusId(t->pci, sizeof(t->pci), device), cudaSuccess);
+}
+
+static void raw_trainer_make(struct raw_trainer *t)
+{
+	raw_trainer_make_on(t, 1);
 }
 
 static void raw_trainer_free(struct raw_trainer *t)
@@ -201,19 +209,21 @@ static void raw_trainer_free(struct raw_trainer *t)
 	cudaEventDestroy(t->done);
 }
 
-/* Connects and sends the first frame of a registration, `last` unset: the
- * events, then the allocation (claimed to have `size` bytes) with one
- * tensor in it. Returns the socket. */
-static int raw_trainer_register(const struct raw_trainer *t, const struct gs_test_daemon *d,
-				uint64_t size)
+/* Connects as local rank `rank` and sends the first frame of a
+ * registration, `last` unset: ev's events, then mem's allocation (claimed
+ * to have `size` bytes) with one tensor in it, each with its GPU's PCI
+ * bus id. Returns the socket. */
+static int raw_register(const struct raw_trainer *ev, const struct raw_trainer *mem,
+			unsigned rank, const struct gs_test_daemon *d, uint64_t size)
 {
 	Gradsync__Buffer events = GRADSYNC__BUFFER__INIT, alloc = GRADSYNC__BUFFER__INIT;
 	events.device = alloc.device = 1;
-	events.pci_bus_id = alloc.pci_bus_id = (char *)t->pci;
-	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(t->rh), (uint8_t *)&t->rh };
-	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(t->dh), (uint8_t *)&t->dh };
+	events.pci_bus_id = (char *)ev->pci;
+	alloc.pci_bus_id = (char *)mem->pci;
+	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(ev->rh), (uint8_t *)&ev->rh };
+	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(ev->dh), (uint8_t *)&ev->dh };
 	alloc.size = size;
-	alloc.cuda_ipc_handle = (ProtobufCBinaryData){ sizeof(t->mh), (uint8_t *)&t->mh };
+	alloc.cuda_ipc_handle = (ProtobufCBinaryData){ sizeof(mem->mh), (uint8_t *)&mem->mh };
 	Gradsync__Buffer *bufs[] = { &events, &alloc };
 	Gradsync__TensorSpec spec = GRADSYNC__TENSOR_SPEC__INIT, *sp = &spec;
 	spec.name = "fc.weight";
@@ -230,9 +240,16 @@ static int raw_trainer_register(const struct raw_trainer *t, const struct gs_tes
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
 	m.register_tensors = &r;
 	int sock = raw_connect(d->socket);
-	raw_hello(sock, 1);
+	raw_hello(sock, rank);
 	raw_send(sock, &m, NULL, 0);
 	return sock;
+}
+
+/* Local rank 1, everything on t's GPU. */
+static int raw_trainer_register(const struct raw_trainer *t, const struct gs_test_daemon *d,
+				uint64_t size)
+{
+	return raw_register(t, t, 1, d, size);
 }
 
 /* A trainer that hangs up after the first frame of its registration. */
@@ -287,6 +304,116 @@ static void bad_handles(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* ---- GPUs found by their PCI bus id ------------------------------------------------- */
+
+/* An emulated node of eight GPUs. The job's trainers run on its GPUs 4 to
+ * 7 and see only those (GS_CUDA_EMU_VISIBLE_DEVICES, as CUDA_VISIBLE_DEVICES
+ * would), local rank r on their device 3 - r: the node's GPU 7 - r.
+ * gradsyncd sees all eight, so local rank r must reduce on its device
+ * 7 - r, which only the buffers' PCI bus ids tell it: the emulated GPUs
+ * have no peer access, so a kernel on any other GPU fails the step. Every
+ * element of every trainer is checked. */
+static void gpus_by_bus_id(void **state)
+{
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
+	/* fp32: the emulated NCCL rounds after each addition, as a ring, and
+	 * with four ranks only fp32 gives the trainers' single rounding. */
+	const char *args[] = { "--backend=cuda", "--local-size=4", "--wire=fp32", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	pid_t pids[4];
+	char logs[4][200], dev[4][16];
+	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "4,5,6,7", 1);
+	for (unsigned r = 0; r < 4; r++) {
+		snprintf(dev[r], sizeof(dev[r]), "%u", 3 - r);
+		const char *targs[] = { "--device", dev[r], "--clip-step=1", NULL };
+		pids[r] = trainer(d.socket, d.dir, r, r, "1", targs, logs[r]);
+	}
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
+	expect_pass(pids, logs, 4);
+	/* The node's GPU 7 is on bus 0x18 + 7. */
+	assert_true(harness_log_contains(&d, "local rank 0 on GPU 0000:1f:00.0 (device 7 here"));
+	assert_true(harness_log_contains(&d, "local rank 3 on GPU 0000:1c:00.0 (device 4 here"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* Two gradsyncds on one emulated node of eight GPUs, on GPUs of their
+ * own: the first sees the node's GPUs 0 to 3, the second 4 to 7, as their
+ * devices 0 to 3 (the second's device 0 is the node's GPU 4). Each serves
+ * a job of two trainers, at the same time: the first's see the node's GPUs
+ * 3 and 2 only, local rank r on its device r (the node's GPU 3 - r, its
+ * daemon's device 3 - r); the second's see every GPU, local rank r on its
+ * device 6 + r (its daemon's device 2 + r). Both jobs' steps must be right
+ * in every element. */
+static void two_daemons_own_gpus(void **state)
+{
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
+	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
+	static const char *const daemon_gpus[2] = { "0,1,2,3", "4,5,6,7" };
+	struct gs_test_daemon d[2];
+	for (unsigned k = 0; k < 2; k++) {
+		setenv("GS_CUDA_EMU_VISIBLE_DEVICES", daemon_gpus[k], 1);
+		harness_daemon_start(&d[k], args);
+	}
+	pid_t pids[4];
+	char logs[4][200];
+	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "3,2", 1);
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(d[0].socket, d[0].dir, r, r, "2", NULL, logs[r]);
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
+	const char *dev[2][3] = { { "--device", "6", NULL }, { "--device", "7", NULL } };
+	for (unsigned r = 0; r < 2; r++)
+		pids[2 + r] = trainer(d[1].socket, d[1].dir, r, r, "2", dev[r], logs[2 + r]);
+	expect_pass(pids, logs, 4);
+	assert_true(harness_log_contains(&d[0], "local rank 0 on GPU 0000:1b:00.0 (device 3 here"));
+	assert_true(harness_log_contains(&d[1], "local rank 0 on GPU 0000:1e:00.0 (device 2 here"));
+	for (unsigned k = 0; k < 2; k++)
+		assert_int_equal(harness_daemon_stop(&d[k]), 0);
+}
+
+/* What gradsyncd refuses, with the GPUs named: a buffer on a GPU it does
+ * not see, a second local rank on a GPU a first one has, and a local rank
+ * whose buffers move to another GPU than its first one's. It then serves
+ * the next trainers, each rank on its GPU. */
+static void gpu_refusals(void **state)
+{
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "4", 1);
+	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
+	struct gs_test_daemon d;
+	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "0,1", 1);
+	harness_daemon_start(&d, args);
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
+	struct raw_trainer on[3];
+	for (int g = 0; g < 3; g++)
+		raw_trainer_make_on(&on[g], g);
+	int sock = raw_register(&on[2], &on[2], 1, &d, 1 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "buffer 0: it is on GPU 0000:1a:00.0, which this gradsyncd does not see");
+	close(sock);
+
+	char log[200];
+	const char *hold[] = { "--hold", NULL };
+	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", hold, log);
+	harness_wait_for_text(log, "REGISTERED", 30);
+	sock = raw_register(&on[0], &on[0], 1, &d, 1 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "buffer 0: local ranks 0 and 1 are both on GPU 0000:18:00.0, but NCCL takes one rank of a communicator per GPU");
+	close(sock);
+	kill(t, SIGKILL);
+	harness_wait(t, 10000);
+
+	/* Its events bind local rank 1 to GPU 1; its memory is on GPU 0. */
+	sock = raw_register(&on[1], &on[0], 1, &d, 1 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "buffer 1: it is on GPU 0000:18:00.0, but local rank 1 reduces on GPU 0000:19:00.0, where its first buffer was");
+	close(sock);
+	expect_unmapped(&d, getpid());
+	serves_next(&d);
+	for (int g = 0; g < 3; g++)
+		raw_trainer_free(&on[g]);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* ---- Two nodes ------------------------------------------------------------------------------ */
 
 /* Node `rank` of two, one emulated GPU, on the rendezvous at port; extra
@@ -314,9 +441,10 @@ static void start_two_nodes(struct gs_test_daemon d[2], int port, const char *co
 		harness_daemon_wait_ready(&d[n], 30000);
 }
 
-/* Two daemons with one emulated GPU and one trainer each: node 0 makes
- * the NCCL unique id, the rendezvous hands it to node 1, the NCCL root
- * sums across the two processes. Each node's status counts what it sent:
+/* Two daemons with one trainer each, node n's on the emulated GPU n: node
+ * 0 makes the NCCL unique id, the rendezvous hands it to node 1, each
+ * makes its communicator at the first bucket on its trainer's GPU, and the
+ * NCCL root sums across the two processes. Each node's status counts what it sent:
  * for fp16 on a world of two, a ring sends 2 (W - 1) / W = 1 buffer. */
 static void two_nodes(void **state)
 {
@@ -328,9 +456,11 @@ static void two_nodes(void **state)
 	start_two_nodes(d, port, NULL);
 	pid_t pids[2];
 	char logs[2][200];
+	const char *dev[2][3] = { { "--device", "0", NULL }, { "--device", "1", NULL } };
 	for (unsigned n = 0; n < 2; n++)
-		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", NULL, logs[n]);
+		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", dev[n], logs[n]);
 	expect_pass(pids, logs, 2);
+	assert_true(harness_log_contains(&d[1], "local rank 0 on GPU 0000:19:00.0 (device 1 here"));
 	for (unsigned n = 0; n < 2; n++) {
 		gs_client *ctl;
 		struct gs_status *st;
@@ -541,6 +671,29 @@ static void not_ready_then_communicators_again(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* One node: making the communicators at the first bucket fails (the
+ * emulated NCCL fails the first communicator the daemon makes), so step 1
+ * is aborted on both trainers with the reason; step 2 must be right, on
+ * communicators made at its first bucket. */
+static void communicators_fail_then_made(void **state)
+{
+	(void)state;
+	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
+	struct gs_test_daemon d;
+	setenv("GS_CUDA_EMU_NCCL_FAIL_INITS", "1", 1);
+	harness_daemon_start(&d, args);
+	unsetenv("GS_CUDA_EMU_NCCL_FAIL_INITS");
+	pid_t pids[2];
+	char logs[2][200];
+	const char *abort1[] = { "--expect-abort-at=1", NULL };
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(d.socket, d.dir, r, r, "2", abort1, logs[r]);
+	for (unsigned r = 0; r < 2; r++)
+		expect_aborted(pids[r], logs[r], &d, 1);
+	assert_true(harness_file_contains(logs[0], "cannot make the NCCL communicators: creating the NCCL communicators on local rank 0"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* ---- tests/gpu/run.sh's trainer, on the emulation ------------------------------ */
 
 /* gpu-trainer, as run.sh runs it, against one emulated GPU: its own checks
@@ -590,10 +743,14 @@ static int clock_start(void **state)
 	return 0;
 }
 
+/* And the emulated node's GPUs back to the default for the next case,
+ * whatever this one set. */
 static int clock_print(void **state)
 {
 	(void)state;
 	print_message("took %.1f s\n", harness_now_s() - started);
+	unsetenv("GS_CUDA_EMU_DEVICES");
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
 	return 0;
 }
 
@@ -608,7 +765,11 @@ int main(void)
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),
+		TIMED(gpus_by_bus_id),
+		TIMED(two_daemons_own_gpus),
+		TIMED(gpu_refusals),
 		TIMED(not_ready_then_communicators_again),
+		TIMED(communicators_fail_then_made),
 		TIMED(two_nodes),
 		TIMED(node_lost_mid_allreduce),
 		TIMED(node_lost_between_launches),
@@ -618,5 +779,8 @@ int main(void)
 		TIMED(gpu_check_sync),
 		TIMED(gpu_check_recovery),
 	};
+	/* GS_TEST_FILTER=gpu* runs only the cases it matches. */
+	if (getenv("GS_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("GS_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
