@@ -37,7 +37,7 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args);
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms);
 /* Whether something accepts connections on the Unix socket at path. */
 bool harness_listening(const char *path);
-/* Whether gradsyncd was built with Gloo, which --nodes above 1 needs
+/* Whether gradsyncd was built with Gloo, which a job of several nodes needs
  * (GS_HAVE_GLOO from meson). */
 bool harness_have_gloo(void);
 /* The exit status meson test reports as a skipped test. */

@@ -165,9 +165,8 @@ void expect_in_log(const char *path, const char *text)
 
 bool nodes_prepare(void)
 {
-	/* Every case here starts daemons with --nodes above 1, which a
-	 * gradsyncd built without Gloo refuses: skip them all rather than
-	 * fail. The whole program skips, so the suite counts one skip. */
+	/* Every case here runs a job of several nodes, which a gradsyncd
+	 * built without Gloo refuses: skip them all rather than fail. The whole program skips, so the suite counts one skip. */
 	if (!harness_have_gloo()) {
 		printf("gradsyncd was built without Gloo (-Dgloo=disabled or not found): "
 		       "skipping the tests of several nodes\n");
