@@ -21,6 +21,12 @@
 #include "gradsync.h"
 #include "harness.h"
 
+/* What a refusal says of where the job's value came from: today
+ * gradsyncd's flag, made from `job` by harness_legacy_job_flags(). Empty
+ * it with that function's body: the refusals are then checked up to the
+ * job's value, whatever the new words after it. */
+#define LEGACY_SOURCE(flag) " (gradsyncd's " flag ")"
+
 /* The job of one node. */
 static struct harness_job job = {
 	.id = "view", .local_size = { 2 }, .threshold = "65536", .wire = "bf16", .op = "sum",
@@ -125,23 +131,23 @@ static void refused_on_each_field(void **state)
 	harness_wait_for_text(holder_log, "PAUSED in step 1", 60);
 	assert_int_equal(trainers_of(d.socket), 1);
 	expect_refused(d.socket, "GRADSYNC_LOCAL_SIZE=4", NULL, NULL,
-		       "job 'view': this trainer says local size 4, the job has 2 (gradsyncd's --local-size)");
+		       "job 'view': this trainer says local size 4, the job has 2" LEGACY_SOURCE("--local-size"));
 	expect_refused(d.socket, "GRADSYNC_NODES=3", NULL, NULL,
-		       "this trainer says node count 3, the job has 1 (gradsyncd's --nodes)");
+		       "this trainer says node count 3, the job has 1" LEGACY_SOURCE("--nodes"));
 	/* A node rank above the node count fails in the library; with
 	 * WORLD_SIZE emptied the count is no source's, and not sent. */
 	expect_refused(d.socket, "GRADSYNC_NODE_RANK=1", "WORLD_SIZE=", NULL,
-		       "this trainer says node rank 1, the job has 0 (gradsyncd's --node-rank)");
+		       "this trainer says node rank 1, the job has 0" LEGACY_SOURCE("--node-rank"));
 	expect_refused(d.socket, "GRADSYNC_THRESHOLD=1000", NULL, NULL,
-		       "this trainer says threshold 1000, the job has 65536 (gradsyncd's --threshold)");
+		       "this trainer says threshold 1000, the job has 65536" LEGACY_SOURCE("--threshold"));
 	expect_refused(d.socket, "GRADSYNC_WIRE=fp16", NULL, NULL,
-		       "this trainer says wire dtype fp16, the job has bf16 (gradsyncd's --wire)");
+		       "this trainer says wire dtype fp16, the job has bf16" LEGACY_SOURCE("--wire"));
 	expect_refused(d.socket, "GRADSYNC_OP=average", NULL, NULL,
-		       "this trainer says op average, the job has sum (gradsyncd's --op)");
+		       "this trainer says op average, the job has sum" LEGACY_SOURCE("--op"));
 	expect_refused(d.socket, "GRADSYNC_PREDIVIDE=world", NULL, NULL,
-		       "this trainer says predivide world, the job has 2 (gradsyncd's --predivide)");
+		       "this trainer says predivide world, the job has 2" LEGACY_SOURCE("--predivide"));
 	expect_refused(d.socket, "GRADSYNC_FUSION_BUFFER=4096", NULL, NULL,
-		       "this trainer says fusion buffer 4096, the job has 8192 (gradsyncd's --fusion-buffer)");
+		       "this trainer says fusion buffer 4096, the job has 8192" LEGACY_SOURCE("--fusion-buffer"));
 
 	/* The options win over the (agreeing) environment, and are checked
 	 * the same way. */
@@ -198,7 +204,7 @@ static void refused_on_coordinator(void **state)
 		harness_wait_for_text(holder_log[r], "PAUSED in step 1", 60);
 	/* WORLD_SIZE 4 of LOCAL_WORLD_SIZE 2: two nodes, as the daemon's. */
 	expect_refused(d.socket, "MASTER_ADDR=127.0.0.9", "WORLD_SIZE=4", NULL,
-		       "job 'view': this trainer says coordinator '127.0.0.9', the job has 'LocalHost' (gradsyncd's --coordinator)");
+		       "job 'view': this trainer says coordinator '127.0.0.9', the job has 'LocalHost'" LEGACY_SOURCE("--coordinator"));
 	expect_refused(d.socket, "GRADSYNC_COORDINATOR=localhost.example", "WORLD_SIZE=4", NULL,
 		       "this trainer says coordinator 'localhost.example', the job has 'LocalHost'");
 	/* The same host in other letters is no difference: the next field
@@ -232,7 +238,7 @@ static void verifying_trainer_refused(void **state)
 	pid_t pid = harness_spawn(argv, log);
 	harness_clear_launch_env();
 	assert_int_not_equal(harness_wait(pid, 30000), 0);
-	if (!harness_file_contains(log, "this trainer says threshold 1000, the job has 65536 (gradsyncd's --threshold)")) {
+	if (!harness_file_contains(log, "this trainer says threshold 1000, the job has 65536" LEGACY_SOURCE("--threshold"))) {
 		harness_dump(log);
 		fail_msg("the trainer did not report the daemon's refusal");
 	}
