@@ -110,6 +110,11 @@ bool harness_listening(const char *path)
 	return ok;
 }
 
+/* Off while gradsyncd takes its job from its flags; on, every daemon gets
+ * where the others reach it, harness_node_flags() (empty
+ * harness_legacy_job_flags() then). */
+#define HARNESS_NODE_FLAGS 0
+
 const char *const harness_launch_vars[] = {
 	"GRADSYNC_JOB_ID", "GRADSYNC_LOCAL_RANK", "GRADSYNC_LOCAL_SIZE",
 	"GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_COORDINATOR",
@@ -147,8 +152,20 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 	/* These tests hand over shared memory; on a GPU machine "auto" would
 	 * pick cuda. A test's own --backend comes later and wins. */
 	argv[n++] = "--backend=host";
-	for (size_t i = 0; args && args[i] && n < 31; i++)
+	bool node_port = false;
+	for (size_t i = 0; args && args[i] && n < 29; i++) {
+		node_port = node_port || strncmp(args[i], "--node-port=", 12) == 0;
 		argv[n++] = args[i];
+	}
+	/* A daemon of no job the test described listens for other nodes
+	 * too: on a port of its own, not the default another test may hold. */
+	struct harness_strs own = { .n = 0 };
+	if (HARNESS_NODE_FLAGS && !node_port) {
+		struct harness_job none = { .port = harness_free_port() };
+		harness_node_flags(&none, 0, &own);
+		argv[n++] = own.v[0];
+		argv[n++] = own.v[1];
+	}
 	argv[n] = NULL;
 	d->pid = harness_spawn(argv, d->log);
 }
@@ -262,10 +279,6 @@ void harness_dump(const char *path)
 }
 
 /* ---- The job ------------------------------------------------------------ */
-
-/* Off while gradsyncd takes its job from its flags; on, daemons get
- * harness_node_flags() instead (empty harness_legacy_job_flags() then). */
-#define HARNESS_NODE_FLAGS 0
 
 void harness_strs_printf(struct harness_strs *s, const char *fmt, ...)
 {
