@@ -189,12 +189,12 @@ def node_flags(job, node=0):
 
 
 def daemon_job_flags(job, node=0):
-    """The flags of node `node`'s daemon of the job (none without one)."""
-    if job is None:
-        return []
-    flags = legacy_job_flags(job, node)
+    """The flags of node `node`'s daemon of the job; without one, a job of
+    one trainer and the defaults (with NODE_FLAGS, the daemon still gets a
+    port of its own for other nodes, not the default another test holds)."""
+    flags = legacy_job_flags(job, node) if job is not None else []
     if NODE_FLAGS:
-        flags += node_flags(job, node)
+        flags += node_flags(job if job is not None else Job(), node)
     return flags
 
 
