@@ -104,8 +104,9 @@ struct harness_job {
 	 * address, harness_node_host(0), when the job has several nodes. */
 	const char *coordinator;
 	/* The port every daemon of the job listens on for the others
-	 * (--node-port; node 0 serves the job's rendezvous there). 0: a free
-	 * one, picked when a daemon is started. */
+	 * (--node-port; node 0 serves the job's rendezvous there; today the
+	 * port of --coordinator). 0: a free one, picked when the first
+	 * daemon is started. */
 	int port;
 	const char *threshold;     /* GRADSYNC_THRESHOLD */
 	const char *wire;          /* GRADSYNC_WIRE */
@@ -141,7 +142,9 @@ void harness_legacy_job_flags(const struct harness_job *j, unsigned node,
 /* The loopback address of node `node`'s daemon: 127.0.0.<node + 1>. */
 const char *harness_node_host(unsigned node);
 /* The new daemon's flags of a node: --node-address=harness_node_host(node)
- * --node-port=<the job's port>. Unused while HARNESS_NODE_FLAGS is off. */
+ * --node-port=<the job's port>. Unused while HARNESS_NODE_FLAGS (harness.c)
+ * is off; on, every daemon gets them, a daemon of no described job those
+ * of node 0 with a free port. */
 void harness_node_flags(const struct harness_job *j, unsigned node, struct harness_strs *flags);
 /* The flags of node `node`'s daemon of the job (the legacy job flags, or
  * the node flags), then extra (NULL ended, or NULL). Picks the job's port
