@@ -24,10 +24,34 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The job, as its trainers carry it (libgradsync reads it from their
+# environment): TRAINERS trainers on each of NODES nodes, node 0's daemon
+# at 127.0.0.1. job_env NODE sets job=(NAME=value ...) for node NODE's.
+job_env() {
+  job=(GRADSYNC_LOCAL_SIZE="$trainers" GRADSYNC_NODES="$nodes" GRADSYNC_NODE_RANK="$1"
+       GRADSYNC_COORDINATOR=127.0.0.1)
+}
+
+# gradsyncd's own job flags, made from the same job: the one thing to
+# delete once gradsyncd takes its jobs from its trainers alone (then set
+# node_flags=1). legacy_job_flags NODE sets flags=(...) for node NODE.
+legacy_job_flags() {
+  flags=(--local-size="$trainers" --nodes="$nodes" --node-rank="$1"
+         --coordinator="127.0.0.1:$port" --gloo-host=127.0.0.1)
+}
+# Where the other daemons reach node NODE's: its own loopback address, the
+# same port on every node. Off while gradsyncd has its job flags.
+node_flags=0
+add_node_flags() {
+  [ "$node_flags" = 1 ] && flags+=(--node-address="127.0.0.$(($1 + 1))" --node-port="$port")
+  return 0
+}
+
 for node in $(seq 0 $((nodes - 1))); do
-  "$build/daemon/gradsyncd" --socket="$dir/node-$node.sock" --local-size="$trainers" \
-    --nodes="$nodes" --node-rank="$node" --coordinator="127.0.0.1:$port" \
-    --gloo-host=127.0.0.1 --join-timeout=60 2>"$dir/gradsyncd-$node.log" &
+  legacy_job_flags "$node"
+  add_node_flags "$node"
+  "$build/daemon/gradsyncd" --socket="$dir/node-$node.sock" "${flags[@]}" \
+    --join-timeout=60 2>"$dir/gradsyncd-$node.log" &
   daemons+=($!)
 done
 for node in $(seq 0 $((nodes - 1))); do
@@ -42,8 +66,9 @@ echo "== $nodes node(s) x $trainers trainers, ResNet-50 layout (161 tensors, 25.
 pids=()
 names=()
 for node in $(seq 0 $((nodes - 1))); do
+  job_env "$node"
   for rank in $(seq 0 $((trainers - 1))); do
-    "$build/tests/trainer/gradsync-verifying-trainer" --socket "$dir/node-$node.sock" \
+    env "${job[@]}" "$build/tests/trainer/gradsync-verifying-trainer" --socket "$dir/node-$node.sock" \
       --layout layouts/resnet50.txt --rank "$rank" --steps "$steps" \
       > "$dir/trainer-$node-$rank.log" 2>&1 &
     pids+=($!)

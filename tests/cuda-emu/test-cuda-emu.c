@@ -30,9 +30,15 @@
 #include "gradsync.h"
 #include "harness.h"
 
-/* Starts one emu-trainer; its output goes to log (200 bytes). */
-static pid_t trainer(const char *socket, const char *dir, unsigned rank, unsigned global_rank,
-		     const char *steps, const char *const *extra, char *log)
+/* Every daemon here drives emulated GPUs; its job comes from the test's
+ * struct harness_job (harness_job_daemon_spawn). */
+static const char *const cuda_backend[] = { "--backend=cuda", NULL };
+
+/* Starts one emu-trainer of node `node` of job j, given the job in its
+ * environment; its output goes to log (200 bytes). */
+static pid_t trainer(const struct harness_job *j, unsigned node, const char *socket,
+		     const char *dir, unsigned rank, unsigned global_rank, const char *steps,
+		     const char *const *extra, char *log)
 {
 	char r[16], g[16];
 	snprintf(r, sizeof(r), "%u", rank);
@@ -43,7 +49,7 @@ static pid_t trainer(const char *socket, const char *dir, unsigned rank, unsigne
 				 "--steps", steps };
 	for (size_t i = 0; extra && extra[i] && i < 4; i++)
 		argv[11 + i] = extra[i];
-	return harness_spawn(argv, log);
+	return harness_job_spawn(j, node, argv, log);
 }
 
 /* Waits for the trainers; each must exit 0 having printed PASS. */
@@ -60,16 +66,15 @@ static void expect_pass(const pid_t *pids, char (*logs)[200], unsigned n)
 	assert_int_equal(failed, 0);
 }
 
-/* One daemon of two emulated GPUs, two trainers. */
-static void sync_case(const char *const *daemon_args, const char *steps,
-		      const char *const *trainer_args)
+/* One daemon of two emulated GPUs, two trainers of job j. */
+static void sync_case(struct harness_job *j, const char *steps, const char *const *trainer_args)
 {
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, daemon_args);
+	harness_job_daemon_start(&d, j, 0, cuda_backend);
 	pid_t pids[2];
 	char logs[2][200];
 	for (unsigned r = 0; r < 2; r++)
-		pids[r] = trainer(d.socket, d.dir, r, r, steps, trainer_args, logs[r]);
+		pids[r] = trainer(j, 0, d.socket, d.dir, r, r, steps, trainer_args, logs[r]);
 	expect_pass(pids, logs, 2);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
@@ -77,8 +82,8 @@ static void sync_case(const char *const *daemon_args, const char *steps,
 static void sync_fp16(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
-	sync_case(args, "2", NULL); /* step 2 clips */
+	struct harness_job job = { .local_size = { 2 }, .wire = "fp16" };
+	sync_case(&job, "2", NULL); /* step 2 clips */
 }
 
 /* Buckets of up to 2M elements (--threshold's default) through a fusion
@@ -88,11 +93,10 @@ static void sync_fp16(void **state)
 static void sync_bf16_several_launches(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=bf16",
-			       "--fusion-buffer=262144", NULL };
+	struct harness_job job = { .local_size = { 2 }, .wire = "bf16", .fusion_buffer = "262144" };
 	const char *targs[] = { "--clip-step=1", NULL };
 	setenv("GS_CUDA_EMU_KERNEL_DELAY_MS", "3", 1);
-	sync_case(args, "1", targs);
+	sync_case(&job, "1", targs);
 	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
 }
 
@@ -106,9 +110,9 @@ static void sync_bf16_several_launches(void **state)
 static void overlaps_the_backward_pass(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
+	struct harness_job job = { .local_size = { 2 }, .wire = "fp16" };
 	const char *targs[] = { "--overlap=40", NULL };
-	sync_case(args, "2", targs);
+	sync_case(&job, "2", targs);
 }
 
 /* ---- Trainers that go away ---------------------------------------------------- */
@@ -142,13 +146,16 @@ static void expect_unmapped(const struct gs_test_daemon *d, pid_t owner)
 		 mappings(d->pid, "mem", owner), mappings(d->pid, "event", owner), (int)owner);
 }
 
+/* The job of one daemon of two emulated GPUs and two trainers. */
+static struct harness_job pair = { .local_size = { 2 } };
+
 /* The next pair of trainers gets its step done. */
 static void serves_next(struct gs_test_daemon *d)
 {
 	pid_t pids[2];
 	char logs[2][200];
 	for (unsigned r = 0; r < 2; r++)
-		pids[r] = trainer(d->socket, d->dir, r, r, "1", NULL, logs[r]);
+		pids[r] = trainer(&pair, 0, d->socket, d->dir, r, r, "1", NULL, logs[r]);
 	expect_pass(pids, logs, 2);
 	assert_true(harness_daemon_alive(d));
 }
@@ -156,12 +163,11 @@ static void serves_next(struct gs_test_daemon *d)
 static void trainer_killed_after_registering(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	char log[200];
 	const char *hold[] = { "--hold", NULL };
-	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", hold, log);
+	pid_t t = trainer(&pair, 0, d.socket, d.dir, 0, 0, "1", hold, log);
 	harness_wait_for_text(log, "REGISTERED", 30);
 	/* Its one allocation and its events (a ring of 32 ready events and
 	 * the done event) are open in the daemon. */
@@ -240,7 +246,7 @@ static int raw_register(const struct raw_trainer *ev, const struct raw_trainer *
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
 	m.register_tensors = &r;
 	int sock = raw_connect(d->socket);
-	raw_hello(sock, rank);
+	raw_hello_job(sock, rank, &pair);
 	raw_send(sock, &m, NULL, 0);
 	return sock;
 }
@@ -256,9 +262,8 @@ static int raw_trainer_register(const struct raw_trainer *t, const struct gs_tes
 static void trainer_gone_mid_registration(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	struct raw_trainer t;
 	raw_trainer_make(&t);
 	int sock = raw_trainer_register(&t, &d, 1 << 20);
@@ -280,9 +285,8 @@ static void trainer_gone_mid_registration(void **state)
 static void bad_handles(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	struct raw_trainer t;
 	raw_trainer_make(&t);
 	int sock = raw_trainer_register(&t, &d, 2 << 20);
@@ -416,27 +420,27 @@ static void gpu_refusals(void **state)
 
 /* ---- Two nodes ------------------------------------------------------------------------------ */
 
-/* Node `rank` of two, one emulated GPU, on the rendezvous at port; extra
- * arguments (NULL ended) after the usual ones. Does not wait for it. */
-static void spawn_node(struct gs_test_daemon *d, unsigned rank, int port,
+/* The job of two nodes of one emulated GPU and one trainer each. */
+#define TWO_NODES { .nodes = 2, .local_size = { 1, 1 } }
+
+/* Node `rank` of job j, one emulated GPU; extra arguments (NULL ended)
+ * after the usual ones. Does not wait for it. */
+static void spawn_node(struct gs_test_daemon *d, struct harness_job *j, unsigned rank,
 		       const char *const *extra)
 {
-	char r[32], c[64];
-	snprintf(r, sizeof(r), "--node-rank=%u", rank);
-	snprintf(c, sizeof(c), "--coordinator=127.0.0.1:%d", port);
-	const char *a[16] = { "--backend=cuda", "--local-size=1", "--nodes=2", r, c,
-			      "--gloo-host=127.0.0.1", "--join-timeout=30" };
-	size_t n = 7;
+	const char *a[16] = { "--backend=cuda", "--join-timeout=30" };
+	size_t n = 2;
 	for (size_t i = 0; extra && extra[i] && n < 15; i++)
 		a[n++] = extra[i];
-	harness_daemon_spawn(d, a);
+	harness_job_daemon_spawn(d, j, rank, a);
 }
 
-/* Both nodes of two, on the rendezvous at port, each serving trainers. */
-static void start_two_nodes(struct gs_test_daemon d[2], int port, const char *const *extra)
+/* Both nodes of job j, each serving trainers. */
+static void start_two_nodes(struct gs_test_daemon d[2], struct harness_job *j,
+			    const char *const *extra)
 {
 	for (unsigned n = 0; n < 2; n++)
-		spawn_node(&d[n], n, port, extra);
+		spawn_node(&d[n], j, n, extra);
 	for (unsigned n = 0; n < 2; n++)
 		harness_daemon_wait_ready(&d[n], 30000);
 }
@@ -451,14 +455,14 @@ static void two_nodes(void **state)
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2];
-	start_two_nodes(d, port, NULL);
+	start_two_nodes(d, &job, NULL);
 	pid_t pids[2];
 	char logs[2][200];
 	const char *dev[2][3] = { { "--device", "0", NULL }, { "--device", "1", NULL } };
 	for (unsigned n = 0; n < 2; n++)
-		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", dev[n], logs[n]);
+		pids[n] = trainer(&job, n, d[n].socket, d[n].dir, 0, n, "1", dev[n], logs[n]);
 	expect_pass(pids, logs, 2);
 	assert_true(harness_log_contains(&d[1], "local rank 0 on GPU 0000:19:00.0 (device 1 here"));
 	for (unsigned n = 0; n < 2; n++) {
@@ -500,18 +504,18 @@ static void node_lost_mid_allreduce(void **state)
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2];
 	const char *extra[] = { "--peer-timeout=20", NULL };
 	/* The daemons log each all-reduce of the emulated NCCL and its failures. */
 	setenv("NCCL_DEBUG", "INFO", 1);
-	start_two_nodes(d, port, extra);
+	start_two_nodes(d, &job, extra);
 	unsetenv("NCCL_DEBUG");
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort1[] = { "--expect-abort-at=1", NULL }, *stall1[] = { "--stall-at=1", NULL };
-	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
-	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "1", stall1, logs[1]);
+	pids[0] = trainer(&job, 0, d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
+	pids[1] = trainer(&job, 1, d[1].socket, d[1].dir, 0, 1, "1", stall1, logs[1]);
 	harness_wait_for_text(d[0].log, "rank 0 of 2: all-reduce 1,", 30);
 	double t0 = harness_now_s();
 	kill(d[1].pid, SIGKILL);
@@ -541,13 +545,14 @@ static void node_lost_between_launches(void **state)
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
+	job.fusion_buffer = "262144";
 	struct gs_test_daemon d[2];
-	const char *extra[] = { "--fusion-buffer=262144", "--peer-timeout=20", NULL };
+	const char *extra[] = { "--peer-timeout=20", NULL };
 	setenv("NCCL_DEBUG", "INFO", 1);
-	spawn_node(&d[0], 0, port, extra);
+	spawn_node(&d[0], &job, 0, extra);
 	setenv("GS_CUDA_EMU_KERNEL_DELAY_MS", "200", 1);
-	spawn_node(&d[1], 1, port, extra);
+	spawn_node(&d[1], &job, 1, extra);
 	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
 	unsetenv("NCCL_DEBUG");
 	for (unsigned n = 0; n < 2; n++)
@@ -555,8 +560,8 @@ static void node_lost_between_launches(void **state)
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort1[] = { "--expect-abort-at=1", NULL };
-	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
-	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "1", NULL, logs[1]);
+	pids[0] = trainer(&job, 0, d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
+	pids[1] = trainer(&job, 1, d[1].socket, d[1].dir, 0, 1, "1", NULL, logs[1]);
 	harness_wait_for_text(d[0].log, "rank 0 of 2: all-reduce 2,", 60);
 	kill(d[1].pid, SIGKILL);
 	kill(pids[1], SIGKILL);
@@ -578,15 +583,17 @@ static void node_killed_and_back(unsigned lost)
 	if (!harness_have_gloo())
 		skip();
 	unsigned other = 1 - lost;
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2], back;
 	const char *extra[] = { "--peer-timeout=20", NULL };
-	start_two_nodes(d, port, extra);
+	start_two_nodes(d, &job, extra);
 	pid_t pids[2], again;
 	char logs[2][200], log_again[200];
 	const char *abort2[] = { "--expect-abort-at=2", NULL }, *stall2[] = { "--stall-at=2", NULL };
-	pids[other] = trainer(d[other].socket, d[other].dir, 0, other, "3", abort2, logs[other]);
-	pids[lost] = trainer(d[lost].socket, d[lost].dir, 0, lost, "3", stall2, logs[lost]);
+	pids[other] = trainer(&job, other, d[other].socket, d[other].dir, 0, other, "3", abort2,
+			      logs[other]);
+	pids[lost] = trainer(&job, lost, d[lost].socket, d[lost].dir, 0, lost, "3", stall2,
+			     logs[lost]);
 	/* Both in step 2, the lost one's gradients on their way. */
 	harness_wait_in_step(&d[other], 2);
 	harness_wait_in_step(&d[lost], 2);
@@ -596,10 +603,10 @@ static void node_killed_and_back(unsigned lost)
 	harness_daemon_stop(&d[lost]);
 	harness_wait_for_text(logs[other], "ABORTED step 2 as expected", 30);
 
-	spawn_node(&back, lost, port, extra);
+	spawn_node(&back, &job, lost, extra);
 	harness_daemon_wait_ready(&back, 30000);
 	const char *step3[] = { "--first-step=3", NULL };
-	again = trainer(back.socket, back.dir, 0, lost, "1", step3, log_again);
+	again = trainer(&job, lost, back.socket, back.dir, 0, lost, "1", step3, log_again);
 	expect_aborted(pids[other], logs[other], &d[other], 2);
 	expect_pass(&again, &log_again, 1);
 	assert_int_equal(harness_daemon_stop(&back), 0);
@@ -629,16 +636,16 @@ static void trainer_late_on_one_node(void **state)
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2];
 	const char *extra[] = { "--peer-timeout=3", NULL };
-	start_two_nodes(d, port, extra);
+	start_two_nodes(d, &job, extra);
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort2[] = { "--expect-abort-at=2", NULL };
 	const char *late2[] = { "--expect-abort-at=2", "--stall-at=2", NULL };
-	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "3", abort2, logs[0]);
-	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "3", late2, logs[1]);
+	pids[0] = trainer(&job, 0, d[0].socket, d[0].dir, 0, 0, "3", abort2, logs[0]);
+	pids[1] = trainer(&job, 1, d[1].socket, d[1].dir, 0, 1, "3", late2, logs[1]);
 	for (unsigned n = 0; n < 2; n++)
 		expect_aborted(pids[n], logs[n], &d[n], 2);
 	assert_true(harness_log_contains(&d[0], "rebuilding the group (generation 1)"));
@@ -655,15 +662,15 @@ static void trainer_late_on_one_node(void **state)
 static void not_ready_then_communicators_again(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--peer-timeout=3", NULL };
+	const char *args[] = { "--backend=cuda", "--peer-timeout=3", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, args);
 	pid_t pids[2];
 	char logs[2][200];
 	const char *late[] = { "--expect-abort-at=1", "--stall-at=1", NULL };
 	const char *abort1[] = { "--expect-abort-at=1", NULL };
-	pids[0] = trainer(d.socket, d.dir, 0, 0, "2", late, logs[0]);
-	pids[1] = trainer(d.socket, d.dir, 1, 1, "2", abort1, logs[1]);
+	pids[0] = trainer(&pair, 0, d.socket, d.dir, 0, 0, "2", late, logs[0]);
+	pids[1] = trainer(&pair, 0, d.socket, d.dir, 1, 1, "2", abort1, logs[1]);
 	for (unsigned r = 0; r < 2; r++)
 		expect_aborted(pids[r], logs[r], &d, 1);
 	assert_true(harness_file_contains(logs[1], "local rank 0's gradients were not ready on its GPU within 3 s"));
@@ -696,19 +703,19 @@ static void communicators_fail_then_made(void **state)
 
 /* ---- tests/gpu/run.sh's trainer, on the emulation ------------------------------ */
 
-/* gpu-trainer, as run.sh runs it, against one emulated GPU: its own checks
- * (every element against the host kernels) must pass. */
-static void gpu_trainer_case(const char *const *daemon_args, const char *steps,
-			     const char *extra)
+/* gpu-trainer, as run.sh runs it, in job j against one emulated GPU: its
+ * own checks (every element against the host kernels) must pass. */
+static void gpu_trainer_case(struct harness_job *j, const char *const *daemon_args,
+			     const char *steps, const char *extra)
 {
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, daemon_args);
+	harness_job_daemon_start(&d, j, 0, daemon_args);
 	char log[200];
 	snprintf(log, sizeof(log), "%s/gpu-trainer.log", d.dir);
 	const char *argv[] = { getenv("GS_GPU_TRAINER"), "--socket", d.socket, "--layout",
 			       harness_layout("resnet50.txt"), "--rank", "0", "--steps", steps,
 			       "--clip-step", "1", extra, NULL };
-	pid_t pid = harness_spawn(argv, log);
+	pid_t pid = harness_job_spawn(j, 0, argv, log);
 	int status = harness_wait(pid, 120000);
 	if (status != 0 || !harness_file_contains(log, "PASS")) {
 		harness_dump(log);
@@ -721,16 +728,17 @@ static void gpu_trainer_case(const char *const *daemon_args, const char *steps,
 static void gpu_check_sync(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=1", "--wire=bf16", NULL };
-	gpu_trainer_case(args, "2", NULL);
+	struct harness_job job = { .local_size = { 1 }, .wire = "bf16" };
+	gpu_trainer_case(&job, cuda_backend, "2", NULL);
 }
 
 /* Its recovery check: step 2 is 5 s late, past a 2 s --peer-timeout. */
 static void gpu_check_recovery(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=1", "--peer-timeout=2", NULL };
-	gpu_trainer_case(args, "3", "--late-step=2");
+	struct harness_job job = { .local_size = { 1 } };
+	const char *args[] = { "--backend=cuda", "--peer-timeout=2", NULL };
+	gpu_trainer_case(&job, args, "3", "--late-step=2");
 }
 
 /* Each case's time, in the log: the suite is meant to stay short in CI. */

@@ -136,9 +136,10 @@ static void trainer_takes_rank_from_env(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", NULL };
+	/* The job that torchrun's variables below describe to the trainers. */
+	static struct harness_job job = { .id = "launch-test", .local_size = { 2 } };
 	launch_env(NULL);
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &job, 0, NULL);
 
 	char log1[200], log0[200];
 	snprintf(log1, sizeof(log1), "%s/trainer-env-1.log", d.dir);

@@ -38,10 +38,15 @@
  * a peer is lost: it is served on the loop, which nothing may hold up. */
 #define STATUS_MS 2000
 
+/* The job every case runs: two nodes of one trainer. */
+static const struct harness_job pair_job = { .nodes = 2, .local_size = { 1, 1 } };
+
+/* A node: its daemon, and the job as this node's daemon and trainers see
+ * it (pair_job, but for the port node 0 is reached at: a proxy's). */
 struct node {
 	struct gs_test_daemon d;
-	char args[8][96];
-	const char *argv[16];
+	struct harness_job job;
+	unsigned rank;
 };
 
 static char layout[200];
@@ -85,21 +90,17 @@ static const char *small_layout(void)
 	return layout;
 }
 
-/* Starts the daemon of node `rank` of two, its rendezvous at `port`. */
+/* Starts the daemon of node `rank` of pair_job, reaching node 0's
+ * rendezvous at `port`. */
 static void spawn_node(struct node *n, unsigned rank, int port, const char *const *extra)
 {
-	snprintf(n->args[0], 96, "--nodes=2");
-	snprintf(n->args[1], 96, "--node-rank=%u", rank);
-	snprintf(n->args[2], 96, "--coordinator=127.0.0.1:%d", port);
-	snprintf(n->args[3], 96, "--gloo-host=127.0.0.1");
-	snprintf(n->args[4], 96, "--join-timeout=30");
-	size_t k = 0;
-	for (; k < 5; k++)
-		n->argv[k] = n->args[k];
-	for (size_t i = 0; extra && extra[i]; i++)
-		n->argv[k++] = extra[i];
-	n->argv[k] = NULL;
-	harness_daemon_spawn(&n->d, n->argv);
+	n->job = pair_job;
+	n->job.port = port;
+	n->rank = rank;
+	struct harness_strs args = { .n = 0 };
+	harness_strs_printf(&args, "--join-timeout=30");
+	harness_strs_append(&args, extra);
+	harness_job_daemon_spawn(&n->d, &n->job, rank, args.v);
 	track(n->d.pid);
 }
 
@@ -113,7 +114,7 @@ static void run_step(const struct node *n0, const struct node *n1)
 		snprintf(logs[r], sizeof(logs[r]), "%s/trainer.log", n[r]->d.dir);
 		const char *argv[] = { getenv("GS_TRAINER"), "--socket", n[r]->d.socket, "--layout",
 				       small_layout(), "--rank", "0", "--steps", "1", NULL };
-		pids[r] = harness_spawn(argv, logs[r]);
+		pids[r] = harness_job_spawn(&n[r]->job, n[r]->rank, argv, logs[r]);
 	}
 	int failed = 0;
 	for (int r = 0; r < 2; r++) {

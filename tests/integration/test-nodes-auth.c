@@ -121,13 +121,13 @@ static void other_protocol_version(void **state)
 	(void)state;
 	const char *secret = write_secret("s", "0123456789abcdef0123456789abcdef\n", 0600);
 	for (int with_secret = 0; with_secret < 2; with_secret++) {
-		int port = harness_free_port();
-		char coord[64], file[300];
-		snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", port);
+		struct harness_job job = { .nodes = 2 };
+		char file[300];
 		snprintf(file, sizeof(file), "--cluster-secret-file=%s", secret);
-		const char *v[] = { "--nodes=2", "--node-rank=0", coord, with_secret ? file : NULL, NULL };
+		const char *v[] = { with_secret ? file : NULL, NULL };
 		struct gs_test_daemon d0;
-		harness_daemon_spawn(&d0, v);
+		harness_job_daemon_spawn(&d0, &job, 0, v);
+		int port = job.port;
 		/* 99; 1: the daemons from before the authentication; 2: before
 		 * the cuda backend's keys of each group; 3: before the chunks'
 		 * status; 4: before the pings. */
@@ -179,9 +179,10 @@ static void two_nodes_with_a_secret(void **state)
 	(void)state;
 	char arg[300];
 	snprintf(arg, sizeof(arg), "--cluster-secret-file=%s", write_secret("same", SECRET_A, 0600));
-	struct nodes_case c = { "resnet50.txt", 2, { 1, 1 }, "2", { arg, NULL }, { NULL } };
+	struct nodes_case c = { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 } }, "2",
+				{ arg, NULL }, { NULL } };
 	struct node n[2];
-	spawn_nodes(n, 2, c.local, c.daemon_args, harness_free_port());
+	spawn_nodes(n, &c.job, c.daemon_args);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	/* Node 0's own daemon and node 1 both proved themselves. */
@@ -202,11 +203,11 @@ static void wrong_cluster_secret(void **state)
 	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("a", SECRET_A, 0600));
 	snprintf(b, sizeof(b), "--cluster-secret-file=%s", write_secret("b", SECRET_B, 0400));
 	const char *ea[] = { a, NULL }, *eb[] = { b, NULL };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	struct node n0, n1, back;
-	spawn_node(&n0, 2, 0, 1, ea, port);
+	spawn_node(&n0, &job, 0, ea);
 	double t0 = harness_now_s();
-	spawn_node(&n1, 2, 1, 1, eb, port);
+	spawn_node(&n1, &job, 1, eb);
 	int status = harness_wait(n1.d.pid, 20000);
 	double took = harness_now_s() - t0;
 	print_message("node 1 with the wrong secret exited with %d after %.2f s\n", status, took);
@@ -220,7 +221,7 @@ static void wrong_cluster_secret(void **state)
 	assert_true(harness_daemon_alive(&n0.d));
 	forget_daemon(&n1.d);
 
-	spawn_node(&back, 2, 1, 1, ea, port);
+	spawn_node(&back, &job, 1, ea);
 	harness_daemon_wait_ready(&n0.d, 30000);
 	harness_daemon_wait_ready(&back.d, 30000);
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
@@ -240,11 +241,11 @@ static void cluster_secret_on_one_node_only(void **state)
 		"it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)",
 	};
 	for (unsigned holder = 0; holder < 2; holder++) {
-		int port = harness_free_port();
+		struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 		struct node n0, n1;
-		spawn_node(&n0, 2, 0, 1, holder == 0 ? ea : NULL, port);
+		spawn_node(&n0, &job, 0, holder == 0 ? ea : NULL);
 		double t0 = harness_now_s();
-		spawn_node(&n1, 2, 1, 1, holder == 1 ? ea : NULL, port);
+		spawn_node(&n1, &job, 1, holder == 1 ? ea : NULL);
 		int status = harness_wait(n1.d.pid, 20000);
 		double took = harness_now_s() - t0;
 		print_message("secret on node %u only: node 1 exited with %d after %.2f s\n", holder,
@@ -290,14 +291,14 @@ static void cluster_secret_file_refused(void **state)
 		{ missing, "cannot open it: No such file or directory", false },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char coord[64], arg[300];
-		snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", harness_free_port());
+		struct harness_job job = { .nodes = 2 };
+		char arg[300];
 		snprintf(arg, sizeof(arg), "--cluster-secret-file=%s", cases[i].path);
-		const char *v[] = { "--nodes=2", "--node-rank=0", coord, cases[i].env ? NULL : arg, NULL };
+		const char *v[] = { cases[i].env ? NULL : arg, NULL };
 		if (cases[i].env)
 			setenv("GRADSYNC_CLUSTER_SECRET_FILE", cases[i].path, 1);
 		struct gs_test_daemon d;
-		harness_daemon_spawn(&d, v);
+		harness_job_daemon_spawn(&d, &job, 0, v);
 		unsetenv("GRADSYNC_CLUSTER_SECRET_FILE");
 		int status = harness_wait(d.pid, 10000);
 		if (status != 2)
@@ -346,9 +347,12 @@ static void unauthenticated_peers_refused(void **state)
 	char a[300];
 	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("peers", SECRET_A, 0600));
 	const char *ea[] = { a, "--auth-timeout=3", NULL };
-	int port = harness_free_port();
+	static const struct nodes_case c = { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 } },
+					     "1", { NULL }, { NULL } };
+	struct harness_job job = c.job;
 	struct node n[2];
-	spawn_node(&n[0], 2, 0, 1, ea, port);
+	spawn_node(&n[0], &job, 0, ea);
+	int port = job.port;
 
 	int fd = tcp_connect(port, 10);
 	send_node_hello(fd, GS_NODE_PROTOCOL_VERSION);
@@ -406,7 +410,7 @@ static void unauthenticated_peers_refused(void **state)
 	/* A peer that says nothing, while the real node 1 joins. */
 	int silent = tcp_connect(port, 20);
 	double t0 = harness_now_s();
-	spawn_node(&n[1], 2, 1, 1, ea, port);
+	spawn_node(&n[1], &job, 1, ea);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	raw_expect_error(silent, GS_EAGAIN, "did not authenticate within 3 s (--auth-timeout); try again");
@@ -418,7 +422,6 @@ static void unauthenticated_peers_refused(void **state)
 	expect_in_log(n[0].d.log, "rendezvous: refused node 1 from 127.0.0.1:");
 	assert_true(harness_daemon_alive(&n[0].d));
 
-	static const struct nodes_case c = { "resnet50.txt", 2, { 1, 1 }, "1", { NULL }, { NULL } };
 	run_steps(&c, n);
 }
 

@@ -46,8 +46,8 @@ static void layout_mismatch_between_nodes(void **state)
 	fclose(out);
 
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	spawn_nodes(n, 2, local, NULL, harness_free_port());
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
+	spawn_nodes(n, &job, NULL);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -71,22 +71,16 @@ static void layout_mismatch_between_nodes(void **state)
 static void wrong_world_size(void **state)
 {
 	(void)state;
-	int port = harness_free_port();
+	/* Node 1's trainers would say three nodes: node 1's daemon is of
+	 * another job's shape. */
+	struct harness_job job = { .nodes = 2 };
+	struct harness_job three = { .nodes = 3 };
 	struct gs_test_daemon d0, d1;
-	char a0[4][64], a1[4][64];
-	snprintf(a0[0], 64, "--nodes=2");
-	snprintf(a0[1], 64, "--node-rank=0");
-	snprintf(a0[2], 64, "--coordinator=127.0.0.1:%d", port);
-	snprintf(a0[3], 64, "--gloo-host=127.0.0.1");
-	snprintf(a1[0], 64, "--nodes=3");
-	snprintf(a1[1], 64, "--node-rank=1");
-	snprintf(a1[2], 64, "--coordinator=127.0.0.1:%d", port);
-	snprintf(a1[3], 64, "--join-timeout=20");
-	const char *v0[] = { a0[0], a0[1], a0[2], a0[3], NULL };
-	const char *v1[] = { a1[0], a1[1], a1[2], a1[3], NULL };
-	harness_daemon_spawn(&d0, v0);
+	static const char *const v1[] = { "--join-timeout=20", NULL };
+	harness_job_daemon_spawn(&d0, &job, 0, NULL);
+	three.port = job.port;
 	double t0 = harness_now_s();
-	harness_daemon_spawn(&d1, v1);
+	harness_job_daemon_spawn(&d1, &three, 1, v1);
 	int status = harness_wait(d1.pid, 25000);
 	double took = harness_now_s() - t0;
 	print_message("the daemon of the wrong world size exited with %d after %.2f s\n", status, took);
@@ -114,8 +108,8 @@ static void trainer_killed_on_other_node(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	spawn_nodes(n, 2, local, NULL, harness_free_port());
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
+	spawn_nodes(n, &job, NULL);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200], log1b[200];
@@ -147,10 +141,9 @@ static void peer_daemon_killed_and_back(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=10", NULL };
-	spawn_nodes(n, 2, local, extra, port);
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200], log1b[200];
@@ -174,7 +167,7 @@ static void peer_daemon_killed_and_back(void **state)
 
 	/* Node 1 comes back: a new daemon with the same rank. */
 	struct node back;
-	spawn_node(&back, 2, 1, 1, extra, port);
+	spawn_node(&back, &job, 1, extra);
 	harness_daemon_wait_ready(&back.d, 30000);
 	static const char *const a1b[] = { "--first-step", "3", NULL };
 	pid_t t1b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", a1b, log1b);
@@ -194,9 +187,9 @@ static void trainer_late_on_other_node(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=2", NULL };
-	spawn_nodes(n, 2, local, extra, harness_free_port());
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -221,11 +214,11 @@ static void group_rebuilt_after_it_failed(void **state)
 {
 	(void)state;
 	struct node n[2];
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const quick[] = { "--peer-timeout=2", "--step-timeout=2", NULL };
 	static const char *const patient[] = { "--peer-timeout=2", NULL };
-	spawn_node(&n[0], 2, 0, 1, quick, port);
-	spawn_node(&n[1], 2, 1, 1, patient, port);
+	spawn_node(&n[0], &job, 0, quick);
+	spawn_node(&n[1], &job, 1, patient);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -268,10 +261,9 @@ static void kill_node0_in_step_2(struct node *n, unsigned nodes, pid_t t0, const
 static void coordinator_killed_and_back(unsigned nodes)
 {
 	struct node n[MAX_NODES];
-	const unsigned local[MAX_NODES] = { 1, 1, 1, 1 };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = nodes, .local_size = { 1, 1, 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=30", NULL };
-	spawn_nodes(n, nodes, local, extra, port);
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < nodes; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char logs[MAX_NODES][200], log0b[200];
@@ -293,7 +285,7 @@ static void coordinator_killed_and_back(unsigned nodes)
 	/* systemd's Restart=on-failure: a new daemon of rank 0, same port. */
 	struct node back;
 	double t0 = harness_now_s();
-	spawn_node(&back, nodes, 0, 1, extra, port);
+	spawn_node(&back, &job, 0, extra);
 	harness_daemon_wait_ready(&back.d, 30000);
 	for (unsigned r = 1; r < nodes; r++)
 		harness_wait_for_text(n[r].d.log, "re-joined the coordinator", 30);
@@ -332,10 +324,9 @@ static void trainer_registers_while_coordinator_away(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=30", NULL };
-	spawn_nodes(n, 2, local, extra, port);
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200], log0b[200], want[120];
@@ -355,7 +346,7 @@ static void trainer_registers_while_coordinator_away(void **state)
 	assert_true(harness_daemon_alive(&n[1].d));
 
 	struct node back;
-	spawn_node(&back, 2, 0, 1, extra, port);
+	spawn_node(&back, &job, 0, extra);
 	harness_daemon_wait_ready(&back.d, 30000);
 	pid_t t0b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", b, log0b);
 	expect_exit(t0b, 0, log0b);
@@ -373,9 +364,9 @@ static void coordinator_stays_away(void **state)
 	(void)state;
 	enum { STEP_TIMEOUT_S = 3 };
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=30", "--step-timeout=3", NULL };
-	spawn_nodes(n, 2, local, extra, harness_free_port());
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -407,11 +398,12 @@ static void peer_lost_between_chunks(void **state)
 	(void)state;
 	enum { BIG = 1 << 25, FUSION = 1024 }; /* 32,768 chunks */
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	char fusion[32];
-	snprintf(fusion, sizeof(fusion), "--fusion-buffer=%d", FUSION);
-	const char *const extra[] = { "--peer-timeout=10", fusion, NULL };
-	spawn_nodes(n, 2, local, extra, harness_free_port());
+	snprintf(fusion, sizeof(fusion), "%d", FUSION);
+	job.fusion_buffer = fusion;
+	const char *const extra[] = { "--peer-timeout=10", NULL };
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 
@@ -451,17 +443,14 @@ static void clashing_node_rank(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	int port = harness_free_port();
-	spawn_nodes(n, 2, local, NULL, port);
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
+	spawn_nodes(n, &job, NULL);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
-	char coord[64];
-	snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", port);
-	const char *v[] = { "--nodes=2", "--node-rank=1", coord, "--join-timeout=10", NULL };
+	static const char *const v[] = { "--join-timeout=10", NULL };
 	struct gs_test_daemon d;
 	double t0 = harness_now_s();
-	harness_daemon_spawn(&d, v);
+	harness_job_daemon_spawn(&d, &job, 1, v);
 	int status = harness_wait(d.pid, 15000);
 	double took = harness_now_s() - t0;
 	print_message("the second node rank 1 exited with %d after %.2f s\n", status, took);
@@ -478,12 +467,11 @@ static void clashing_node_rank(void **state)
 static void coordinator_never_appears(void **state)
 {
 	(void)state;
-	char coord[64];
-	snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", harness_free_port());
-	const char *v[] = { "--nodes=2", "--node-rank=1", coord, "--join-timeout=2", NULL };
+	struct harness_job job = { .nodes = 2 };
+	static const char *const v[] = { "--join-timeout=2", NULL };
 	struct gs_test_daemon d;
 	double t0 = harness_now_s();
-	harness_daemon_spawn(&d, v);
+	harness_job_daemon_spawn(&d, &job, 1, v);
 	int status = harness_wait(d.pid, 15000);
 	double took = harness_now_s() - t0;
 	print_message("gradsyncd gave up after %.2f s with status %d\n", took, status);

@@ -27,14 +27,20 @@ static const struct gs_tensor_spec layout[] = {
 };
 #define NT 4
 
-static gs_client *trainer(const char *socket, uint32_t rank,
+/* A trainer of this process in job j (its variables set while it
+ * connects; NULL: none, a job of one trainer and the defaults). */
+static gs_client *trainer(const struct harness_job *j, const char *socket, uint32_t rank,
 			  const struct gs_tensor_spec *specs, size_t n)
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = socket;
 	o.local_rank = rank;
 	gs_client *c;
-	if (gs_connect(&o, &c) != GS_OK)
+	if (j)
+		harness_job_setenv(j, 0);
+	int r = gs_connect(&o, &c);
+	harness_clear_launch_env();
+	if (r != GS_OK)
 		fail_msg("connect: %s", gs_last_error(NULL));
 	if (gs_register(c, specs, n) != GS_OK)
 		fail_msg("register: %s", gs_last_error(c));
@@ -91,9 +97,10 @@ static void figures_after_known_steps(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", "--threshold=100000", NULL };
-	harness_daemon_start(&d, args);
-	gs_client *c[2] = { trainer(d.socket, 0, layout, NT), trainer(d.socket, 1, layout, NT) };
+	static struct harness_job job = { .local_size = { 2 }, .threshold = "100000" };
+	harness_job_daemon_start(&d, &job, 0, NULL);
+	gs_client *c[2] = { trainer(&job, d.socket, 0, layout, NT),
+			    trainer(&job, d.socket, 1, layout, NT) };
 
 	uint64_t elements = 0, clipped = 0;
 	for (size_t t = 0; t < NT; t++)
@@ -169,7 +176,7 @@ static void status_while_reducing(void **state)
 	harness_daemon_start(&d, NULL);
 	/* 64M elements: the bucket takes far longer than a status round trip. */
 	static const struct gs_tensor_spec big[] = { { "big", 64u << 20, GS_FLOAT32, -1, 0 } };
-	gs_client *c = trainer(d.socket, 0, big, 1);
+	gs_client *c = trainer(NULL, d.socket, 0, big, 1);
 	memset(gs_tensor_data(c, 0), 0, (64u << 20) * sizeof(float));
 	gs_client *ctl;
 	assert_int_equal(gs_control_connect(d.socket, 5000, &ctl), GS_OK);

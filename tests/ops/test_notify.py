@@ -13,7 +13,7 @@ import socket
 import tempfile
 import time
 
-from opslib import (HAVE_GLOO, Daemon, Skip, Trainer, check, check_eq, ctl, run, wait_for)
+from opslib import (HAVE_GLOO, Daemon, Job, Skip, Trainer, check, check_eq, ctl, run, wait_for)
 
 
 class Listener:
@@ -63,7 +63,8 @@ class Listener:
 
 def test_ready_status_stopping():
     n = Listener()
-    d = Daemon(["--local-size=1"], env={"NOTIFY_SOCKET": n.address}, wait=False)
+    job = Job(local_size=1)
+    d = Daemon(env={"NOTIFY_SOCKET": n.address}, wait=False, job=job)
     try:
         answered = []
 
@@ -76,7 +77,7 @@ def test_ready_status_stopping():
         check_eq(answered, [0], "gradsyncctl status at the moment of READY=1")
         check(any(m.startswith("READY=1\nSTATUS=idle") for m in n.messages),
               f"READY=1 comes with a status line: {n.messages}")
-        Trainer(d.socket, 0, [1000, 3000, 20], steps=2, log_dir=d.dir).wait()
+        Trainer(d.socket, 0, [1000, 3000, 20], steps=2, log_dir=d.dir, job=job).wait()
         line = n.wait_for("STATUS=", 10)
         while "2 steps done" not in line:
             line = n.wait_for("STATUS=", 10)
@@ -116,22 +117,13 @@ def test_failed_start_is_never_ready():
         d.cleanup()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_ready_waits_for_the_other_nodes():
     if not HAVE_GLOO:
         raise Skip("this build has no Gloo: one node only")
-    port = free_port()
-    common = ["--nodes=2", f"--coordinator=127.0.0.1:{port}", "--gloo-host=127.0.0.1",
-              "--join-timeout=60"]
+    job = Job(nodes=2)
+    common = ["--join-timeout=60"]
     n0, n1 = Listener(), Listener()
-    d0 = Daemon(common + ["--node-rank=0"], env={"NOTIFY_SOCKET": n0.address}, wait=False)
+    d0 = Daemon(common, env={"NOTIFY_SOCKET": n0.address}, wait=False, job=job, node=0)
     d1 = None
     try:
         # Alone, node 0 keeps systemd waiting without a READY=1.
@@ -143,7 +135,7 @@ def test_ready_waits_for_the_other_nodes():
         check("EXTEND_TIMEOUT_USEC" in keys, f"the start timeout is extended: {n0.messages}")
         check(any(m.startswith("STATUS=joining") for m in n0.messages), "a joining status")
         ctl(d0.socket, "status", check_rc=3)
-        d1 = Daemon(common + ["--node-rank=1"], env={"NOTIFY_SOCKET": n1.address}, wait=False)
+        d1 = Daemon(common, env={"NOTIFY_SOCKET": n1.address}, wait=False, job=job, node=1)
         n0.wait_for("READY=1", 60)
         n1.wait_for("READY=1", 60)
         s = ctl(d1.socket, "status", "--json")
