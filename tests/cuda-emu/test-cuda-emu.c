@@ -43,7 +43,7 @@ static pid_t trainer(const struct harness_job *j, unsigned node, const char *soc
 	char r[16], g[16];
 	snprintf(r, sizeof(r), "%u", rank);
 	snprintf(g, sizeof(g), "%u", global_rank);
-	snprintf(log, 200, "%s/trainer-%u.log", dir, global_rank);
+	snprintf(log, 200, "%s/trainer-%s%u.log", dir, j->id ? j->id : "", global_rank);
 	const char *argv[16] = { getenv("GS_TRAINER"), "--socket", socket, "--layout",
 				 harness_layout("resnet50.txt"), "--rank", r, "--global-rank", g,
 				 "--steps", steps };
@@ -323,16 +323,16 @@ static void gpus_by_bus_id(void **state)
 	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
 	/* fp32: the emulated NCCL rounds after each addition, as a ring, and
 	 * with four ranks only fp32 gives the trainers' single rounding. */
-	const char *args[] = { "--backend=cuda", "--local-size=4", "--wire=fp32", NULL };
+	struct harness_job job = { .local_size = { 4 }, .wire = "fp32" };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &job, 0, cuda_backend);
 	pid_t pids[4];
 	char logs[4][200], dev[4][16];
 	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "4,5,6,7", 1);
 	for (unsigned r = 0; r < 4; r++) {
 		snprintf(dev[r], sizeof(dev[r]), "%u", 3 - r);
 		const char *targs[] = { "--device", dev[r], "--clip-step=1", NULL };
-		pids[r] = trainer(d.socket, d.dir, r, r, "1", targs, logs[r]);
+		pids[r] = trainer(&job, 0, d.socket, d.dir, r, r, "1", targs, logs[r]);
 	}
 	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
 	expect_pass(pids, logs, 4);
@@ -342,39 +342,55 @@ static void gpus_by_bus_id(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* Two gradsyncds on one emulated node of eight GPUs, on GPUs of their
- * own: the first sees the node's GPUs 0 to 3, the second 4 to 7, as their
- * devices 0 to 3 (the second's device 0 is the node's GPU 4). Each serves
- * a job of two trainers, at the same time: the first's see the node's GPUs
- * 3 and 2 only, local rank r on its device r (the node's GPU 3 - r, its
- * daemon's device 3 - r); the second's see every GPU, local rank r on its
- * device 6 + r (its daemon's device 2 + r). Both jobs' steps must be right
- * in every element. */
-static void two_daemons_own_gpus(void **state)
+/* One gradsyncd on an emulated node of eight GPUs, and two jobs at once on
+ * GPUs of their own: job "low"'s two trainers see the node's GPUs 3 and 2
+ * only, local rank r on its device r (the node's GPU 3 - r); job "high"'s
+ * see every GPU, local rank r on its device 6 + r. Each job has its own
+ * backend, whose ranks are bound where their buffers are; both jobs' steps
+ * must be right in every element. */
+static void two_jobs_own_gpus(void **state)
 {
 	(void)state;
 	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
-	static const char *const daemon_gpus[2] = { "0,1,2,3", "4,5,6,7" };
-	struct gs_test_daemon d[2];
-	for (unsigned k = 0; k < 2; k++) {
-		setenv("GS_CUDA_EMU_VISIBLE_DEVICES", daemon_gpus[k], 1);
-		harness_daemon_start(&d[k], args);
-	}
+	struct harness_job low = { .id = "low", .local_size = { 2 }, .wire = "fp16" };
+	struct harness_job high = { .id = "high", .local_size = { 2 }, .wire = "fp16" };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &low, 0, cuda_backend);
 	pid_t pids[4];
 	char logs[4][200];
 	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "3,2", 1);
 	for (unsigned r = 0; r < 2; r++)
-		pids[r] = trainer(d[0].socket, d[0].dir, r, r, "2", NULL, logs[r]);
+		pids[r] = trainer(&low, 0, d.socket, d.dir, r, r, "2", NULL, logs[r]);
 	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
 	const char *dev[2][3] = { { "--device", "6", NULL }, { "--device", "7", NULL } };
 	for (unsigned r = 0; r < 2; r++)
-		pids[2 + r] = trainer(d[1].socket, d[1].dir, r, r, "2", dev[r], logs[2 + r]);
+		pids[2 + r] = trainer(&high, 0, d.socket, d.dir, r, r, "2", dev[r], logs[2 + r]);
 	expect_pass(pids, logs, 4);
-	assert_true(harness_log_contains(&d[0], "local rank 0 on GPU 0000:1b:00.0 (device 3 here"));
-	assert_true(harness_log_contains(&d[1], "local rank 0 on GPU 0000:1e:00.0 (device 2 here"));
-	for (unsigned k = 0; k < 2; k++)
-		assert_int_equal(harness_daemon_stop(&d[k]), 0);
+	assert_true(harness_log_contains(&d, "local rank 0 on GPU 0000:1b:00.0 (device 3 here"));
+	assert_true(harness_log_contains(&d, "local rank 0 on GPU 0000:1e:00.0 (device 6 here"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* --gpus: a daemon allowed the node's GPUs 4 to 7 refuses a trainer on
+ * GPU 0, naming its bus id and the list, and serves one on GPU 5. */
+static void gpus_allow_list(void **state)
+{
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
+	const char *args[] = { "--backend=cuda",
+			       "--gpus=0000:1c:00.0,0000:1d:00.0,0000:1e:00.0,0000:1f:00.0", NULL };
+	struct harness_job job = { .local_size = { 1 } };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, args);
+	pid_t pid;
+	char log[200];
+	const char *gpu0[] = { "--device", "0", NULL }, *gpu5[] = { "--device", "5", NULL };
+	pid = trainer(&job, 0, d.socket, d.dir, 0, 0, "1", gpu0, log);
+	assert_int_not_equal(harness_wait(pid, 60000), 0);
+	assert_true(harness_file_contains(log, "it is on GPU 0000:18:00.0, which is not one this gradsyncd may use (--gpus"));
+	pid = trainer(&job, 0, d.socket, d.dir, 0, 0, "1", gpu5, log);
+	expect_pass(&pid, (char (*)[200])log, 1);
+	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
 /* What gradsyncd refuses, with the GPUs named: a buffer on a GPU it does
@@ -385,10 +401,9 @@ static void gpu_refusals(void **state)
 {
 	(void)state;
 	setenv("GS_CUDA_EMU_DEVICES", "4", 1);
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
 	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "0,1", 1);
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
 	struct raw_trainer on[3];
 	for (int g = 0; g < 3; g++)
@@ -399,7 +414,7 @@ static void gpu_refusals(void **state)
 
 	char log[200];
 	const char *hold[] = { "--hold", NULL };
-	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", hold, log);
+	pid_t t = trainer(&pair, 0, d.socket, d.dir, 0, 0, "1", hold, log);
 	harness_wait_for_text(log, "REGISTERED", 30);
 	sock = raw_register(&on[0], &on[0], 1, &d, 1 << 20);
 	raw_expect_error(sock, GS_EBUFFER, "buffer 0: local ranks 0 and 1 are both on GPU 0000:18:00.0, but NCCL takes one rank of a communicator per GPU");
@@ -685,16 +700,15 @@ static void not_ready_then_communicators_again(void **state)
 static void communicators_fail_then_made(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
 	setenv("GS_CUDA_EMU_NCCL_FAIL_INITS", "1", 1);
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	unsetenv("GS_CUDA_EMU_NCCL_FAIL_INITS");
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort1[] = { "--expect-abort-at=1", NULL };
 	for (unsigned r = 0; r < 2; r++)
-		pids[r] = trainer(d.socket, d.dir, r, r, "2", abort1, logs[r]);
+		pids[r] = trainer(&pair, 0, d.socket, d.dir, r, r, "2", abort1, logs[r]);
 	for (unsigned r = 0; r < 2; r++)
 		expect_aborted(pids[r], logs[r], &d, 1);
 	assert_true(harness_file_contains(logs[0], "cannot make the NCCL communicators: creating the NCCL communicators on local rank 0"));
@@ -774,7 +788,8 @@ int main(void)
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),
 		TIMED(gpus_by_bus_id),
-		TIMED(two_daemons_own_gpus),
+		TIMED(two_jobs_own_gpus),
+		TIMED(gpus_allow_list),
 		TIMED(gpu_refusals),
 		TIMED(not_ready_then_communicators_again),
 		TIMED(communicators_fail_then_made),
