@@ -380,7 +380,7 @@ static void print_jobs_table(const struct gs_status *s)
 		char node[32], last[32];
 		clean(j->state, state, sizeof(state));
 		if (j->hidden) {
-			printf("%-16s %-10s %-12s %8u %7s %5s %5s %8s %11s\n", "(another user's)",
+			printf("%-16s %-10s %-12s %8u %7s %5s %5s %8s %11s\n", "(hidden)",
 			       "-", state, j->trainers_connected, "-", "-", "-", "-", "-");
 			continue;
 		}
