@@ -59,7 +59,8 @@ static void usage(FILE *f)
 		"  jobs [--json]      one line per job: id, owner, state, trainers, node\n"
 		"                     rank/nodes, local and world size, steps, last step\n"
 		"  clients [--json]   every connection: trainers, control clients, nodes\n"
-		"  metrics            the daemon's figures in the Prometheus text format\n"
+		"  metrics            the daemon's figures in the Prometheus text format:\n"
+		"                     the node's totals, and each job's under a job label\n"
 		"  trace start FILE   write a Chrome-trace timeline of every bucket's\n"
 		"                     phases to FILE (created as the calling user)\n"
 		"  trace stop         complete and close the trace file\n"
@@ -318,12 +319,12 @@ static void print_job(const struct gs_job_status *j)
 {
 	char buf[GS_COORDINATOR_MAX + 16], user[64], age[48];
 	if (j->hidden) {
-		printf("\nanother user's job: %s, %u trainer%s\n",
+		printf("another user's job: %s, %u trainer%s\n",
 		       clean(j->state, buf, sizeof(buf)), j->trainers_connected,
 		       plural(j->trainers_connected));
 		return;
 	}
-	printf("\nJob %s\n", job_name(j->job_id, buf, sizeof(buf)));
+	printf("Job %s\n", job_name(j->job_id, buf, sizeof(buf)));
 	printf(ROW "%s (uid %u)\n", "owner:", user_name(j->owner_uid, user, sizeof(user)),
 	       j->owner_uid);
 	printf(ROW "%s\n", "state:", clean(j->state, buf, sizeof(buf)));
@@ -365,8 +366,10 @@ static void print_text(const struct gs_status *s)
 	printf(ROW "%" PRIu64 " values\n", "non-finite:", s->nonfinite);
 	if (s->job_count == 0)
 		printf("\nno jobs\n");
-	for (size_t i = 0; i < s->job_count; i++)
+	for (size_t i = 0; i < s->job_count; i++) {
+		putchar('\n');
 		print_job(&s->jobs[i]);
+	}
 }
 
 /* One line per job, as `gradsyncctl jobs` lists them. */

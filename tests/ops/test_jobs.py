@@ -236,6 +236,25 @@ def test_python_control_jobs():
         jobs.d.cleanup()
 
 
+def test_no_jobs_and_usage():
+    d = Daemon()
+    try:
+        check_eq(ctl(d.socket, "jobs").stdout.splitlines()[1:], [], "an idle daemon's jobs")
+        check_eq(json.loads(ctl(d.socket, "jobs", "--json").stdout)["jobs"], [],
+                 "an idle daemon's jobs --json")
+        check(re.search(r"jobs:\s+0 of 16\n(.*\n)*\nno jobs\n$", ctl(d.socket, "status").stdout),
+              "an idle daemon's status says it has no jobs")
+        r = ctl(d.socket, "status", "--job", "", check_rc=1)
+        check("no job ''" in r.stderr, f"the job without an id, absent: {r.stderr}")
+        for args in (["--job", "a", "metrics"], ["--job", "a", "jobs"], ["status", "--job"],
+                     ["jobs", "extra"], ["--json", "trace", "stop"]):
+            r = ctl(d.socket, *args, check_rc=2)
+            check("Try 'gradsyncctl --help'" in r.stderr, f"usage hint for {args}")
+    finally:
+        d.cleanup()
+
+
 if __name__ == "__main__":
     run([test_jobs_lists_both_with_their_shapes, test_status_of_one_job_and_of_none,
-         test_metrics_per_job, test_another_users_job_is_hidden, test_python_control_jobs])
+         test_metrics_per_job, test_another_users_job_is_hidden, test_python_control_jobs,
+         test_no_jobs_and_usage])
