@@ -269,8 +269,11 @@ static struct gs_job_entry *entry_open(struct gs_jobs *t, const struct gs_settin
 	e->linger_timer.data = e;
 	uv_timer_init(t->env.loop, &e->free_timer);
 	e->free_timer.data = e;
-	e->next = t->head;
-	t->head = e;
+	/* Oldest first, as status lists them. */
+	struct gs_job_entry **tail = &t->head;
+	while (*tail)
+		tail = &(*tail)->next;
+	*tail = e;
 	t->count++;
 	e->state = GS_ENTRY_JOINING;
 	e->cluster_started = true;

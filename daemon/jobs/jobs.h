@@ -69,7 +69,7 @@ struct gs_job_entry {
 
 struct gs_jobs {
 	struct gs_jobs_env env;
-	struct gs_job_entry *head; /* every job found by its id */
+	struct gs_job_entry *head; /* every job found by its id, oldest first */
 	unsigned count;
 	bool stopping;
 	/* Steps of the jobs that have gone, so that the node's totals only
