@@ -218,7 +218,9 @@ void gs_status_line(const struct gs_node_view *v, char *out, size_t n)
 			 (unsigned long long)st.steps_completed, (unsigned long long)st.steps_aborted);
 		return;
 	}
-	snprintf(out, n, "%u jobs, %u trainers; %llu steps done, %llu aborted, median %.1f ms",
-		 v->jobs->count, gs_jobs_trainers(v->jobs), (unsigned long long)st.steps_completed,
-		 (unsigned long long)st.steps_aborted, (double)gs_stats_median(&st) / 1e6);
+	unsigned trainers = gs_jobs_trainers(v->jobs);
+	snprintf(out, n, "%u job%s, %u trainer%s; %llu steps done, %llu aborted, median %.1f ms",
+		 v->jobs->count, v->jobs->count == 1 ? "" : "s", trainers, trainers == 1 ? "" : "s",
+		 (unsigned long long)st.steps_completed, (unsigned long long)st.steps_aborted,
+		 (double)gs_stats_median(&st) / 1e6);
 }

@@ -207,7 +207,10 @@ def test_metrics_after_known_steps_and_an_abort():
         check_eq(value(fam, "gradsync_trainers"), 2, "trainers")
         check_eq(value(fam, "gradsync_peer_up", node="0"), 1, "this node is up")
         check_eq(value(fam, "gradsync_peer_trainers", node="0"), 2, "this node's trainers")
-        check_eq(value(fam, "gradsync_info", backend="host", wire="fp16", op="average"), 1, "info")
+        check_eq(value(fam, "gradsync_info", backend="host"), 1, "info")
+        check_eq(value(fam, "gradsync_job_info", backend="host", wire="fp16", op="average"), 1,
+                 "the job's info")
+        check_eq(value(fam, "gradsync_jobs"), 1, "jobs")
         for phase in ["wait_for_gradients", "queue", "pack", "allreduce", "unpack"]:
             v = value(fam, "gradsync_bucket_phase_seconds_total", phase=phase)
             check(v >= 0 and math.isfinite(v), f"{phase} seconds")
