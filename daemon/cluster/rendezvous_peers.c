@@ -340,7 +340,6 @@ struct rdv_peer *rdv_adopt(struct gs_rdv_server *s, struct gs_conn *c,
 	c->dispatch = rdv_dispatch;
 	c->closed = node_closed;
 	c->role = GS_CONN_NODE;
-	c->hello_deadline_ns = 0;
 	c->log_group = &s->quiet;
 	p->server = s;
 	p->conn = c;

@@ -7,6 +7,7 @@
  * nodes retry until their --join-timeout.
  */
 #include <errno.h>
+#include <stdarg.h>
 #include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,23 +15,29 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "clock.h"
 #include "cluster/liveness.h"
 #include "cluster/rendezvous.h"
 #include "cluster/rendezvous_server.h"
 #include "errors.h"
+#include "node_protocol.h"
 #include "serve/conn.h"
 #include "serve/server.h"
 #include "support/log.h"
 #include "support/settings.h"
 
-/* Connections that have not yet named their job, at once. */
+/* Connections that have not yet named their job, at once: past it the
+ * oldest makes room, so that strangers who hold connections open can
+ * delay a node but not keep it out. */
 #define LOBBY_MAX 256
 
-/* A connection that has not yet named its job. */
+/* A connection that has not yet named its job: its deadline
+ * (--auth-timeout), in the order it came. */
 struct lobby_peer {
 	struct gs_node_port *port;
+	struct gs_conn *conn;
+	struct lobby_peer *prev, *next;
 	struct sockaddr_storage from;
+	uv_timer_t timer;
 };
 
 struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const char *job_id)
@@ -41,21 +48,81 @@ struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const cha
 	return NULL;
 }
 
+static void free_lobby_peer(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+/* The connection leaves the lobby (it named its job, or it closed): the
+ * record goes once its timer has closed. */
+static void leave(struct lobby_peer *lp)
+{
+	struct gs_node_port *np = lp->port;
+	if (lp->prev)
+		lp->prev->next = lp->next;
+	else
+		np->oldest = lp->next;
+	if (lp->next)
+		lp->next->prev = lp->prev;
+	else
+		np->newest = lp->prev;
+	np->lobby--;
+	lp->conn->owner = NULL;
+	uv_timer_stop(&lp->timer);
+	uv_close((uv_handle_t *)&lp->timer, free_lobby_peer);
+}
+
+static void lobby_refuse(struct lobby_peer *lp, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Logs why (grouped: strangers may be many), tells the peer the same
+ * words and closes the connection. */
+static void lobby_refuse(struct lobby_peer *lp, int code, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	struct gs_conn *c = lp->conn;
+	gs_log_grouped(&lp->port->quiet, GS_LOG_WARN, "rendezvous: refused a connection from %s: %s",
+		       c->addr, msg);
+	gs_conn_end(c, code, msg);
+}
+
 static void lobby_closed(struct gs_conn *c)
 {
-	struct lobby_peer *lp = c->owner;
-	if (!lp)
-		return;
-	lp->port->lobby--;
-	free(lp);
-	c->owner = NULL;
+	if (c->owner)
+		leave(c->owner);
+}
+
+static void on_lobby_timeout(uv_timer_t *t)
+{
+	struct lobby_peer *lp = t->data;
+	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
+	lobby_refuse(lp, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
+		     (unsigned long long)lp->port->settings->auth_timeout);
 }
 
 static void lobby_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	struct lobby_peer *lp = c->owner;
+	if (!lp)
+		return; /* refused, closing */
+	/* Another protocol version is named as such, whatever it sent. */
+	uint32_t version = m->body_case == GRADSYNC__MESSAGE__BODY_NODE_AUTH ? m->node_auth->protocol_version
+			 : m->body_case == GRADSYNC__MESSAGE__BODY_NODE_HELLO ? m->node_hello->protocol_version
+			 : GS_NODE_PROTOCOL_VERSION;
+	uint32_t rank = m->body_case == GRADSYNC__MESSAGE__BODY_NODE_AUTH ? m->node_auth->node_rank
+		      : m->body_case == GRADSYNC__MESSAGE__BODY_NODE_HELLO ? m->node_hello->node_rank : 0;
+	if (version != GS_NODE_PROTOCOL_VERSION) {
+		lobby_refuse(lp, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
+			     rank, version, GS_NODE_PROTOCOL_VERSION);
+		return;
+	}
 	if (m->body_case != GRADSYNC__MESSAGE__BODY_NODE_AUTH) {
-		gs_conn_fail(c, GS_EPROTO, "expected NodeAuth, naming a job, first");
+		lobby_refuse(lp, GS_EREFUSED, "message %d before authenticating: the rendezvous serves nothing until a node has named its job and proven it holds the cluster secret (NodeAuth, NodeProof)",
+			     (int)m->body_case);
 		return;
 	}
 	struct gs_node_port *np = lp->port;
@@ -63,12 +130,12 @@ static void lobby_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	struct gs_rdv_server *s = gs_node_port_find(np, id);
 	if (!s) {
 		/* Its node 0's trainers may not have come yet. */
-		gs_conn_fail(c, GS_EAGAIN, "no job '%.63s' has its node 0 on this daemon (yet); try again",
+		lobby_refuse(lp, GS_EAGAIN, "no job '%.63s' has its node 0 on this daemon (yet); try again",
 			     id);
 		return;
 	}
 	struct sockaddr_storage from = lp->from;
-	lobby_closed(c);
+	leave(lp);
 	struct rdv_peer *p = rdv_adopt(s, c, &from);
 	if (p)
 		rdv_authenticate(s, p, m);
@@ -90,12 +157,9 @@ static void admit(struct gs_node_port *np, int fd, const struct sockaddr_storage
 {
 	char addr[64];
 	format_addr(a, addr, sizeof(addr));
-	if (np->lobby >= LOBBY_MAX) {
-		gs_log_grouped(&np->quiet, GS_LOG_WARN, "node port: refused a connection from %s: %u connections have not yet named their job",
-			       addr, np->lobby);
-		gs_conn_refuse(fd, GS_EAGAIN, "too many connections are naming their job; try again");
-		return;
-	}
+	if (np->lobby >= LOBBY_MAX)
+		lobby_refuse(np->oldest, GS_EAGAIN, "%u connections had not named their job; the oldest made room for a newer one (%s); try again",
+			     np->lobby, addr);
 	struct lobby_peer *lp = calloc(1, sizeof(*lp));
 	if (!lp) {
 		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
@@ -110,14 +174,23 @@ static void admit(struct gs_node_port *np, int fd, const struct sockaddr_storage
 		return;
 	}
 	lp->port = np;
+	lp->conn = c;
 	lp->from = *a;
 	c->owner = lp;
+	c->role = GS_CONN_NODE;
 	c->log_group = &np->quiet;
 	snprintf(c->addr, sizeof(c->addr), "%s", addr);
-	/* The same bound as a stranger's authentication. */
-	c->timed = true;
-	c->hello_deadline_ns = gs_now_ns() + np->settings->auth_timeout * 1000000000ull;
+	uv_timer_init(np->loop, &lp->timer);
+	lp->timer.data = lp;
+	uv_timer_start(&lp->timer, on_lobby_timeout, np->settings->auth_timeout * 1000, 0);
+	lp->prev = np->newest;
+	if (np->newest)
+		np->newest->next = lp;
+	else
+		np->oldest = lp;
+	np->newest = lp;
 	np->lobby++;
+	gs_debug("rendezvous: connection from %s", addr);
 }
 
 static void on_accept(uv_poll_t *p, int status, int events)

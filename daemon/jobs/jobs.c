@@ -74,9 +74,8 @@ const char *gs_entry_state_name(const struct gs_job_entry *e)
 
 /* ---- Closing a job ----------------------------------------------------- */
 
-static void free_entry(uv_handle_t *h)
+static void free_entry(struct gs_job_entry *e)
 {
-	struct gs_job_entry *e = h->data;
 	gs_job_destroy(&e->job);
 	gs_cluster_destroy(&e->cluster);
 	if (e->backend)
@@ -84,11 +83,44 @@ static void free_entry(uv_handle_t *h)
 	free(e);
 }
 
-/* One turn of the loop after the handles were closed: their close
- * callbacks have all run by then. */
+/* The entry's memory holds handles that entry_close closed; their close
+ * is finished only once the closing pass that ran the free timer's close
+ * callback is over. A timer of its own frees the entry in the next turn
+ * of the loop. */
+struct deferred_free {
+	uv_timer_t timer;
+	struct gs_job_entry *entry;
+};
+
+static void free_deferred(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+static void on_deferred_free(uv_timer_t *timer)
+{
+	struct deferred_free *df = timer->data;
+	free_entry(df->entry);
+	uv_close((uv_handle_t *)timer, free_deferred);
+}
+
+static void free_timer_closed(uv_handle_t *h)
+{
+	struct gs_job_entry *e = h->data;
+	struct deferred_free *df = malloc(sizeof(*df));
+	if (!df) {
+		gs_warn("job '%s': out of memory freeing it: its memory is kept", e->settings.job_id);
+		return;
+	}
+	df->entry = e;
+	uv_timer_init(h->loop, &df->timer);
+	df->timer.data = df;
+	uv_timer_start(&df->timer, on_deferred_free, 0, 0);
+}
+
 static void on_free_timer(uv_timer_t *timer)
 {
-	uv_close((uv_handle_t *)timer, free_entry);
+	uv_close((uv_handle_t *)timer, free_timer_closed);
 }
 
 static void unlink_entry(struct gs_jobs *t, struct gs_job_entry *e)
@@ -149,7 +181,7 @@ static void on_linger(uv_timer_t *timer)
 	struct gs_job_entry *e = timer->data;
 	if (gs_job_active(&e->job))
 		return;
-	if (e->table->env.settings->job_linger > 0)
+	if (e->state == GS_ENTRY_LINGERING)
 		gs_info("job '%s': no trainer came back within %llu s (--job-linger): its group goes",
 			e->settings.job_id, (unsigned long long)e->table->env.settings->job_linger);
 	entry_close(e);
