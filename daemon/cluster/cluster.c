@@ -365,7 +365,7 @@ static void regroup_done(struct gs_work *w)
 {
 	struct regroup_work *rw = (struct regroup_work *)w;
 	struct gs_cluster *c = rw->c;
-	if (rw->rc == GS_OK) {
+	if (rw->rc == GS_OK && !c->stopping) {
 		memset(c->lost, 0, c->nodes * sizeof(*c->lost));
 		c->group_ready = true;
 		gs_info("the group of %u nodes is whole again (generation %llu)", c->nodes,
@@ -606,6 +606,14 @@ static void join_done(struct gs_work *w)
 	struct join_work *jw = (struct join_work *)w;
 	struct gs_cluster *c = jw->c;
 	bool ok = jw->rc == GS_OK;
+	if (ok && c->stopping) {
+		/* Joined just as the job or the daemon ended: nobody is left
+		 * to serve. */
+		gs_rdv_client_close(c->rdv);
+		c->rdv = NULL;
+		jw->rc = GS_EABORTED;
+		ok = false;
+	}
 	if (ok) {
 		count_world(c);
 		c->joined = true;

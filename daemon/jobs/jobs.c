@@ -120,6 +120,11 @@ static void free_timer_closed(uv_handle_t *h)
 
 static void on_free_timer(uv_timer_t *timer)
 {
+	struct gs_job_entry *e = timer->data;
+	if (e->worker_started) {
+		e->worker_started = false;
+		gs_worker_stop(&e->worker);
+	}
 	uv_close((uv_handle_t *)timer, free_timer_closed);
 }
 
@@ -136,8 +141,7 @@ static void unlink_entry(struct gs_jobs *t, struct gs_job_entry *e)
 
 /* The group's parts: the rendezvous the job's node 0 serves under its id
  * goes now, so that a new job of that id can take its place. Any wait on
- * the other nodes ends first; the worker, which may be in one, is the
- * caller's to stop before the cluster's handles close. */
+ * the other nodes ends first (the cluster then ignores what completes). */
 static void cancel_cluster(struct gs_job_entry *e)
 {
 	if (e->cluster_started)
@@ -163,13 +167,12 @@ static void entry_close(struct gs_job_entry *e)
 	if (e->settings.wire >= 0 && e->settings.wire < 4)
 		t->ended_wire_bytes[e->settings.wire] += e->job.stats.bytes_reduced;
 	cancel_cluster(e);
-	if (e->worker_started) {
-		e->worker_started = false;
-		gs_worker_stop(&e->worker);
-	}
 	close_cluster(e);
 	gs_job_close(&e->job);
 	uv_close((uv_handle_t *)&e->linger_timer, NULL);
+	/* The worker is stopped from the loop's next turn: a collective it is
+	 * in ends when the other nodes see this one go, which they do once
+	 * the loop has closed its connections. */
 	uv_timer_start(&e->free_timer, on_free_timer, 0, 0);
 }
 
