@@ -20,6 +20,7 @@ Prints a table (median, min - max, each value; ratios to `kept`) and writes
 the repetitions to OUT/restart.csv and the table to OUT/restart.txt.
 """
 import argparse
+import ctypes
 import os
 import platform
 import selectors
@@ -117,6 +118,12 @@ def trainer(args):
 
 # ---- Processes, every one bounded and killed at the end ---------------------
 
+def die_with_parent():
+    """In a child, before exec: SIGKILL when this run's process ends, even
+    killed itself (prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
 class Procs:
     """The processes this run started: each in a session of its own, so
     that killing it by its id takes what it started with it."""
@@ -126,7 +133,7 @@ class Procs:
 
     def start(self, argv, log, **kw):
         p = subprocess.Popen(argv, stdout=kw.pop("stdout", log), stderr=log,
-                             start_new_session=True, **kw)
+                             start_new_session=True, preexec_fn=die_with_parent, **kw)
         self.all.append(p)
         return p
 
@@ -270,7 +277,7 @@ def repetition(mode, layout, job, procs, nodes, tmp, python):
 
 # ---- The run ---------------------------------------------------------------------
 
-def machine():
+def machine(isa):
     cpu = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -280,7 +287,8 @@ def machine():
                     break
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores online, {platform.system()} {platform.release()}"
+    return (f"{cpu}, {os.cpu_count()} cores online, {platform.system()} {platform.release()}, "
+            f"kernels {isa}")
 
 
 def run_layout(layout, args, procs, nodes, tmp, rows, built):
@@ -305,7 +313,8 @@ def run_layout(layout, args, procs, nodes, tmp, rows, built):
                          DAEMON_TIMEOUT)
         grew = [n.groups_built() - b for n, b in zip(nodes, before)]
         slow = max(range(NODES), key=lambda i: times[i][0])
-        rows.append({"layout": layout, "mode": mode, "rep": rep, "job": job,
+        rows.append({"layout": layout, "mode": mode, "rep": rep,
+                     "job": job if mode != "ddp" else "",
                      "node0_ms": times[0][0], "node1_ms": times[1][0],
                      "ms": times[slow][0], "connect_ms": times[slow][1],
                      "setup_ms": times[slow][2], "step_ms": times[slow][3],
@@ -378,8 +387,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--daemon", help="the gradsyncd to run")
     ap.add_argument("--out", help="folder for restart.csv and restart.txt")
-    ap.add_argument("--layouts", default="resnet50",
-                    help="layouts/NAME.txt, comma-separated (default resnet50)")
+    ap.add_argument("--layouts", default="resnet50,bert-base",
+                    help="layouts/NAME.txt, comma-separated (default resnet50,bert-base)")
     ap.add_argument("--repeat", type=int, default=5, help="repetitions of each mode (default 5)")
     ap.add_argument("--linger", type=int, default=60, help="gradsyncd --job-linger (default 60)")
     ap.add_argument("--time-limit", type=int, default=900,
@@ -402,18 +411,17 @@ def main():
 
     os.makedirs(args.out, exist_ok=True)
     head = [f"command:  {' '.join(sys.argv)}",
-            f"date:     {time.strftime('%Y-%m-%d %H:%M:%S %Z')}",
-            f"machine:  {machine()}",
+            f"date:     {time.strftime('%Y-%m-%d %H:%M:%S %Z')}", "",
             f"load:     {os.getloadavg()[0]:.2f} before"]
-    print("\n".join(head), flush=True)
     procs = Procs()
     rows, built = [], {}
     with tempfile.TemporaryDirectory(prefix="gs-restart-bench-") as tmp:
         try:
             port = free_port()
             nodes = [Node(procs, args.daemon, tmp, r, port, args.linger) for r in range(NODES)]
-            for n in nodes:
-                wait_for("gradsyncd to answer", n.up, DAEMON_TIMEOUT)
+            status = [wait_for("gradsyncd to answer", n.up, DAEMON_TIMEOUT) for n in nodes]
+            head[2] = f"machine:  {machine(status[0]['isa'])}"
+            print("\n".join(head), flush=True)
             for layout in args.layouts.split(","):
                 run_layout(layout, args, procs, nodes, tmp, rows, built)
         except BaseException:
