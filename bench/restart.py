@@ -237,8 +237,10 @@ class Node:
 
 def repetition(mode, layout, job, procs, nodes, tmp, python):
     """Starts one trainer per node, lets both import and build the model,
-    then starts them at once; returns each node's times (total, connect,
-    DistributedDataParallel or registration, first step; ms)."""
+    then starts them at once; returns each node's times in ms: in all, the
+    connect (init_process_group; GradSync's constructor, registration
+    included), DistributedDataParallel's constructor (0 for gradsync), the
+    first step (forward, backward, the reduced gradients in place)."""
     port = free_port()
     trainers = []
     for n in range(NODES):
@@ -295,7 +297,6 @@ def run_layout(layout, args, procs, nodes, tmp, rows, built):
     python = sys.executable
     kept_job = f"kept-{layout}"
     new_jobs = 0
-    gradsync_jobs = []
 
     def one(mode, rep):
         nonlocal new_jobs
@@ -324,7 +325,9 @@ def run_layout(layout, args, procs, nodes, tmp, rows, built):
               flush=True)
 
     # Rep 0 of each mode is a warm-up, left out of the figures; kept's
-    # warm-up is the job's first start, which builds its group.
+    # warm-up is the job's first start, which builds its group. The modes
+    # take turns in an order rotated every round, so that none always
+    # follows the same one.
     for rep in range(args.repeat + 1):
         order = MODES[rep % 3:] + MODES[:rep % 3]
         for mode in order:
