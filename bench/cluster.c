@@ -54,27 +54,9 @@ void bench_job_env(const struct bench_cluster *cl, unsigned node, struct bench_j
 	out->env[4] = NULL;
 }
 
-/* gradsyncd's own job flags of node `node`, made from the same job: the
- * one thing to delete once gradsyncd takes its jobs from its trainers
- * alone (then turn NODE_FLAGS on). Fills a[], NULL-ends argv[]; returns
- * how many. */
-static size_t legacy_job_flags(const struct bench_cluster *cl, unsigned node, char a[][160],
-			       const char **argv)
-{
-	snprintf(a[0], 160, "--local-size=%u", cl->local);
-	snprintf(a[1], 160, "--nodes=%u", cl->nodes);
-	snprintf(a[2], 160, "--node-rank=%u", node);
-	snprintf(a[3], 160, "--coordinator=" COORDINATOR ":%d", cl->port);
-	snprintf(a[4], 160, "--gloo-host=127.0.0.1");
-	for (size_t i = 0; i < 5; i++)
-		argv[i] = a[i];
-	argv[5] = NULL;
-	return 5;
-}
-
 /* Where the other daemons reach node `node`'s: 127.0.0.<node + 1>, the
- * job's port. Off while gradsyncd has its job flags. */
-#define NODE_FLAGS 0
+ * job's port. The daemons take no job: the trainers give it. Fills a[],
+ * NULL-ends argv[]; returns how many. */
 static size_t node_flags(const struct bench_cluster *cl, unsigned node, char a[][160],
 			 const char **argv)
 {
@@ -102,8 +84,8 @@ int bench_cluster_start(struct bench_cluster *cl, const struct bench_config *c, 
 		fprintf(stderr, "gradsync-bench: no free port or too many nodes\n");
 		return -1;
 	}
-	/* The job: every node's flags (and trainers' variables) come from
-	 * all of it, before any daemon starts. */
+	/* The job: where every node's daemon listens, and its trainers'
+	 * variables, come from all of it, before any daemon starts. */
 	struct bench_cluster job = {.nodes = nodes, .local = local, .port = port};
 	for (unsigned i = 0; i < nodes; i++) {
 		char a[10][160];
@@ -113,9 +95,7 @@ int bench_cluster_start(struct bench_cluster *cl, const struct bench_config *c, 
 		snprintf(cl->log[i], sizeof(cl->log[i]), "%s/gradsyncd-%u.log", dir, i);
 		snprintf(a[0], sizeof(a[0]), "--socket=%s", cl->socket[i]);
 		snprintf(a[1], sizeof(a[1]), "--join-timeout=60");
-		n += legacy_job_flags(&job, i, a + 2, argv + n);
-		if (NODE_FLAGS)
-			n += node_flags(&job, i, a + 2 + (n - 4), argv + n);
+		n += node_flags(&job, i, a + 2, argv + n);
 		cl->daemon[i] = bench_spawn(argv, cl->log[i], false);
 		if (cl->daemon[i] < 0)
 			goto fail;

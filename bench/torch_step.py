@@ -29,14 +29,8 @@ def job_env(procs):
     return {"GRADSYNC_LOCAL_SIZE": str(procs)}
 
 
-def legacy_job_flags(procs):
-    """gradsyncd's own job flags, made from the same job: the one thing to
-    delete once gradsyncd takes its jobs from its trainers alone."""
-    return [f"--local-size={procs}"]
-
-
 def start_daemon(path, sock, procs, log):
-    p = subprocess.Popen([path, f"--socket={sock}"] + legacy_job_flags(procs),
+    p = subprocess.Popen([path, f"--socket={sock}", "--node-port=0"],
                          stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while not os.path.exists(sock):

@@ -32,24 +32,14 @@ job_env() {
        GRADSYNC_COORDINATOR=127.0.0.1)
 }
 
-# gradsyncd's own job flags, made from the same job: the one thing to
-# delete once gradsyncd takes its jobs from its trainers alone (then set
-# node_flags=1). legacy_job_flags NODE sets flags=(...) for node NODE.
-legacy_job_flags() {
-  flags=(--local-size="$trainers" --nodes="$nodes" --node-rank="$1"
-         --coordinator="127.0.0.1:$port" --gloo-host=127.0.0.1)
-}
 # Where the other daemons reach node NODE's: its own loopback address, the
-# same port on every node. Off while gradsyncd has its job flags.
-node_flags=0
-add_node_flags() {
-  [ "$node_flags" = 1 ] && flags+=(--node-address="127.0.0.$(($1 + 1))" --node-port="$port")
-  return 0
+# same port on every node. The daemons take no job: the trainers give it.
+node_flags() {
+  flags=(--node-address="127.0.0.$(($1 + 1))" --node-port="$port")
 }
 
 for node in $(seq 0 $((nodes - 1))); do
-  legacy_job_flags "$node"
-  add_node_flags "$node"
+  node_flags "$node"
   "$build/daemon/gradsyncd" --socket="$dir/node-$node.sock" "${flags[@]}" \
     --join-timeout=60 2>"$dir/gradsyncd-$node.log" &
   daemons+=($!)

@@ -59,7 +59,7 @@ class LaunchInfo(Structure):
         ("nodes_source", _SOURCE),
         ("node_rank", c_uint32),
         ("node_rank_source", _SOURCE),
-        ("coordinator", c_char * 263),
+        ("coordinator", c_char * 256),  # GS_COORDINATOR_MAX + 1
         ("coordinator_source", _SOURCE),
         ("threshold", c_uint64),
         ("threshold_source", _SOURCE),
@@ -162,7 +162,7 @@ class JobStatus(Structure):
         ("nodes", c_uint32),
         ("node_rank", c_uint32),
         ("world_size", c_uint32),
-        ("coordinator", c_char * 263),
+        ("coordinator", c_char * 263),  # GS_COORDINATOR_MAX + 8: HOST:PORT
         ("threshold", c_uint64),
         ("wire_dtype", c_int),
         ("op", c_int),

@@ -94,20 +94,6 @@ set_job() { # NAME=value...
 	JOB=("$@")
 }
 
-# gradsyncd's own job flags, made from $JOB (GRADSYNC_WIRE=bf16 gives
-# --wire=bf16): the one thing to delete once gradsyncd takes its jobs from
-# its trainers alone.
-legacy_job_flags() {
-	local v name
-	FLAGS=()
-	for v in "${JOB[@]}"; do
-		name=${v%%=*}
-		name=${name#GRADSYNC_}
-		name=${name//_/-}
-		FLAGS+=("--${name,,}=${v#*=}")
-	done
-}
-
 # Starts gradsyncd for $JOB on $WORK/NAME.sock; waits until it listens
 # (NCCL's set-up takes seconds). Returns non-zero, with the log's tail, if
 # it does not.
@@ -116,9 +102,8 @@ start_daemon() { # NAME ARGS...
 	shift
 	SOCK=$WORK/$name.sock
 	DLOG=$WORK/$name.daemon.log
-	legacy_job_flags
 	"$BUILD/daemon/gradsyncd" --socket="$SOCK" --backend=cuda --log-level=info \
-		"${FLAGS[@]}" "$@" >"$DLOG" 2>&1 &
+		--node-port=0 "$@" >"$DLOG" 2>&1 &
 	DAEMON_PID=$!
 	for _ in $(seq 900); do
 		[ -S "$SOCK" ] && return 0
