@@ -11,9 +11,7 @@
  * else 0. Start one per local rank, each given the job in its
  * environment too: GRADSYNC_LOCAL_SIZE=N (or torchrun's LOCAL_WORLD_SIZE),
  * and any setting it expects (GRADSYNC_WIRE, GRADSYNC_OP, ...); the job's
- * first trainer defines it. (Until gradsyncd takes its jobs from its
- * trainers alone, start it with the same --local-size=N.) Exits 0 when
- * every step checked out.
+ * first trainer defines it. Exits 0 when every step checked out.
  */
 #include <math.h>
 #include <stdio.h>

@@ -675,10 +675,11 @@ static void launch_number(const char *what, uint32_t v, const char *source)
 	launch_row(what, buf, source);
 }
 
-/* A setting no option or variable gave is the daemon's job's to decide. */
+/* A setting no option or variable gave is the job's: its first trainer's,
+ * else the default. */
 static const char *unset_or(const char *source, const char *value)
 {
-	return strcmp(source, "unset") == 0 ? "(gradsyncd's)" : value;
+	return strcmp(source, "unset") == 0 ? "(the job's)" : value;
 }
 
 static void print_launch_text(const struct gs_launch_info *li)

@@ -1,6 +1,7 @@
 /*
  * The rendezvous between the daemons of a multi-node job, as torchrun's:
- * the node-rank-0 daemon serves it on --coordinator (on its event loop);
+ * the job's node-rank-0 daemon serves it on its node port (on its event
+ * loop);
  * every daemon, rank 0 included, joins it as a client and keeps the
  * connection for its life. Through it the daemons check that they agree
  * (protocol version, node count, node ranks, shared settings), learn each

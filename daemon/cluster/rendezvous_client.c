@@ -305,7 +305,7 @@ static int connect_to(struct gs_rdv_client *c, const struct gs_settings *s, int6
 {
 	char host[256], port[32], why[128] = "no attempt";
 	if (gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
-		snprintf(err, n, "--coordinator '%s' is not HOST:PORT", s->coordinator);
+		snprintf(err, n, "the job's coordinator '%s' is not HOST:PORT", s->coordinator);
 		return GS_EINVAL;
 	}
 	c->fd = try_connect(host, port, c->cancel_fd, deadline, why, sizeof(why));

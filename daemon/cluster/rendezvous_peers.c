@@ -180,7 +180,7 @@ void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__M
 
 /* ---- Second claims ----------------------------------------------------------
  * A daemon that says hello for a rank another connection holds is either a
- * mistake (two daemons started with the same --node-rank) or the holder's
+ * mistake (two daemons whose trainers say the same node rank) or the holder's
  * successor, the holder having vanished without closing (power loss,
  * partition) and --peer-timeout not yet passed. The holder is pinged at
  * once: a Pong within gs_probe_ms refuses the claim for good; none, and

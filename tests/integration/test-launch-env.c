@@ -70,11 +70,11 @@ static void ctl_under_torchrun(void **state)
 	expect_line(log, "  nodes:           2                        from WORLD_SIZE / LOCAL_WORLD_SIZE (torchrun)\n");
 	expect_line(log, "  node rank:       1                        from GROUP_RANK (torchrun)\n");
 	expect_line(log, "  coordinator:     127.0.0.2                from MASTER_ADDR (torchrun)\n");
-	expect_line(log, "  threshold:       (gradsyncd's)            from unset\n");
+	expect_line(log, "  threshold:       (the job's)              from unset\n");
 	expect_line(log, "  wire dtype:      bf16                     from GRADSYNC_WIRE\n");
-	expect_line(log, "  op:              (gradsyncd's)            from unset\n");
+	expect_line(log, "  op:              (the job's)              from unset\n");
 	expect_line(log, "  predivide:       world                    from GRADSYNC_PREDIVIDE\n");
-	expect_line(log, "  fusion buffer:   (gradsyncd's)            from unset\n");
+	expect_line(log, "  fusion buffer:   (the job's)              from unset\n");
 
 	static const char *const odd[] = {
 		"LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=3", NULL,

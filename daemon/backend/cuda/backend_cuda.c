@@ -120,7 +120,7 @@ int cuda_bind_rank(struct cuda_backend *cb, unsigned r, int device, char *why, s
 struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_t n)
 {
 	if (o->local_size == 0 || o->local_size > MAX_RANKS) {
-		snprintf(why, n, "--local-size %u is out of range", o->local_size);
+		snprintf(why, n, "local size %u is out of range", o->local_size);
 		return NULL;
 	}
 	struct cuda_backend *cb = calloc(1, sizeof(*cb));

@@ -130,7 +130,7 @@ static int reserve_stage(struct cuda_backend *cb, unsigned r, size_t bytes)
 	rk->stage_bytes = 0;
 	cudaError_t e = cudaMalloc(&rk->stage, bytes);
 	if (e != cudaSuccess)
-		return cuda_error(cb, "allocating the staging buffer of a bucket larger than --fusion-buffer",
+		return cuda_error(cb, "allocating the staging buffer of a bucket larger than the fusion buffer",
 				  r, e);
 	rk->stage_bytes = bytes;
 	gs_info("cuda: local rank %u stages buckets larger than the fusion buffer in %zu MiB", r,
