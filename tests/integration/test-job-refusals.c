@@ -283,6 +283,82 @@ static void agreeing_trainers_run(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* A raw trainer of job j, local rank `rank`, welcomed; its socket. */
+static int welcomed(const struct gs_test_daemon *d, const struct harness_job *j, uint32_t rank)
+{
+	int fd = raw_connect(d->socket);
+	raw_hello_job(fd, rank, j);
+	return fd;
+}
+
+/* A raw trainer of job j refused with code and text. */
+static void refused(const struct gs_test_daemon *d, const struct harness_job *j, uint32_t rank,
+		    int code, const char *text)
+{
+	int fd = raw_connect(d->socket);
+	raw_send_hello_job(fd, rank, GS_PROTOCOL_VERSION, j, 0);
+	raw_expect_error(fd, code, text);
+	close(fd);
+}
+
+/* The node's limits keep one job from taking it: a job beyond --max-jobs,
+ * a trainer beyond --max-trainers (every job's together), a fusion buffer
+ * beyond --max-fusion-buffer and, without a node port, a job of several
+ * nodes are refused, naming the limit; the jobs within them go on. */
+static void node_limits(void **state)
+{
+	(void)state;
+	static const char *const args[] = { "--max-jobs=2", "--max-trainers=4",
+					    "--max-fusion-buffer=65536", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	struct harness_job a = { .id = "a", .local_size = { 3 }, .fusion_buffer = "65536" };
+	struct harness_job b = { .id = "b", .fusion_buffer = "4096" };
+	struct harness_job c = { .id = "c", .fusion_buffer = "4096" };
+	struct harness_job big = { .id = "big", .fusion_buffer = "65537" };
+	struct harness_job wide = { .id = "wide", .nodes = 2, .coordinator = "127.0.0.1",
+				    .fusion_buffer = "4096" };
+	refused(&d, &big, 0, GS_EINVAL, "job 'big': fusion buffer 65537 elements is outside this node's [1024, 65536] (--max-fusion-buffer)");
+	refused(&d, &wide, 0, GS_EINVAL, "job 'wide': this daemon serves jobs of one node only (--node-port 0)");
+	int a0 = welcomed(&d, &a, 0), a1 = welcomed(&d, &a, 1), b0 = welcomed(&d, &b, 0);
+	refused(&d, &c, 0, GS_ELIMIT, "job 'c' cannot begin: this node serves 2 jobs already, its most (--max-jobs)");
+	close(b0);
+	/* b's trainer gone, b lingers: still a job of the node's two. */
+	usleep(200000);
+	refused(&d, &c, 0, GS_ELIMIT, "this node serves 2 jobs already");
+	int b1 = welcomed(&d, &b, 0), a2 = welcomed(&d, &a, 2);
+	refused(&d, &c, 0, GS_ELIMIT, "this node serves 4 trainers already, its most (--max-trainers)");
+	close(a2);
+	close(b1);
+	close(a1);
+	close(a0);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* A job lingers between trainers: one of the same shape and user takes
+ * it up again; one of another shape begins the job anew, which the
+ * daemon says. */
+static void lingering_job_taken_up_or_begun_anew(void **state)
+{
+	(void)state;
+	static const char *const args[] = { "--job-linger=60", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	struct harness_job j = { .id = "l", .threshold = "1000" };
+	close(welcomed(&d, &j, 0));
+	harness_wait_for_text(d.log, "job 'l': every trainer has left; keeping its group for 60 s", 10);
+	close(welcomed(&d, &j, 0));
+	harness_wait_for_text(d.log, "job 'l': a trainer came back", 10);
+	assert_false(harness_log_contains(&d, "the lingering job's group goes"));
+	struct harness_job other = { .id = "l", .threshold = "2000" };
+	int fd = welcomed(&d, &other, 0);
+	harness_wait_for_text(d.log, "job 'l': this trainer says threshold 2000, the job has 1000 (set by its first trainer): the lingering job's group goes", 10);
+	/* The job is the new trainer's now. */
+	refused(&d, &j, 0, GS_EREFUSED, "this trainer says threshold 1000, the job has 2000");
+	close(fd);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -290,6 +366,8 @@ int main(void)
 		cmocka_unit_test(refused_on_coordinator),
 		cmocka_unit_test(verifying_trainer_refused),
 		cmocka_unit_test(agreeing_trainers_run),
+		cmocka_unit_test(node_limits),
+		cmocka_unit_test(lingering_job_taken_up_or_begun_anew),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
