@@ -86,10 +86,10 @@ static void welcome_all(struct gs_rdv_server *s)
 	free(info);
 	free(ptrs);
 	if (s->formed)
-		gs_info("rendezvous: every node is back: rebuilding the group (generation %llu)",
-			(unsigned long long)s->generation);
+		gs_info("rendezvous: every node is back: rebuilding the group (generation %llu) of job '%s'",
+			(unsigned long long)s->generation, s->settings->job_id);
 	else
-		gs_info("rendezvous: all %u nodes have joined", s->nodes);
+		gs_info("rendezvous: all %u nodes have joined job '%s'", s->nodes, s->settings->job_id);
 	s->formed = true;
 }
 
@@ -101,8 +101,9 @@ void rdv_join(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
 	snprintf(n->host, sizeof(n->host), "%s", host);
 	p->node = n;
 	s->joined++;
-	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
-		(unsigned)(n - s->node), p->conn->addr, local_size, s->joined, s->nodes);
+	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u of job '%s'",
+		(unsigned)(n - s->node), p->conn->addr, local_size, s->joined, s->nodes,
+		s->settings->job_id);
 	if (s->joined == s->nodes)
 		welcome_all(s);
 }
@@ -270,7 +271,8 @@ static void judge_round(struct gs_rdv_server *s)
 			return;
 		}
 	}
-	gs_info("rendezvous: all %u nodes registered the same layout", s->nodes);
+	gs_info("rendezvous: all %u nodes registered the same layout for job '%s'", s->nodes,
+		s->settings->job_id);
 	if (gs_layout_copy(&s->agreed, &s->node[0].offer) == 0)
 		s->has_agreed = true;
 	verdict_all(s, NULL);
@@ -437,7 +439,7 @@ void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 	withdraw(s, n);
 	s->joined--;
 	long rank = (long)(n - s->node);
-	gs_warn("rendezvous: node %ld left", rank);
+	gs_warn("rendezvous: node %ld left job '%s'", rank, s->settings->job_id);
 	if (was_in_group) {
 		Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
 		lost.node_rank = (uint32_t)rank;
