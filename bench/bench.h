@@ -36,6 +36,10 @@ void bench_stats(const double *x, size_t n, struct bench_stats *out);
  * or stay the caller's when log is NULL; with keep_stderr, only stdout
  * goes to log. The child dies with the caller. Returns its pid or -1. */
 pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr);
+/* bench_spawn with the variables env (NAME=value, NULL ended) set in the
+ * child only. */
+pid_t bench_spawn_env(const char *const *argv, const char *const *env, const char *log,
+		      bool keep_stderr);
 
 /* Forks a child that runs fn(arg) and exits with its return value; it
  * ignores SIGPIPE and dies with the caller. Returns its pid or -1. */

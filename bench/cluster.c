@@ -1,9 +1,10 @@
 /*
  * Daemons for the benchmarks: N gradsyncd on this machine, one per node,
  * joined through the rendezvous of node 0 on loopback, as scripts/demo.sh
- * and tests/integration/test-nodes.c start them. The host backend is asked
- * for explicitly: the bench trainers hand over shared memory, not GPU
- * buffers, whatever the machine has.
+ * and tests/integration/nodes.c start them; the trainers carry the job
+ * (bench_job_env). The host backend is asked for explicitly: the bench
+ * trainers hand over shared memory, not GPU buffers, whatever the machine
+ * has.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +40,34 @@ void bench_dump(const char *path)
 	fclose(f);
 }
 
+/* Node 0's daemon's host: the job's coordinator. */
+#define COORDINATOR "127.0.0.1"
+
+void bench_job_env(const struct bench_cluster *cl, unsigned node, struct bench_job_env *out)
+{
+	snprintf(out->vars[0], sizeof(out->vars[0]), "GRADSYNC_LOCAL_SIZE=%u", cl->local);
+	snprintf(out->vars[1], sizeof(out->vars[1]), "GRADSYNC_NODES=%u", cl->nodes);
+	snprintf(out->vars[2], sizeof(out->vars[2]), "GRADSYNC_NODE_RANK=%u", node);
+	snprintf(out->vars[3], sizeof(out->vars[3]), "GRADSYNC_COORDINATOR=" COORDINATOR);
+	for (size_t i = 0; i < 4; i++)
+		out->env[i] = out->vars[i];
+	out->env[4] = NULL;
+}
+
+/* Where the other daemons reach node `node`'s: 127.0.0.<node + 1>, the
+ * job's port. The daemons take no job: the trainers give it. Fills a[],
+ * NULL-ends argv[]; returns how many. */
+static size_t node_flags(const struct bench_cluster *cl, unsigned node, char a[][160],
+			 const char **argv)
+{
+	snprintf(a[0], 160, "--node-address=127.0.0.%u", node + 1);
+	snprintf(a[1], 160, "--node-port=%d", cl->port);
+	argv[0] = a[0];
+	argv[1] = a[1];
+	argv[2] = NULL;
+	return 2;
+}
+
 void bench_cluster_stop(struct bench_cluster *cl)
 {
 	for (unsigned i = 0; i < cl->nodes; i++)
@@ -55,23 +84,24 @@ int bench_cluster_start(struct bench_cluster *cl, const struct bench_config *c, 
 		fprintf(stderr, "gradsync-bench: no free port or too many nodes\n");
 		return -1;
 	}
+	/* The job: where every node's daemon listens, and its trainers'
+	 * variables, come from all of it, before any daemon starts. */
+	struct bench_cluster job = {.nodes = nodes, .local = local, .port = port};
 	for (unsigned i = 0; i < nodes; i++) {
-		char a[6][160];
+		char a[10][160];
+		const char *argv[16] = {c->daemon, a[0], a[1], "--backend=host"};
+		size_t n = 4;
 		snprintf(cl->socket[i], sizeof(cl->socket[i]), "%s/node-%u.sock", dir, i);
 		snprintf(cl->log[i], sizeof(cl->log[i]), "%s/gradsyncd-%u.log", dir, i);
 		snprintf(a[0], sizeof(a[0]), "--socket=%s", cl->socket[i]);
-		snprintf(a[1], sizeof(a[1]), "--local-size=%u", local);
-		snprintf(a[2], sizeof(a[2]), "--nodes=%u", nodes);
-		snprintf(a[3], sizeof(a[3]), "--node-rank=%u", i);
-		snprintf(a[4], sizeof(a[4]), "--coordinator=127.0.0.1:%d", port);
-		snprintf(a[5], sizeof(a[5]), "--join-timeout=60");
-		const char *argv[] = {
-		    c->daemon,	      a[0], a[1], a[2], a[3], a[4], a[5], "--gloo-host=127.0.0.1",
-		    "--backend=host", NULL};
+		snprintf(a[1], sizeof(a[1]), "--join-timeout=60");
+		n += node_flags(&job, i, a + 2, argv + n);
 		cl->daemon[i] = bench_spawn(argv, cl->log[i], false);
 		if (cl->daemon[i] < 0)
 			goto fail;
 		cl->nodes = i + 1;
+		cl->local = local;
+		cl->port = port;
 	}
 	double deadline = gs_now_ms() + READY_TIMEOUT_MS;
 	for (unsigned i = 0; i < nodes; i++) {

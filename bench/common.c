@@ -78,6 +78,12 @@ static pid_t fork_child(void)
 
 pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr)
 {
+	return bench_spawn_env(argv, NULL, log, keep_stderr);
+}
+
+pid_t bench_spawn_env(const char *const *argv, const char *const *env, const char *log,
+		      bool keep_stderr)
+{
 	pid_t pid = fork_child();
 	if (pid != 0)
 		return pid;
@@ -89,6 +95,8 @@ pid_t bench_spawn(const char *const *argv, const char *log, bool keep_stderr)
 				dup2(fd, 2);
 		}
 	}
+	for (size_t i = 0; env && env[i]; i++)
+		putenv((char *)env[i]);
 	execv(argv[0], (char *const *)argv);
 	fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 	_exit(127);

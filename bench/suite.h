@@ -30,12 +30,24 @@ struct bench_config {
 
 #define BENCH_MAX_NODES 16
 
+/* The daemons of one job of `nodes` nodes of `local` trainers each; the
+ * job itself its trainers carry (bench_job_env). */
 struct bench_cluster {
 	unsigned nodes;
+	unsigned local;
+	int port; /* where the daemons reach each other: node 0's rendezvous */
 	pid_t daemon[BENCH_MAX_NODES];
 	char socket[BENCH_MAX_NODES][108];
 	char log[BENCH_MAX_NODES][256];
 };
+
+/* The job's variables (GRADSYNC_*, libgradsync's launch environment) for
+ * a trainer of node `node`: vars[] holds them, env the NULL-ended list. */
+struct bench_job_env {
+	char vars[4][64];
+	const char *env[5];
+};
+void bench_job_env(const struct bench_cluster *cl, unsigned node, struct bench_job_env *out);
 
 /* Starts `nodes` gradsyncd (host backend, `local` trainers each) with their
  * sockets and logs in dir, joined on loopback, and waits until each

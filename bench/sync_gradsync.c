@@ -55,6 +55,8 @@ static int spawn_trainers(struct job *jb, const struct bench_config *c,
 	jb->ranks = 0;
 	snprintf(jb->phases, sizeof(jb->phases), "%s/phases-0.csv", dir);
 	for (unsigned node = 0; node < cl->nodes; node++) {
+		struct bench_job_env job;
+		bench_job_env(cl, node, &job);
 		for (unsigned r = 0; r < local; r++) {
 			unsigned k = jb->ranks;
 			char rank[16];
@@ -82,7 +84,7 @@ static int spawn_trainers(struct job *jb, const struct bench_config *c,
 					      label,
 					      NULL};
 			/* Rank 0 shows progress (and its errors) on our stderr. */
-			jb->pid[k] = bench_spawn(argv, jb->log[k], k == 0);
+			jb->pid[k] = bench_spawn_env(argv, job.env, jb->log[k], k == 0);
 			if (jb->pid[k] < 0)
 				return -1;
 			jb->ranks++;

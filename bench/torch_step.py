@@ -23,8 +23,14 @@ EXAMPLE = os.path.join(HERE, "..", "python", "examples", "train.py")
 SYSTEMS = ["gradsync", "ddp", "ddp-fp16", "none"]
 
 
+def job_env(procs):
+    """The job, as its trainers carry it (libgradsync reads it from their
+    environment): procs trainers on this node."""
+    return {"GRADSYNC_LOCAL_SIZE": str(procs)}
+
+
 def start_daemon(path, sock, procs, log):
-    p = subprocess.Popen([path, f"--socket={sock}", f"--local-size={procs}"],
+    p = subprocess.Popen([path, f"--socket={sock}", "--node-port=0"],
                          stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 30
     while not os.path.exists(sock):
@@ -37,7 +43,9 @@ def start_daemon(path, sock, procs, log):
 def run(system, args, sock):
     argv = [sys.executable, EXAMPLE, "--sync", system, "--procs", str(args.procs),
             "--steps", str(args.steps), "--json", "--socket", sock]
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=900)
+    # train.py's trainer processes inherit its environment, and the job.
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=900,
+                       env={**os.environ, **job_env(args.procs)})
     if r.returncode:
         raise SystemExit(f"{system} failed:\n{r.stdout}{r.stderr}")
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -87,6 +87,71 @@ static void copy_figures(struct gs_status *s, const Gradsync__StatusReply *m)
 	copy_settings(s, m->settings);
 }
 
+static void copy_job_figures(struct gs_job_status *j, const Gradsync__JobStatus *m)
+{
+	COPY_STR(j->job_id, m->job_id);
+	COPY_STR(j->state, m->state);
+	COPY_STR(j->coordinator, m->coordinator);
+	COPY_STR(j->backend, m->backend);
+	j->hidden = m->hidden;
+	j->owner_uid = m->owner_uid;
+	j->local_size = m->local_size;
+	j->nodes = m->nodes;
+	j->node_rank = m->node_rank;
+	j->world_size = m->world_size;
+	j->trainers_connected = m->trainers;
+	j->buckets = m->buckets;
+	j->buckets_in_flight = m->buckets_in_flight;
+	j->current_step = m->current_step;
+	j->steps_completed = m->steps_completed;
+	j->steps_aborted = m->steps_aborted;
+	j->last_step_ns = m->last_step_ns;
+	j->median_step_ns = m->median_step_ns;
+	j->group_generation = m->group_generation;
+	j->groups_built = m->groups_built;
+	j->age_ns = m->age_ns;
+	j->internode_bytes = m->internode_bytes;
+	if (m->settings) {
+		j->threshold = m->settings->threshold;
+		j->wire_dtype = (enum gs_wire_dtype)m->settings->wire_dtype;
+		j->op = (enum gs_reduce_op)m->settings->op;
+		j->predivide_factor = m->settings->predivide_factor;
+		j->fusion_buffer_elements = m->settings->fusion_buffer_elements;
+	}
+}
+
+/* Arrays get one spare entry so that an empty one is not NULL. */
+static int copy_job(struct gs_job_status *j, const Gradsync__JobStatus *m)
+{
+	j->trainers = calloc(m->n_trainer + 1, sizeof(*j->trainers));
+	j->peers = calloc(m->n_peers + 1, sizeof(*j->peers));
+	if (!j->trainers || !j->peers)
+		return GS_ENOMEM;
+	j->trainer_count = m->n_trainer;
+	for (size_t i = 0; i < m->n_trainer; i++)
+		copy_trainer(&j->trainers[i], m->trainer[i]);
+	j->peer_count = m->n_peers;
+	for (size_t i = 0; i < m->n_peers; i++)
+		copy_peer(&j->peers[i], m->peers[i]);
+	copy_job_figures(j, m);
+	return GS_OK;
+}
+
+static int copy_jobs(struct gs_status *s, const Gradsync__StatusReply *m)
+{
+	s->jobs = calloc(m->n_jobs + 1, sizeof(*s->jobs));
+	if (!s->jobs)
+		return GS_ENOMEM;
+	/* Counted one by one, so that gs_status_free frees what was made. */
+	for (size_t i = 0; i < m->n_jobs; i++) {
+		s->job_count = i + 1;
+		if (copy_job(&s->jobs[i], m->jobs[i]) < 0)
+			return GS_ENOMEM;
+	}
+	s->max_jobs = m->max_jobs;
+	return GS_OK;
+}
+
 static int convert_status(struct gs_client *c, const Gradsync__StatusReply *m,
 			  struct gs_status **out)
 {
@@ -95,7 +160,7 @@ static int convert_status(struct gs_client *c, const Gradsync__StatusReply *m,
 		return gs__fail(c, GS_ENOMEM, "out of memory");
 	s->trainers = calloc(m->n_trainers + 1, sizeof(*s->trainers));
 	s->peers = calloc(m->n_peers + 1, sizeof(*s->peers));
-	if (!s->trainers || !s->peers) {
+	if (!s->trainers || !s->peers || copy_jobs(s, m) < 0) {
 		gs_status_free(s);
 		return gs__fail(c, GS_ENOMEM, "out of memory");
 	}
@@ -162,6 +227,11 @@ void gs_status_free(struct gs_status *s)
 {
 	if (!s)
 		return;
+	for (size_t i = 0; i < s->job_count; i++) {
+		free(s->jobs[i].trainers);
+		free(s->jobs[i].peers);
+	}
+	free(s->jobs);
 	free(s->trainers);
 	free(s->peers);
 	free(s);

@@ -2,9 +2,9 @@
  * The daemon's start-up and shutdown order, in one place: gradsyncd's
  * main.c and the fuzz target both run a daemon through these, so the
  * target exercises the order the real daemon keeps. This is where the
- * layers are wired together: the connections' set to the job, the
- * listener to the session, the control layer's view to the parts it
- * reads, systemd's status lines to the status.
+ * layers are wired together: the job table to its backends and to the
+ * session's Welcome, the listener to the session, the control layer's
+ * view to the parts it reads, systemd's status lines to the status.
  */
 #include <signal.h>
 #include <string.h>
@@ -21,6 +21,9 @@
 #include "support/trace.h"
 
 
+/* The backend every job gets, chosen at start: "cuda" or "host". */
+static const char *node_backend = "host";
+
 #ifdef GS_HAVE_CUDA
 static struct gs_backend *open_cuda(const struct gs_settings *s, char *why, size_t n)
 {
@@ -31,6 +34,7 @@ static struct gs_backend *open_cuda(const struct gs_settings *s, char *why, size
 		.peer_timeout_ms = (int)(s->peer_timeout * 1000),
 		.nodes = s->nodes,
 		.join_timeout_ms = (int)(s->join_timeout * 1000),
+		.gpus = s->gpus,
 	};
 	return gs_backend_cuda_open(&o, why, n);
 }
@@ -46,38 +50,37 @@ static bool memory_lost(const void *addr)
 	return gs_shm_guard_lost_ranges() > 0 && gs_shm_guard_lost(addr);
 }
 
-static void start_job(struct gs_daemon *d)
+/* A job's backend (gs_jobs_env.open_backend): its own fusion buffers and
+ * communicators, of its local size, wire dtype and fusion buffer. */
+static struct gs_backend *open_backend(const struct gs_settings *s, char *why, size_t n)
 {
-	struct gs_engine_env env = {
-		.loop = d->loop,
-		.settings = &d->settings,
-		.backend = d->backend,
-		.worker = &d->worker,
-		.trace = d->trace,
-		.group = { &d->cluster, gs_cluster_agree_layout, gs_cluster_withdraw_layout,
-			   gs_cluster_request_regroup, gs_cluster_vote },
-		.buffer_takes_fd = buffer_takes_fd,
-		.parse_buffer = gs_buffer_desc_parse,
-		.memory_lost = memory_lost,
-	};
-	gs_job_init(&d->job, &env);
+#ifdef GS_HAVE_CUDA
+	if (strcmp(node_backend, "cuda") == 0)
+		return open_cuda(s, why, n);
+#endif
+	struct gs_backend *b = gs_backend_host_create(s->local_size, (enum gs_wire)s->wire,
+						      s->fusion_elements, s->allow_hugetlb);
+	if (!b)
+		snprintf(why, n, "cannot allocate %u fusion buffers of %llu elements", s->local_size,
+			 (unsigned long long)s->fusion_elements);
+	return b;
 }
 
-static struct gs_backend *choose_backend(const struct gs_settings *s)
+/* Which backend the node's jobs get; -1 when the one asked for cannot run. */
+static int choose_backend(const struct gs_settings *s)
 {
 #ifdef GS_HAVE_CUDA
 	if (s->backend != GS_BACKEND_HOST) {
 		char why[400];
-		struct gs_backend *cb = NULL;
-		if (gs_cuda_usable(s->local_size, why, sizeof(why)))
-			cb = open_cuda(s, why, sizeof(why));
-		if (cb && s->backend == GS_BACKEND_AUTO)
-			gs_info("backend auto: using cuda (one GPU per local rank)");
-		if (cb)
-			return cb;
+		if (gs_cuda_usable(s->gpus, why, sizeof(why))) {
+			if (s->backend == GS_BACKEND_AUTO)
+				gs_info("backend auto: using cuda (each tensor reduced on the GPU that holds it)");
+			node_backend = "cuda";
+			return 0;
+		}
 		if (s->backend == GS_BACKEND_CUDA) {
 			gs_error("--backend cuda: the CUDA backend cannot run here: %s", why);
-			return NULL;
+			return -1;
 		}
 		gs_info("backend auto: using host, since the CUDA backend cannot run here: %s", why);
 	}
@@ -85,17 +88,13 @@ static struct gs_backend *choose_backend(const struct gs_settings *s)
 	if (s->backend == GS_BACKEND_CUDA) {
 		gs_error("--backend cuda: this gradsyncd was built without the CUDA backend; "
 			 "use --backend host or --backend auto");
-		return NULL;
+		return -1;
 	}
 	if (s->backend == GS_BACKEND_AUTO)
 		gs_info("backend auto: using host (this build has no CUDA backend)");
 #endif
-	struct gs_backend *b = gs_backend_host_create(s->local_size, (enum gs_wire)s->wire,
-						      s->fusion_elements, s->allow_hugetlb);
-	if (!b)
-		gs_error("cannot allocate %u fusion buffers of %llu elements", s->local_size,
-			 (unsigned long long)s->fusion_elements);
-	return b;
+	node_backend = "host";
+	return 0;
 }
 
 static void status_line(void *view, char *out, size_t n)
@@ -103,10 +102,9 @@ static void status_line(void *view, char *out, size_t n)
 	gs_status_line(view, out, n);
 }
 
-/* Sets up d on loop: everything but joining, signals and the socket. */
+/* Sets up d on loop: everything but signals and the sockets. */
 static int init(struct gs_daemon *d, uv_loop_t *loop)
 {
-	int r;
 	const struct gs_settings *s = &d->settings;
 	d->loop = loop;
 	d->view.start_ns = gs_now_ns();
@@ -114,50 +112,40 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 			 s->max_parked_fds, s->max_pending_bytes);
 	gs_server_init(&d->server, &d->conns, &d->settings, &d->access, gs_session_accept,
 		       &d->view);
-	d->cluster.cancel_fd = -1;
-	d->backend = choose_backend(&d->settings);
-	if (!d->backend)
+	if (choose_backend(s) < 0)
 		return -1;
-	const struct gs_cluster_parts parts = {
-		.loop = loop,
-		.settings = &d->settings,
-		.backend = d->backend,
-		.worker = &d->worker,
-		.job = &d->job,
-		.server = &d->server,
-	};
-	gs_cluster_init(&d->cluster, &parts);
 	gs_access_init(&d->access, &d->settings);
 	d->trace = gs_trace_create(loop);
-	start_job(d);
 	if (!d->trace) {
 		gs_error("out of memory starting");
-		goto err_backend;
+		return -1;
 	}
+	/* The port takes jobs' rendezvous whether it listens or not. */
+	memset(&d->port, 0, sizeof(d->port));
+	d->port.loop = loop;
+	d->port.settings = s;
+	d->port.server = &d->server;
+	d->port.fd = -1;
+	const struct gs_jobs_env env = {
+		.loop = loop,
+		.settings = s,
+		.server = &d->server,
+		.port = &d->port,
+		.trace = d->trace,
+		.open_backend = open_backend,
+		.buffer_takes_fd = buffer_takes_fd,
+		.parse_buffer = gs_buffer_desc_parse,
+		.memory_lost = memory_lost,
+		.welcome = gs_session_welcome,
+	};
+	gs_jobs_init(&d->jobs, &env);
 	d->view.settings = &d->settings;
-	d->view.job = &d->job;
-	d->view.cluster = &d->cluster;
-	d->view.backend = d->backend;
+	d->view.jobs = &d->jobs;
 	d->view.conns = &d->conns;
-	d->view.stats = &d->job.stats;
 	d->view.trace = d->trace;
+	d->view.backend = node_backend;
 	gs_notify_start(&d->notifier, loop, status_line, &d->view);
-	if (s->nodes > 1)
-		gs_notify("STATUS=joining: node %u of %u, rendezvous at %s", s->node_rank, s->nodes,
-			  s->coordinator);
-	r = gs_worker_start(&d->worker, loop);
-	if (r < 0) {
-		gs_error("cannot start the worker thread: %s", strerror(-r));
-		goto err_backend;
-	}
 	return 0;
-
-	/* Only the backend is undone: the caller exits, and the loop's
-	 * handles made so far go with the process. */
-err_backend:
-	d->backend->ops->destroy(d->backend);
-	d->backend = NULL;
-	return -1;
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -167,44 +155,44 @@ static void on_signal(uv_signal_t *s, int signum)
 	gs_daemon_shutdown(d, 0);
 }
 
-/* The node has joined (or there was nothing to join): serve trainers. */
-static void on_ready(void *arg, bool ok)
+/* Serves trainers and other nodes. */
+static int serve(struct gs_daemon *d)
 {
-	struct gs_daemon *d = arg;
-	if (!ok || d->stopping) {
-		gs_daemon_shutdown(d, 1);
-		return;
-	}
-	if (!d->serve)
-		return;
-	if (gs_server_listen(&d->server) < 0) {
-		gs_daemon_shutdown(d, 1);
-		return;
-	}
+	if (d->settings.node_port != 0 &&
+	    gs_node_port_start(&d->port, d->loop, &d->settings, &d->server) < 0)
+		return -1;
+	if (gs_server_listen(&d->server) < 0)
+		return -1;
 	gs_notify_ready(&d->notifier);
 	const struct gs_settings *s = &d->settings;
-	gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, node %u of %u, %u trainers here of %u, wire %s, threshold %llu elements",
-		GS_VERSION, s->socket_path, d->backend->name, gs_isa_name(gs_isa_active()),
-		s->node_rank, s->nodes, s->local_size, d->cluster.world_size,
-		gs_wire_name((enum gs_wire)s->wire), (unsigned long long)s->threshold);
+	if (s->node_port == 0)
+		gs_info("gradsyncd %s listening on %s: backend %s, kernels %s; jobs of one node only (--node-port 0), up to %llu",
+			GS_VERSION, s->socket_path, node_backend, gs_isa_name(gs_isa_active()),
+			(unsigned long long)s->max_jobs);
+	else
+		gs_info("gradsyncd %s listening on %s: backend %s, kernels %s, other nodes reach it at %s port %u; up to %llu jobs",
+			GS_VERSION, s->socket_path, node_backend, gs_isa_name(gs_isa_active()),
+			s->node_address[0] ? s->node_address : "(the host name)", s->node_port,
+			(unsigned long long)s->max_jobs);
+	return 0;
 }
 
-int gs_daemon_start(struct gs_daemon *d, uv_loop_t *loop, bool serve)
+int gs_daemon_start(struct gs_daemon *d, uv_loop_t *loop, bool serving)
 {
 	if (init(d, loop) < 0)
 		return -1;
-	d->serve = serve;
+	d->serve = serving;
 	/* The signals are the program's to watch: the fuzz target leaves
 	 * them to libFuzzer. */
-	if (serve) {
+	if (serving) {
 		uv_signal_init(loop, &d->sigint);
 		uv_signal_init(loop, &d->sigterm);
 		d->sigint.data = d->sigterm.data = d;
 		uv_signal_start(&d->sigint, on_signal, SIGINT);
 		uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+		if (serve(d) < 0)
+			gs_daemon_shutdown(d, 1);
 	}
-	if (gs_cluster_start(&d->cluster, on_ready, d) != 0)
-		gs_daemon_shutdown(d, 1);
 	return 0;
 }
 
@@ -218,25 +206,23 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 	/* systemd owns an activated socket's file: it must outlive us. */
 	if (gs_notify_socket_activated())
 		d->settings.socket_path[0] = '\0';
-	/* The cluster first: the connections closed next are no news to it. */
-	gs_cluster_cancel(&d->cluster);
+	/* The jobs' groups first: the connections closed next are no news
+	 * to them. */
+	gs_jobs_cancel(&d->jobs);
+	gs_node_port_close(&d->port);
 	gs_server_close(&d->server);
-	gs_job_close(&d->job);
-	gs_cluster_close(&d->cluster);
+	gs_jobs_close(&d->jobs);
 	/* The signals are the program's to watch: the fuzz target leaves
 	 * them to libFuzzer. */
 	if (d->sigint.loop)
 		uv_close((uv_handle_t *)&d->sigint, NULL);
 	if (d->sigterm.loop)
 		uv_close((uv_handle_t *)&d->sigterm, NULL);
-	gs_worker_stop(&d->worker);
 	gs_trace_close(d->trace);
 }
 
 void gs_daemon_free(struct gs_daemon *d)
 {
+	/* The jobs were freed from the loop, as their handles closed. */
 	gs_trace_destroy(d->trace);
-	gs_job_destroy(&d->job);
-	gs_cluster_destroy(&d->cluster);
-	d->backend->ops->destroy(d->backend);
 }

@@ -11,31 +11,26 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "backend/backend.h"
 #include "clock.h"
-#include "cluster/cluster.h"
+#include "cluster/rendezvous.h"
 #include "control/view.h"
-#include "engine/job.h"
-#include "engine/stats.h"
 #include "frame.h"
+#include "jobs/jobs.h"
 #include "serve/access.h"
 #include "serve/conn.h"
 #include "serve/server.h"
 #include "support/notify.h"
 #include "support/settings.h"
-#include "support/worker.h"
 
 struct gs_trace;
 
 struct gs_daemon {
 	uv_loop_t *loop;
-	struct gs_settings settings;
-	struct gs_backend *backend;
-	struct gs_worker worker;
-	struct gs_job job;
-	struct gs_cluster cluster;
-	struct gs_conn_set conns;  /* local clients and nodes */
-	struct gs_server server;   /* the listening socket */
+	struct gs_settings settings; /* the node's */
+	struct gs_jobs jobs;         /* every job served, each with its backend and group */
+	struct gs_conn_set conns;    /* local clients and nodes */
+	struct gs_server server;     /* the listening socket */
+	struct gs_node_port port;    /* where other nodes' daemons connect */
 	uv_signal_t sigint, sigterm;
 	struct gs_access access;
 	struct gs_trace *trace;       /* bucket phases: trace file, metrics */
@@ -46,14 +41,13 @@ struct gs_daemon {
 	int exit_code;
 };
 
-/* Starts d (its settings already loaded) on loop: the backend the settings
- * ask for, the job, access rules, trace, systemd notifier and worker
- * thread, then joining the other nodes. With serve, it watches SIGINT and
- * SIGTERM and, once the node has joined, listens on the socket and tells
- * systemd it is ready; without (the fuzz target), clients come only
- * through gs_server_adopt. Returns 0, after which the caller runs the loop
- * (a failure to join shuts the daemon down from there, with exit code 1),
- * or -1 having logged why: the caller should then exit. */
+/* Starts d (its settings already loaded) on loop: the backend the
+ * settings ask for (each job gets its own), the job table, access rules,
+ * trace and systemd notifier. With serve, it watches SIGINT and SIGTERM,
+ * listens on the socket and the node port and tells systemd it is ready;
+ * without (the fuzz target), clients come only through gs_server_adopt.
+ * Returns 0, after which the caller runs the loop, or -1 having logged
+ * why: the caller should then exit. */
 int gs_daemon_start(struct gs_daemon *d, uv_loop_t *loop, bool serve);
 
 /* Stops serving, finishes the work in flight and leaves the loop. */

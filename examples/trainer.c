@@ -1,15 +1,17 @@
 /*
  * A minimal trainer: connects to gradsyncd, registers three small gradient
  * tensors, runs a few steps, and checks that every element came back as
- * the average (or the sum, if the daemon is set to sum) over all trainers.
+ * the average (or the sum, if its job sums) over all trainers.
  *
  *   trainer [SOCKET [LOCAL_RANK]]
  *
  * SOCKET defaults to $GRADSYNC_SOCKET, else gradsyncd's default socket.
  * LOCAL_RANK defaults to what the launcher left in the environment
  * ($GRADSYNC_LOCAL_RANK, torchrun's $LOCAL_RANK, Slurm's $SLURM_LOCALID),
- * else 0. Start one per local rank (gradsyncd --local-size=N). Exits 0
- * when every step checked out.
+ * else 0. Start one per local rank, each given the job in its
+ * environment too: GRADSYNC_LOCAL_SIZE=N (or torchrun's LOCAL_WORLD_SIZE),
+ * and any setting it expects (GRADSYNC_WIRE, GRADSYNC_OP, ...); the job's
+ * first trainer defines it. Exits 0 when every step checked out.
  */
 #include <math.h>
 #include <stdio.h>

@@ -26,6 +26,12 @@
 #define GS_JOB_ID_MAX 63        /* bytes of a job id, printable ASCII */
 #define GS_COORDINATOR_MAX 255  /* bytes of the coordinator's address */
 
+/* A job's settings where its first trainer gives none. */
+#define GS_DEFAULT_THRESHOLD 2097152      /* elements */
+#define GS_DEFAULT_FUSION_BUFFER 4194304  /* elements */
+#define GS_MIN_FUSION_BUFFER 1024         /* elements */
+#define GS_MAX_THRESHOLD (1ull << 32)     /* elements */
+
 /* Error codes: X(name, value, description). Values never change meaning. */
 #define GS_ERRNO_MAP(X)                                                        \
 	X(OK, 0, "success")                                                    \

@@ -17,10 +17,13 @@
  *      and takes silence for --peer-timeout as the other's loss; a second
  *      claim to a rank is settled by pinging its holder; refusals that may
  *      pass say GS_EAGAIN, and the node tries again
+ *   6  One node port serves every job's rendezvous: NodeAuth names the
+ *      job (job_id), and a job whose node 0 has no trainer yet is refused
+ *      with GS_EAGAIN
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 5
+#define GS_NODE_PROTOCOL_VERSION 6
 
 #endif

@@ -24,10 +24,24 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# The job, as its trainers carry it (libgradsync reads it from their
+# environment): TRAINERS trainers on each of NODES nodes, node 0's daemon
+# at 127.0.0.1. job_env NODE sets job=(NAME=value ...) for node NODE's.
+job_env() {
+  job=(GRADSYNC_LOCAL_SIZE="$trainers" GRADSYNC_NODES="$nodes" GRADSYNC_NODE_RANK="$1"
+       GRADSYNC_COORDINATOR=127.0.0.1)
+}
+
+# Where the other daemons reach node NODE's: its own loopback address, the
+# same port on every node. The daemons take no job: the trainers give it.
+node_flags() {
+  flags=(--node-address="127.0.0.$(($1 + 1))" --node-port="$port")
+}
+
 for node in $(seq 0 $((nodes - 1))); do
-  "$build/daemon/gradsyncd" --socket="$dir/node-$node.sock" --local-size="$trainers" \
-    --nodes="$nodes" --node-rank="$node" --coordinator="127.0.0.1:$port" \
-    --gloo-host=127.0.0.1 --join-timeout=60 2>"$dir/gradsyncd-$node.log" &
+  node_flags "$node"
+  "$build/daemon/gradsyncd" --socket="$dir/node-$node.sock" "${flags[@]}" \
+    --join-timeout=60 2>"$dir/gradsyncd-$node.log" &
   daemons+=($!)
 done
 for node in $(seq 0 $((nodes - 1))); do
@@ -42,8 +56,9 @@ echo "== $nodes node(s) x $trainers trainers, ResNet-50 layout (161 tensors, 25.
 pids=()
 names=()
 for node in $(seq 0 $((nodes - 1))); do
+  job_env "$node"
   for rank in $(seq 0 $((trainers - 1))); do
-    "$build/tests/trainer/gradsync-verifying-trainer" --socket "$dir/node-$node.sock" \
+    env "${job[@]}" "$build/tests/trainer/gradsync-verifying-trainer" --socket "$dir/node-$node.sock" \
       --layout layouts/resnet50.txt --rank "$rank" --steps "$steps" \
       > "$dir/trainer-$node-$rank.log" 2>&1 &
     pids+=($!)

@@ -21,11 +21,12 @@ LAYERS = [
     ("daemon/backend/", 3),
     ("daemon/engine/", 4),
     ("daemon/cluster/", 5),
-    ("daemon/control/", 6),
-    ("daemon/", 7),  # main.c and daemon.c: the wiring, which sees every layer
+    ("daemon/jobs/", 6),
+    ("daemon/control/", 7),
+    ("daemon/", 8),  # main.c and daemon.c: the wiring, which sees every layer
 ]
 LAYER_NAMES = {0: "proto/common/kernels", 1: "support", 2: "serve", 3: "backend",
-               4: "engine", 5: "cluster", 6: "control", 7: "daemon (top)"}
+               4: "engine", 5: "cluster", 6: "jobs", 7: "control", 8: "daemon (top)"}
 # Layer-0 folders searched for a bare "name.h"; generated headers too.
 BARE_DIRS = ["common", "proto", "kernels"]
 GENERATED = {"gradsync.pb-c.h": "proto/gradsync.pb-c.h"}

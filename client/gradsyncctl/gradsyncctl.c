@@ -1,6 +1,6 @@
 /*
- * gradsyncctl: shows what the node's gradsyncd is doing, and starts and
- * stops its timeline. Built on libgradsync's control connection; prints
+ * gradsyncctl: shows what the node's gradsyncd is doing (the node, and
+ * each job it serves), and starts and stops its timeline. Built on libgradsync's control connection; prints
  * for people, or JSON (status, clients, launch-env) or the Prometheus text
  * format (metrics) for programs. launch-env asks no daemon: it shows the
  * job a trainer started here would derive from the environment. Exit codes
@@ -32,7 +32,8 @@ enum {
 };
 
 enum command {
-	CMD_STATUS, CMD_CLIENTS, CMD_METRICS, CMD_TRACE_START, CMD_TRACE_STOP, CMD_LAUNCH_ENV
+	CMD_STATUS, CMD_JOBS, CMD_CLIENTS, CMD_METRICS, CMD_TRACE_START, CMD_TRACE_STOP,
+	CMD_LAUNCH_ENV
 };
 
 struct args {
@@ -41,6 +42,7 @@ struct args {
 	bool json;
 	enum command cmd;
 	const char *file; /* trace start */
+	const char *job;  /* status --job */
 };
 
 static void usage(FILE *f)
@@ -49,9 +51,16 @@ static void usage(FILE *f)
 		"Usage: gradsyncctl [--socket PATH] [--timeout MS] COMMAND\n"
 		"\n"
 		"Commands:\n"
-		"  status [--json]    the daemon's settings, trainers and step figures\n"
+		"  status [--json] [--job ID]\n"
+		"                     the node (version, uptime, backend, jobs) and each\n"
+		"                     job: owner, shape, settings, state, trainers, steps,\n"
+		"                     group; another user's job shows only its state and\n"
+		"                     trainer count; --job ID: that job alone\n"
+		"  jobs [--json]      one line per job: id, owner, state, trainers, node\n"
+		"                     rank/nodes, local and world size, steps, last step\n"
 		"  clients [--json]   every connection: trainers, control clients, nodes\n"
-		"  metrics            the daemon's figures in the Prometheus text format\n"
+		"  metrics            the daemon's figures in the Prometheus text format:\n"
+		"                     the node's totals, and each job's under a job label\n"
 		"  trace start FILE   write a Chrome-trace timeline of every bucket's\n"
 		"                     phases to FILE (created as the calling user)\n"
 		"  trace stop         complete and close the trace file\n"
@@ -65,12 +74,15 @@ static void usage(FILE *f)
 		"                  else " GS_DEFAULT_SOCKET ")\n"
 		"  --timeout MS    give up after MS milliseconds (default 5000)\n"
 		"  --json          print one JSON object instead of text\n"
+		"  --job ID        with status: only the job ID (\"\" for the job\n"
+		"                  whose trainers gave no id)\n"
 		"  -h, --help      show this help\n"
 		"  --version       show the version\n"
 		"\n"
 		"Exit status: 0 done; 1 the request failed (gradsyncd refused it or\n"
-		"failed, the trace file cannot be written, or launch-env found a bad\n"
-		"value); 2 usage error;\n"
+		"failed, status --job found no such job that the caller may see, the\n"
+		"trace file cannot be written, or launch-env found a bad value);\n"
+		"2 usage error;\n"
 		"3 gradsyncd is not running (nothing listens on the socket);\n"
 		"4 permission denied (not root, not in gradsyncd's group).\n");
 }
@@ -101,6 +113,8 @@ static int parse_command(int n, char **w, struct args *a)
 	int want = 1;
 	if (strcmp(w[0], "status") == 0) {
 		a->cmd = CMD_STATUS;
+	} else if (strcmp(w[0], "jobs") == 0) {
+		a->cmd = CMD_JOBS;
 	} else if (strcmp(w[0], "clients") == 0) {
 		a->cmd = CMD_CLIENTS;
 	} else if (strcmp(w[0], "metrics") == 0) {
@@ -127,20 +141,23 @@ static int parse_command(int n, char **w, struct args *a)
 	}
 	if (n > want)
 		return usage_error("unexpected argument", w[want]);
-	if (a->json && a->cmd != CMD_STATUS && a->cmd != CMD_CLIENTS &&
+	if (a->json && a->cmd != CMD_STATUS && a->cmd != CMD_JOBS && a->cmd != CMD_CLIENTS &&
 	    a->cmd != CMD_LAUNCH_ENV)
-		return usage_error("--json goes with status, clients and launch-env", NULL);
+		return usage_error("--json goes with status, jobs, clients and launch-env", NULL);
+	if (a->job && a->cmd != CMD_STATUS)
+		return usage_error("--job goes with status", NULL);
 	return -1;
 }
 
 /* Returns -1 when parsed, else the exit status. */
 static int parse_args(int argc, char **argv, struct args *a)
 {
-	enum { OPT_VERSION = 256, OPT_JSON, OPT_SOCKET, OPT_TIMEOUT };
+	enum { OPT_VERSION = 256, OPT_JSON, OPT_SOCKET, OPT_TIMEOUT, OPT_JOB };
 	static const struct option opts[] = {
 		{ "socket", required_argument, NULL, OPT_SOCKET },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "json", no_argument, NULL, OPT_JSON },
+		{ "job", required_argument, NULL, OPT_JOB },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, OPT_VERSION },
 		{ NULL, 0, NULL, 0 },
@@ -155,6 +172,7 @@ static int parse_args(int argc, char **argv, struct args *a)
 				return usage_error("--timeout wants milliseconds > 0", optarg);
 			break;
 		case OPT_JSON: a->json = true; break;
+		case OPT_JOB: a->job = optarg; break;
 		case 'h': usage(stdout); return 0;
 		case OPT_VERSION: printf("gradsyncctl %s\n", GS_VERSION); return 0;
 		default: return usage_error("unknown or incomplete option", argv[optind - 1]);
@@ -232,19 +250,14 @@ static const char *clean(const char *s, char *buf, size_t n)
 
 #define ROW "  %-16s "
 
-static void print_trainers(const struct gs_status *s)
+static void print_trainers(const struct gs_trainer_status *list, size_t n)
 {
-	if (s->job_hidden) {
-		printf("\nTrainers (%u connected, another user's)\n", s->hidden_trainers);
-		return;
-	}
-	printf("\nTrainers (%zu connected)\n", s->trainer_count);
-	if (s->trainer_count == 0)
+	if (n == 0)
 		return;
 	printf("  %8s %6s %5s %8s %11s  %-12s %8s\n", "PID", "UID", "RANK",
 	       "TENSORS", "BYTES", "STATE", "STEPS");
-	for (size_t i = 0; i < s->trainer_count; i++) {
-		const struct gs_trainer_status *t = &s->trainers[i];
+	for (size_t i = 0; i < n; i++) {
+		const struct gs_trainer_status *t = &list[i];
 		char bytes[32], state[sizeof(t->state)];
 		format_bytes(bytes, sizeof(bytes), t->bytes);
 		printf("  %8u %6u %5u %8u %11s  %-12s %8" PRIu64 "\n", t->pid,
@@ -253,26 +266,91 @@ static void print_trainers(const struct gs_status *s)
 	}
 }
 
-static void print_peers(const struct gs_status *s)
+static void print_peers(const struct gs_job_status *j)
 {
-	if (s->peer_count <= 1)
+	if (j->peer_count <= 1)
 		return;
 	char sent[32], host[64], state[32];
-	format_bytes(sent, sizeof(sent), s->internode_bytes);
-	printf(ROW "%s (%" PRIu64 " bytes)\n", "sent to peers:", sent, s->internode_bytes);
+	format_bytes(sent, sizeof(sent), j->internode_bytes);
+	printf(ROW "%s (%" PRIu64 " bytes)\n", "sent to peers:", sent, j->internode_bytes);
 	printf("  %6s %9s  %-24s %s\n", "NODE", "TRAINERS", "HOST", "STATE");
-	for (size_t i = 0; i < s->peer_count; i++) {
-		const struct gs_peer_status *p = &s->peers[i];
+	for (size_t i = 0; i < j->peer_count; i++) {
+		const struct gs_peer_status *p = &j->peers[i];
 		printf("  %6u %9u  %-24s %s\n", p->node_rank, p->local_size,
 		       p->host[0] ? clean(p->host, host, sizeof(host)) : "(host name)",
 		       clean(p->state, state, sizeof(state)));
 	}
 }
 
+static const char *plural(uint64_t n)
+{
+	return n == 1 ? "" : "s";
+}
+
+/* "'x'", or "(no id)" for the job whose trainers gave none. */
+static const char *job_name(const char *id, char *buf, size_t n)
+{
+	char c[GS_JOB_ID_MAX + 1];
+	if (!id[0])
+		return "(no id)";
+	snprintf(buf, n, "'%s'", clean(id, c, sizeof(c)));
+	return buf;
+}
+
+static const char *user_name(uint32_t uid, char *buf, size_t n)
+{
+	struct passwd *pw = getpwuid(uid);
+	char name[64];
+	if (pw)
+		snprintf(buf, n, "%s", clean(pw->pw_name, name, sizeof(name)));
+	else
+		snprintf(buf, n, "%u", uid);
+	return buf;
+}
+
+static void print_job_settings(const struct gs_job_status *j)
+{
+	printf(ROW "threshold %" PRIu64 " elements, wire %s, op %s, predivide %g,\n", "settings:",
+	       j->threshold, wire_name(j->wire_dtype), op_name(j->op), j->predivide_factor);
+	printf(ROW "fusion buffer %" PRIu64 " elements\n", "", j->fusion_buffer_elements);
+}
+
+static void print_job(const struct gs_job_status *j)
+{
+	char buf[GS_COORDINATOR_MAX + 16], user[64], age[48];
+	if (j->hidden) {
+		printf("another user's job: %s, %u trainer%s\n",
+		       clean(j->state, buf, sizeof(buf)), j->trainers_connected,
+		       plural(j->trainers_connected));
+		return;
+	}
+	printf("Job %s\n", job_name(j->job_id, buf, sizeof(buf)));
+	printf(ROW "%s (uid %u)\n", "owner:", user_name(j->owner_uid, user, sizeof(user)),
+	       j->owner_uid);
+	printf(ROW "%s\n", "state:", clean(j->state, buf, sizeof(buf)));
+	printf(ROW "node %u of %u, local size %u, world size %u\n", "shape:", j->node_rank,
+	       j->nodes, j->local_size, j->world_size);
+	printf(ROW "%s\n", "coordinator:",
+	       j->coordinator[0] ? clean(j->coordinator, buf, sizeof(buf)) : "(none: one node)");
+	print_job_settings(j);
+	printf(ROW "%s\n", "backend:", clean(j->backend, buf, sizeof(buf)));
+	printf(ROW "%u connected\n", "trainers:", j->trainers_connected);
+	print_trainers(j->trainers, j->trainer_count);
+	printf(ROW "%u (%u in flight)\n", "buckets:", j->buckets, j->buckets_in_flight);
+	printf(ROW "%" PRIu64 " completed, %" PRIu64 " aborted; current step %" PRIu64 "\n",
+	       "steps:", j->steps_completed, j->steps_aborted, j->current_step);
+	printf(ROW "%.2f ms last, %.2f ms median\n", "step time:", ms(j->last_step_ns),
+	       ms(j->median_step_ns));
+	printf(ROW "generation %" PRIu64 ", built %" PRIu64 " time%s\n", "group:",
+	       j->group_generation, j->groups_built, plural(j->groups_built));
+	format_uptime(age, sizeof(age), j->age_ns);
+	printf(ROW "%s\n", "age:", age);
+	print_peers(j);
+}
+
 static void print_text(const struct gs_status *s)
 {
-	const struct gs_session_info *set = &s->settings;
-	char up[48], reduced[32], buf[sizeof(s->job_id)];
+	char up[48], reduced[32], buf[64];
 	format_uptime(up, sizeof(up), s->uptime_ns);
 	format_bytes(reduced, sizeof(reduced), s->bytes_reduced);
 
@@ -280,36 +358,42 @@ static void print_text(const struct gs_status *s)
 	       clean(s->daemon_version, buf, sizeof(buf)), up);
 	printf(ROW "%s\n", "backend:", clean(s->backend, buf, sizeof(buf)));
 	printf(ROW "%s\n", "conversion ISA:", clean(s->isa, buf, sizeof(buf)));
-	printf("\nSettings\n");
-	printf(ROW "%" PRIu64 " elements\n", "threshold:", set->threshold);
-	printf(ROW "%s\n", "wire dtype:", wire_name(set->wire_dtype));
-	printf(ROW "%s\n", "op:", op_name(set->op));
-	printf(ROW "%g\n", "predivide:", set->predivide_factor);
-	printf(ROW "%" PRIu64 " elements\n", "fusion buffer:",
-	       set->fusion_buffer_elements);
-	printf("\nNode\n");
-	printf(ROW "%u of %u nodes\n", "node rank:", s->node_rank, s->nodes);
-	printf(ROW "%u\n", "world size:", s->world_size);
-	printf(ROW "%u\n", "local size:", s->local_size);
-	print_peers(s);
-	printf("\nJob\n");
-	printf(ROW "%s\n", "state:", clean(s->job_state, buf, sizeof(buf)));
-	printf(ROW "%s\n", "id:",
-	       s->job_hidden ? "(another user's job)"
-	       : s->job_id[0] ? clean(s->job_id, buf, sizeof(buf)) : "(none)");
-	print_trainers(s);
-	printf("\nSteps\n");
-	printf(ROW "%u (%u in flight)\n", "buckets:", s->buckets,
-	       s->buckets_in_flight);
-	printf(ROW "%" PRIu64 "\n", "current step:", s->current_step);
-	printf(ROW "%" PRIu64 " completed, %" PRIu64 " aborted\n", "steps:",
+	printf(ROW "%zu of %u\n", "jobs:", s->job_count, s->max_jobs);
+	printf(ROW "%" PRIu64 " completed, %" PRIu64 " aborted (all jobs)\n", "steps:",
 	       s->steps_completed, s->steps_aborted);
-	printf(ROW "%.2f ms last, %.2f ms median\n", "step time:",
-	       ms(s->last_step_ns), ms(s->median_step_ns));
-	printf(ROW "%s (%" PRIu64 " bytes)\n", "reduced:", reduced,
-	       s->bytes_reduced);
+	printf(ROW "%s (%" PRIu64 " bytes)\n", "reduced:", reduced, s->bytes_reduced);
 	printf(ROW "%" PRIu64 " elements\n", "clipped:", s->elements_clipped);
 	printf(ROW "%" PRIu64 " values\n", "non-finite:", s->nonfinite);
+	if (s->job_count == 0)
+		printf("\nno jobs\n");
+	for (size_t i = 0; i < s->job_count; i++) {
+		putchar('\n');
+		print_job(&s->jobs[i]);
+	}
+}
+
+/* One line per job, as `gradsyncctl jobs` lists them. */
+static void print_jobs_table(const struct gs_status *s)
+{
+	printf("%-16s %-10s %-12s %8s %7s %5s %5s %8s %11s\n", "JOB", "OWNER", "STATE",
+	       "TRAINERS", "NODE", "LOCAL", "WORLD", "STEPS", "LAST STEP");
+	for (size_t i = 0; i < s->job_count; i++) {
+		const struct gs_job_status *j = &s->jobs[i];
+		char id[sizeof(j->job_id)], user[64], state[sizeof(j->state)];
+		char node[32], last[32];
+		clean(j->state, state, sizeof(state));
+		if (j->hidden) {
+			printf("%-16s %-10s %-12s %8u %7s %5s %5s %8s %11s\n", "(hidden)",
+			       "-", state, j->trainers_connected, "-", "-", "-", "-", "-");
+			continue;
+		}
+		snprintf(node, sizeof(node), "%u/%u", j->node_rank, j->nodes);
+		snprintf(last, sizeof(last), "%.2f ms", ms(j->last_step_ns));
+		printf("%-16s %-10s %-12s %8u %7s %5u %5u %8" PRIu64 " %11s\n",
+		       j->job_id[0] ? clean(j->job_id, id, sizeof(id)) : "(no id)",
+		       user_name(j->owner_uid, user, sizeof(user)), state, j->trainers_connected,
+		       node, j->local_size, j->world_size, j->steps_completed, last);
+	}
 }
 
 /* ---- JSON -------------------------------------------------------------- */
@@ -413,6 +497,60 @@ static void json_settings(const struct gs_session_info *set)
 	printf("},");
 }
 
+/* A hidden job gives only what the daemon tells of it. */
+static void json_job(const struct gs_job_status *j, bool comma)
+{
+	putchar('{');
+	printf("\"hidden\":%s,", j->hidden ? "true" : "false");
+	json_key_str("state", j->state, true);
+	json_key_u64("trainers_connected", j->trainers_connected, !j->hidden);
+	if (!j->hidden) {
+		json_key_str("job_id", j->job_id, true);
+		json_key_u64("owner_uid", j->owner_uid, true);
+		json_key_u64("local_size", j->local_size, true);
+		json_key_u64("nodes", j->nodes, true);
+		json_key_u64("node_rank", j->node_rank, true);
+		json_key_u64("world_size", j->world_size, true);
+		json_key_str("coordinator", j->coordinator, true);
+		printf("\"settings\":{");
+		json_key_u64("threshold", j->threshold, true);
+		json_key_str("wire_dtype", wire_name(j->wire_dtype), true);
+		json_key_str("op", op_name(j->op), true);
+		json_key_double("predivide_factor", j->predivide_factor, true);
+		json_key_u64("fusion_buffer_elements", j->fusion_buffer_elements, false);
+		printf("},");
+		json_key_str("backend", j->backend, true);
+		printf("\"trainers\":[");
+		for (size_t i = 0; i < j->trainer_count; i++)
+			json_trainer(&j->trainers[i], i + 1 < j->trainer_count);
+		printf("],");
+		json_key_u64("buckets", j->buckets, true);
+		json_key_u64("buckets_in_flight", j->buckets_in_flight, true);
+		json_key_u64("current_step", j->current_step, true);
+		json_key_u64("steps_completed", j->steps_completed, true);
+		json_key_u64("steps_aborted", j->steps_aborted, true);
+		json_key_u64("last_step_ns", j->last_step_ns, true);
+		json_key_u64("median_step_ns", j->median_step_ns, true);
+		json_key_u64("group_generation", j->group_generation, true);
+		json_key_u64("groups_built", j->groups_built, true);
+		json_key_u64("age_ns", j->age_ns, true);
+		json_key_u64("internode_bytes", j->internode_bytes, true);
+		printf("\"peers\":[");
+		for (size_t i = 0; i < j->peer_count; i++)
+			json_peer(&j->peers[i], i + 1 < j->peer_count);
+		printf("]");
+	}
+	printf("}%s", comma ? "," : "");
+}
+
+static void json_jobs(const struct gs_status *s)
+{
+	printf("\"jobs\":[");
+	for (size_t i = 0; i < s->job_count; i++)
+		json_job(&s->jobs[i], i + 1 < s->job_count);
+	printf("]");
+}
+
 static void print_json(const struct gs_status *s)
 {
 	putchar('{');
@@ -447,7 +585,17 @@ static void print_json(const struct gs_status *s)
 	json_key_u64("median_step_ns", s->median_step_ns, true);
 	json_key_u64("bytes_reduced", s->bytes_reduced, true);
 	json_key_u64("elements_clipped", s->elements_clipped, true);
-	json_key_u64("nonfinite", s->nonfinite, false);
+	json_key_u64("nonfinite", s->nonfinite, true);
+	json_key_u64("max_jobs", s->max_jobs, true);
+	json_jobs(s);
+	printf("}\n");
+}
+
+static void print_jobs_json(const struct gs_status *s)
+{
+	putchar('{');
+	json_key_u64("max_jobs", s->max_jobs, true);
+	json_jobs(s);
 	printf("}\n");
 }
 
@@ -527,10 +675,11 @@ static void launch_number(const char *what, uint32_t v, const char *source)
 	launch_row(what, buf, source);
 }
 
-/* A setting no option or variable gave is the daemon's job's to decide. */
+/* A setting no option or variable gave is the job's: its first trainer's,
+ * else the default. */
 static const char *unset_or(const char *source, const char *value)
 {
-	return strcmp(source, "unset") == 0 ? "(gradsyncd's)" : value;
+	return strcmp(source, "unset") == 0 ? "(the job's)" : value;
 }
 
 static void print_launch_text(const struct gs_launch_info *li)
@@ -644,17 +793,52 @@ static int fail(gs_client *c)
 	return EXIT_DAEMON;
 }
 
+/* The job with this id among those the caller may see (a hidden job's id
+ * is not told), or NULL. */
+static const struct gs_job_status *find_job(const struct gs_status *s, const char *id)
+{
+	for (size_t i = 0; i < s->job_count; i++)
+		if (!s->jobs[i].hidden && strcmp(s->jobs[i].job_id, id) == 0)
+			return &s->jobs[i];
+	return NULL;
+}
+
+static int one_job(const struct gs_status *s, const struct args *a)
+{
+	const struct gs_job_status *j = find_job(s, a->job);
+	if (!j) {
+		char id[256];
+		fprintf(stderr, "gradsyncctl: no job '%s' on this node that you may see "
+			"('gradsyncctl jobs' lists them)\n", clean(a->job, id, sizeof(id)));
+		return EXIT_DAEMON;
+	}
+	if (a->json) {
+		json_job(j, false);
+		putchar('\n');
+	} else {
+		print_job(j);
+	}
+	return 0;
+}
+
 static int status(gs_client *c, const struct args *a)
 {
 	struct gs_status *s;
 	if (gs_status_get(c, a->timeout_ms, &s) < 0)
 		return fail(c);
-	if (a->json)
+	int r = 0;
+	if (a->job)
+		r = one_job(s, a);
+	else if (a->cmd == CMD_JOBS && a->json)
+		print_jobs_json(s);
+	else if (a->cmd == CMD_JOBS)
+		print_jobs_table(s);
+	else if (a->json)
 		print_json(s);
 	else
 		print_text(s);
 	gs_status_free(s);
-	return 0;
+	return r;
 }
 
 static int clients(gs_client *c, const struct args *a)
@@ -740,7 +924,8 @@ static int run(const struct args *a)
 	if (r < 0)
 		return connect_failed(a, r);
 	switch (a->cmd) {
-	case CMD_STATUS: r = status(c, a); break;
+	case CMD_STATUS:
+	case CMD_JOBS: r = status(c, a); break;
 	case CMD_CLIENTS: r = clients(c, a); break;
 	case CMD_METRICS: r = metrics(c, a); break;
 	case CMD_TRACE_START: r = trace_start(c, a); break;

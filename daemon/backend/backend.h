@@ -156,9 +156,10 @@ struct gs_backend_ops {
 			   float postscale);
 	/* Optional: this node is in the group of nodes g describes (joined at
 	 * start, or rebuilt after a node went away or came back): makes what
-	 * the backend reduces across nodes with (the CUDA backend: NCCL
-	 * communicators, from node 0's unique id shared through g->kv; the
-	 * host backend: sums through g->gloo). Runs on a thread of the
+	 * the backend reduces across nodes with, or what it needs to (the
+	 * CUDA backend: node 0's NCCL unique id shared through g->kv, of
+	 * which its communicators are made at the next bucket; the host
+	 * backend: sums through g->gloo). Runs on a thread of the
 	 * cluster's while no bucket runs (the worker thread, or one that
 	 * keeps it free). Returns GS_OK, or a GS_E* code with the reason in
 	 * err (GS_EABORTED when g->cancel_fd ended a wait). NULL: the backend

@@ -159,7 +159,7 @@ static int build_group(struct gs_cluster *c, struct gs_rdv_client *rdv,
 struct join_work {
 	struct gs_work work;
 	struct gs_cluster *c;
-	void (*ready)(void *arg, bool ok);
+	void (*ready)(void *arg, int rc, const char *why);
 	void *arg;
 	int rc;
 	char err[512];
@@ -365,7 +365,7 @@ static void regroup_done(struct gs_work *w)
 {
 	struct regroup_work *rw = (struct regroup_work *)w;
 	struct gs_cluster *c = rw->c;
-	if (rw->rc == GS_OK) {
+	if (rw->rc == GS_OK && !c->stopping) {
 		memset(c->lost, 0, c->nodes * sizeof(*c->lost));
 		c->group_ready = true;
 		gs_info("the group of %u nodes is whole again (generation %llu)", c->nodes,
@@ -606,25 +606,40 @@ static void join_done(struct gs_work *w)
 	struct join_work *jw = (struct join_work *)w;
 	struct gs_cluster *c = jw->c;
 	bool ok = jw->rc == GS_OK;
+	if (ok && c->stopping) {
+		/* Joined just as the job or the daemon ended: nobody is left
+		 * to serve. */
+		gs_rdv_client_close(c->rdv);
+		c->rdv = NULL;
+		jw->rc = GS_EABORTED;
+		ok = false;
+	}
 	if (ok) {
 		count_world(c);
 		c->joined = true;
 		c->group_ready = true;
-		gs_info("joined as node %u of %u: %u trainers in all, this node's are global ranks %u to %u",
-			c->node_rank, c->nodes, c->world_size, c->rank_base,
+		gs_info("job '%s': joined as node %u of %u: %u trainers in all, this node's are global ranks %u to %u",
+			c->settings->job_id, c->node_rank, c->nodes, c->world_size, c->rank_base,
 			c->rank_base + c->settings->local_size - 1);
 		ok = adopt_connection(c, c->rdv);
 		c->rdv = NULL;
 		tell_world(c);
 	} else if (jw->rc == GS_EABORTED) {
-		gs_info("node %u stopped joining: shutting down", c->node_rank);
+		gs_info("job '%s': node %u stopped joining (the job or the daemon ends)",
+			c->settings->job_id, c->node_rank);
 	} else {
-		gs_error("node %u cannot join the job: %s", c->node_rank, jw->err);
+		gs_error("job '%s': node %u cannot join the job: %s", c->settings->job_id,
+			 c->node_rank, jw->err);
 	}
-	void (*ready)(void *, bool) = jw->ready;
+	if (!ok && !jw->err[0])
+		snprintf(jw->err, sizeof(jw->err), "cannot keep the connection to the rendezvous");
+	void (*ready)(void *, int, const char *) = jw->ready;
 	void *arg = jw->arg;
+	char why[sizeof(jw->err)];
+	snprintf(why, sizeof(why), "%s", ok ? "" : jw->err);
+	int rc = ok ? GS_OK : jw->rc != GS_OK ? jw->rc : GS_EDISCONNECTED;
 	free(jw);
-	ready(arg, ok);
+	ready(arg, rc, why);
 }
 
 void gs_cluster_init(struct gs_cluster *c, const struct gs_cluster_parts *parts)
@@ -636,11 +651,13 @@ void gs_cluster_init(struct gs_cluster *c, const struct gs_cluster_parts *parts)
 		.worker = parts->worker,
 		.job = parts->job,
 		.server = parts->server,
+		.port = parts->port,
 		.cancel_fd = -1,
 	};
 }
 
-int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, bool ok), void *arg)
+int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, const char *why),
+		     void *arg)
 {
 	const struct gs_settings *s = c->settings;
 	c->nodes = s->nodes;
@@ -659,18 +676,19 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, bool ok), vo
 		c->joined = true;
 		c->group_ready = true;
 		tell_world(c);
-		ready(arg, true);
+		ready(arg, GS_OK, "");
 		return GS_OK;
 	}
 	if (!gs_gloo_available()) {
-		gs_error("--nodes %u: this gradsyncd was built without Gloo, which several nodes need",
-			 s->nodes);
+		gs_error("job '%s' has %u nodes: this gradsyncd was built without Gloo, which several nodes need",
+			 s->job_id, s->nodes);
 		return GS_EINVAL;
 	}
 	if (s->cluster_secret_len == 0)
 		gs_warn("the rendezvous at %s is unauthenticated: anyone who reaches it can join as a node or read and overwrite its store; set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node",
 			s->coordinator);
-	if (s->node_rank == 0 && gs_rdv_server_start(c->loop, s, c->server, &c->rdv_server) < 0)
+	if (s->node_rank == 0 &&
+	    gs_rdv_server_start(c->loop, s, c->server, c->port, &c->rdv_server) < 0)
 		return GS_ESYSTEM;
 	struct join_work *jw = calloc(1, sizeof(*jw));
 	if (!jw)
@@ -680,8 +698,8 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, bool ok), vo
 	jw->c = c;
 	jw->ready = ready;
 	jw->arg = arg;
-	gs_info("node %u of %u: joining the rendezvous at %s (up to %llu s)", s->node_rank,
-		s->nodes, s->coordinator, (unsigned long long)s->join_timeout);
+	gs_info("job '%s': node %u of %u joining the rendezvous at %s (up to %llu s)", s->job_id,
+		s->node_rank, s->nodes, s->coordinator, (unsigned long long)s->join_timeout);
 	gs_worker_submit(c->worker, &jw->work);
 	return GS_OK;
 }
@@ -700,6 +718,9 @@ void gs_cluster_cancel(struct gs_cluster *c)
 
 void gs_cluster_close(struct gs_cluster *c)
 {
+	/* The job may end long before the daemon: its connections go now. */
+	if (c->conn)
+		gs_conn_close(c->conn);
 	gs_rdv_server_stop(c->rdv_server);
 	c->rdv_server = NULL;
 	if (c->agree_timer.loop)

@@ -45,6 +45,7 @@ struct gs_cluster_parts {
 	 * coordinator's connection and node 0's rendezvous peers, and its
 	 * spare descriptor refuses a peer when descriptors run out. */
 	struct gs_server *server;
+	struct gs_node_port *port; /* serves the rendezvous when this node is the job's node 0 */
 };
 
 struct gs_cluster {
@@ -54,6 +55,7 @@ struct gs_cluster {
 	struct gs_worker *worker;
 	struct gs_job *job;
 	struct gs_server *server; /* the local listener: its connection set and spare descriptor */
+	struct gs_node_port *port;
 	bool stopping; /* gs_cluster_cancel: the daemon shuts down */
 	struct gs_rdv_server *rdv_server; /* node rank 0 only */
 
@@ -90,10 +92,12 @@ struct gs_cluster {
 void gs_cluster_init(struct gs_cluster *c, const struct gs_cluster_parts *parts);
 
 /* Starts joining (node 0 also starts serving the rendezvous). ready(arg,
- * ok) runs on the loop when the node has joined (ok) or failed (the
- * reason logged); at once with --nodes 1. Returns GS_OK, or a GS_E* code
- * (logged) when the join could not start. */
-int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, bool ok), void *arg);
+ * rc, why) runs on the loop when the node has joined (GS_OK) or failed
+ * (a GS_E* code, why says how; also logged); at once for a job of one
+ * node. Returns GS_OK, or a GS_E* code (logged) when the join could not
+ * start. */
+int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, const char *why),
+		     void *arg);
 /* The daemon shuts down: what completes from now on is not acted upon,
  * any wait on the other nodes ends, and the thread that re-joins a
  * restarted coordinator is joined. First in the shutdown, before any

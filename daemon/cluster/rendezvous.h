@@ -1,6 +1,7 @@
 /*
  * The rendezvous between the daemons of a multi-node job, as torchrun's:
- * the node-rank-0 daemon serves it on --coordinator (on its event loop);
+ * the job's node-rank-0 daemon serves it on its node port (on its event
+ * loop);
  * every daemon, rank 0 included, joins it as a client and keeps the
  * connection for its life. Through it the daemons check that they agree
  * (protocol version, node count, node ranks, shared settings), learn each
@@ -14,6 +15,7 @@
 #ifndef GS_RENDEZVOUS_H
 #define GS_RENDEZVOUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -21,23 +23,54 @@
 
 #include "engine/layout.h"
 #include "gradsync.pb-c.h"
+#include "support/log.h"
 
 struct gs_server;
 struct gs_rdv_server;
+struct lobby_peer;
 struct gs_settings;
 
 
-/* ---- Server (node rank 0, loop thread) --------------------------------- */
+/* ---- The node port (loop thread) --------------------------------------- */
 
-/* Listens on settings->coordinator, on loop; its connections join the
- * local listener's connection set (serve/server.h). settings stay the caller's
+/* One listener for the rendezvous of every job whose node 0 this daemon
+ * is, on --node-address and --node-port; a connection's NodeAuth names
+ * its job (rendezvous_port.c). */
+struct gs_node_port {
+	uv_loop_t *loop;
+	const struct gs_settings *settings; /* the node's */
+	struct gs_server *server; /* the local listener: its connection set and spare descriptor */
+	int fd;
+	uv_poll_t poll;
+	uv_timer_t tick; /* held-back log lines; listening again after EMFILE */
+	bool paused;
+	unsigned lobby; /* connections that have not yet named their job */
+	struct lobby_peer *oldest, *newest; /* those, in the order they came */
+	struct gs_log_group quiet;
+	struct gs_rdv_server *served; /* one per job, linked by next_on_port */
+};
+
+/* Listens; returns 0, or -errno having logged why. */
+int gs_node_port_start(struct gs_node_port *np, uv_loop_t *loop,
+		       const struct gs_settings *settings, struct gs_server *server);
+/* Stops listening (shutdown); connections close with every other one. */
+void gs_node_port_close(struct gs_node_port *np);
+/* The rendezvous this port serves for job_id, or NULL. */
+struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const char *job_id);
+
+/* ---- Server (node rank 0 of a job, loop thread) ------------------------ */
+
+/* Serves the rendezvous of the job of settings (its job id, node count,
+ * shared settings) through port; its connections join the local
+ * listener's connection set (serve/server.h). settings stay the caller's
  * and must outlive the server. Returns 0 with *out set, or -errno after
  * logging. */
 int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
-			struct gs_server *server, struct gs_rdv_server **out);
-/* Stops listening; the server is freed once its handles and its peers'
- * connections have closed (with every other connection, at shutdown).
- * NULL does nothing. */
+			struct gs_server *server, struct gs_node_port *port,
+			struct gs_rdv_server **out);
+/* Stops serving: closes its peers' connections (the other nodes learn
+ * that node 0 has gone); the server is freed once its handles have
+ * closed. NULL does nothing. */
 void gs_rdv_server_stop(struct gs_rdv_server *s);
 
 /* ---- Client (worker thread) -------------------------------------------- */

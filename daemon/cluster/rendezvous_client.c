@@ -305,7 +305,7 @@ static int connect_to(struct gs_rdv_client *c, const struct gs_settings *s, int6
 {
 	char host[256], port[32], why[128] = "no attempt";
 	if (gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
-		snprintf(err, n, "--coordinator '%s' is not HOST:PORT", s->coordinator);
+		snprintf(err, n, "the job's coordinator '%s' is not HOST:PORT", s->coordinator);
 		return GS_EINVAL;
 	}
 	c->fd = try_connect(host, port, c->cancel_fd, deadline, why, sizeof(why));
@@ -427,6 +427,7 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 	a.nonce.data = nn;
 	a.nonce.len = sizeof(nn);
 	a.has_secret = mine;
+	a.job_id = (char *)s->job_id;
 	Gradsync__Message am = GRADSYNC__MESSAGE__INIT;
 	am.body_case = GRADSYNC__MESSAGE__BODY_NODE_AUTH;
 	am.node_auth = &a;

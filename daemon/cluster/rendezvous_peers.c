@@ -180,7 +180,7 @@ void rdv_liveness(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__M
 
 /* ---- Second claims ----------------------------------------------------------
  * A daemon that says hello for a rank another connection holds is either a
- * mistake (two daemons started with the same --node-rank) or the holder's
+ * mistake (two daemons whose trainers say the same node rank) or the holder's
  * successor, the holder having vanished without closing (power loss,
  * partition) and --peer-timeout not yet passed. The holder is pinged at
  * once: a Pong within gs_probe_ms refuses the claim for good; none, and
@@ -290,6 +290,17 @@ static void free_peer(uv_handle_t *h)
 	rdv_server_unref(s);
 }
 
+static void unlist_all(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	if (p->all_prev)
+		p->all_prev->all_next = p->all_next;
+	else
+		s->peers = p->all_next;
+	if (p->all_next)
+		p->all_next->all_prev = p->all_prev;
+	p->all_prev = p->all_next = NULL;
+}
+
 static void node_closed(struct gs_conn *c)
 {
 	struct rdv_peer *p = c->owner;
@@ -299,6 +310,7 @@ static void node_closed(struct gs_conn *c)
 	/* The record goes with the connection; its timer is closed first. */
 	uv_timer_stop(&p->timer);
 	uv_close((uv_handle_t *)&p->timer, free_peer);
+	unlist_all(s, p);
 	if (s->stopped)
 		return; /* shutting down */
 	if (p->state != PEER_AUTHED)
@@ -307,41 +319,28 @@ static void node_closed(struct gs_conn *c)
 		rdv_peer_closed(s, p);
 }
 
-static void format_addr(const struct sockaddr_storage *a, char *out, size_t n)
+void rdv_close_peers(struct gs_rdv_server *s)
 {
-	char host[48], port[8]; /* INET6_ADDRSTRLEN, "65535" */
-	if (getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), port,
-			sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-		snprintf(out, n, "an unknown address");
-	else if (a->ss_family == AF_INET6)
-		snprintf(out, n, "[%s]:%s", host, port);
-	else
-		snprintf(out, n, "%s:%s", host, port);
+	while (s->peers)
+		gs_conn_close(s->peers->conn); /* node_closed unlists it */
 }
 
-/* Limits first, before anything is allocated; the peer's record and the
- * timer that bounds its authentication then come with the connection. */
-void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a)
+/* Limits first; the peer's record and the timer that bounds its
+ * authentication then come with the connection. */
+struct rdv_peer *rdv_adopt(struct gs_rdv_server *s, struct gs_conn *c,
+			   const struct sockaddr_storage *a)
 {
-	char addr[64];
-	format_addr(a, addr, sizeof(addr));
 	if (s->pending >= AUTH_MAX_PENDING(s->nodes))
-		evict(s, a, addr);
+		evict(s, a, c->addr);
 	struct rdv_peer *p = calloc(1, sizeof(*p));
 	if (!p) {
-		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
-		return;
+		gs_conn_fail(c, GS_EAGAIN, "out of memory; try again");
+		return NULL;
 	}
-	if (gs_tcp_liveness(fd, s->settings->peer_timeout) < 0)
-		gs_debug("rendezvous: cannot set TCP keepalive on the connection from %s", addr);
-	struct gs_conn *c = gs_conn_create(s->server->conns, fd, AUTH_MAX_FRAME, rdv_dispatch, node_closed);
-	if (!c) {
-		free(p);
-		return;
-	}
+	c->dispatch = rdv_dispatch;
+	c->closed = node_closed;
 	c->role = GS_CONN_NODE;
 	c->log_group = &s->quiet;
-	snprintf(c->addr, sizeof(c->addr), "%s", addr);
 	p->server = s;
 	p->conn = c;
 	p->from = *a;
@@ -351,5 +350,9 @@ void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a
 	uv_timer_start(&p->timer, on_auth_timeout, s->settings->auth_timeout * 1000, 0);
 	c->owner = p;
 	list(s, p);
-	gs_debug("rendezvous: connection from %s", addr);
+	p->all_next = s->peers;
+	if (s->peers)
+		s->peers->all_prev = p;
+	s->peers = p;
+	return p;
 }

@@ -86,10 +86,10 @@ static void welcome_all(struct gs_rdv_server *s)
 	free(info);
 	free(ptrs);
 	if (s->formed)
-		gs_info("rendezvous: every node is back: rebuilding the group (generation %llu)",
-			(unsigned long long)s->generation);
+		gs_info("rendezvous: every node is back: rebuilding the group (generation %llu) of job '%s'",
+			(unsigned long long)s->generation, s->settings->job_id);
 	else
-		gs_info("rendezvous: all %u nodes have joined", s->nodes);
+		gs_info("rendezvous: all %u nodes have joined job '%s'", s->nodes, s->settings->job_id);
 	s->formed = true;
 }
 
@@ -101,8 +101,9 @@ void rdv_join(struct gs_rdv_server *s, struct rdv_node *n, struct rdv_peer *p,
 	snprintf(n->host, sizeof(n->host), "%s", host);
 	p->node = n;
 	s->joined++;
-	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u",
-		(unsigned)(n - s->node), p->conn->addr, local_size, s->joined, s->nodes);
+	gs_info("rendezvous: node %u joined from %s (%u trainers), %u of %u of job '%s'",
+		(unsigned)(n - s->node), p->conn->addr, local_size, s->joined, s->nodes,
+		s->settings->job_id);
 	if (s->joined == s->nodes)
 		welcome_all(s);
 }
@@ -123,8 +124,8 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 		return;
 	}
 	if (h->nodes != s->nodes) {
-		gs_conn_fail(c, GS_EREFUSED, "node %u expects %u nodes but the coordinator (node 0) runs %u (--nodes)",
-			     h->node_rank, h->nodes, s->nodes);
+		gs_conn_fail(c, GS_EREFUSED, "job '%s': node %u's trainers say node count %u, node 0's say %u",
+			     s->settings->job_id, h->node_rank, h->nodes, s->nodes);
 		return;
 	}
 	if (h->node_rank >= s->nodes) {
@@ -133,8 +134,8 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 		return;
 	}
 	if (strcmp(h->settings, s->shared_settings) != 0) {
-		gs_conn_fail(c, GS_EREFUSED, "node %u's settings '%s' differ from the coordinator's '%s'",
-			     h->node_rank, h->settings, s->shared_settings);
+		gs_conn_fail(c, GS_EREFUSED, "job '%s': node %u's trainers say '%s', node 0's say '%s'",
+			     s->settings->job_id, h->node_rank, h->settings, s->shared_settings);
 		return;
 	}
 	if (h->local_size == 0 || h->local_size > GS_MAX_LOCAL) {
@@ -270,7 +271,8 @@ static void judge_round(struct gs_rdv_server *s)
 			return;
 		}
 	}
-	gs_info("rendezvous: all %u nodes registered the same layout", s->nodes);
+	gs_info("rendezvous: all %u nodes registered the same layout for job '%s'", s->nodes,
+		s->settings->job_id);
 	if (gs_layout_copy(&s->agreed, &s->node[0].offer) == 0)
 		s->has_agreed = true;
 	verdict_all(s, NULL);
@@ -437,7 +439,7 @@ void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 	withdraw(s, n);
 	s->joined--;
 	long rank = (long)(n - s->node);
-	gs_warn("rendezvous: node %ld left", rank);
+	gs_warn("rendezvous: node %ld left job '%s'", rank, s->settings->job_id);
 	if (was_in_group) {
 		Gradsync__NodeLost lost = GRADSYNC__NODE_LOST__INIT;
 		lost.node_rank = (uint32_t)rank;
@@ -450,57 +452,6 @@ void rdv_peer_closed(struct gs_rdv_server *s, struct rdv_peer *p)
 	}
 	/* A daemon that claimed the rank while this one held it takes it. */
 	rdv_claim_granted(s, n);
-}
-
-static void on_accept(uv_poll_t *p, int status, int events)
-{
-	struct gs_rdv_server *s = p->data;
-	if (status < 0)
-		return;
-	for (int i = 0; i < 16; i++) {
-		struct sockaddr_storage a;
-		/* Out of descriptors, a node is told to come back later. */
-		int fd = gs_server_accept(s->server, s->fd, &a, GS_EAGAIN);
-		if (fd == -EMFILE) {
-			/* Not even the reserve: on_tick listens again. */
-			uv_poll_stop(&s->poll);
-			s->paused = true;
-		}
-		if (fd < 0)
-			return;
-		rdv_admit(s, fd, &a);
-	}
-}
-
-static int listen_on(const char *coordinator)
-{
-	char host[256], port[32];
-	if (gs_parse_host_port(coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
-		gs_error("--coordinator '%s' is not HOST:PORT", coordinator);
-		return -EINVAL;
-	}
-	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
-	struct addrinfo *res;
-	int rc = getaddrinfo(host, port, &hints, &res);
-	if (rc != 0) {
-		gs_error("rendezvous address %s: %s", coordinator, gai_strerror(rc));
-		return -EINVAL;
-	}
-	int fd = -1, err = 0;
-	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
-		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		int one = 1;
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		if (fd >= 0 && (bind(fd, a->ai_addr, a->ai_addrlen) < 0 || listen(fd, 64) < 0)) {
-			err = errno;
-			close(fd);
-			fd = -1;
-		}
-	}
-	freeaddrinfo(res);
-	if (fd < 0)
-		gs_error("cannot serve the rendezvous on %s: %s", coordinator, strerror(err));
-	return fd < 0 ? -err : fd;
 }
 
 /* A restarted coordinator knows nothing of its predecessor's groups: its
@@ -522,44 +473,43 @@ static void on_tick(uv_timer_t *t)
 {
 	struct gs_rdv_server *s = t->data;
 	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
-	if (s->paused) {
-		s->paused = false;
-		uv_poll_start(&s->poll, UV_READABLE, on_accept);
-	}
 }
 
 int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
-			struct gs_server *server, struct gs_rdv_server **out)
+			struct gs_server *server, struct gs_node_port *port,
+			struct gs_rdv_server **out)
 {
+	if (gs_node_port_find(port, settings->job_id)) {
+		gs_error("job '%s': this daemon already serves its rendezvous", settings->job_id);
+		return -EEXIST;
+	}
 	struct gs_rdv_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->loop = loop;
 	s->settings = settings;
 	s->server = server;
+	s->port = port;
 	s->nodes = settings->nodes;
 	s->node = calloc(s->nodes, sizeof(*s->node));
 	s->quiet.what = "unauthenticated connections to the rendezvous";
 	gs_settings_shared_text(settings, s->shared_settings, sizeof(s->shared_settings));
-	s->fd = !s->node ? -ENOMEM
-		: draw_incarnation(&s->incarnation) < 0 ? -EIO
-		: listen_on(settings->coordinator);
-	if (s->fd < 0) {
-		int err = s->fd;
+	int err = !s->node ? -ENOMEM : draw_incarnation(&s->incarnation) < 0 ? -EIO : 0;
+	if (err < 0) {
 		free(s->node);
 		free(s);
 		return err;
 	}
-	uv_poll_init(loop, &s->poll, s->fd);
-	s->poll.data = s;
-	uv_poll_start(&s->poll, UV_READABLE, on_accept);
 	uv_timer_init(loop, &s->tick);
 	s->tick.data = s;
 	uv_timer_start(&s->tick, on_tick, GS_LOG_GROUP_WINDOW_MS, GS_LOG_GROUP_WINDOW_MS);
-	s->handles = 2;
+	s->handles = 1;
+	s->next_on_port = port->served;
+	port->served = s;
 	*out = s;
-	gs_info("rendezvous: serving %u nodes on %s (incarnation %016llx)", s->nodes,
-		settings->coordinator, (unsigned long long)s->incarnation);
+	gs_info("job '%s': serving the rendezvous of its %u nodes on port %u (incarnation %016llx)",
+		settings->job_id, s->nodes, port->settings->node_port,
+		(unsigned long long)s->incarnation);
 	return 0;
 }
 
@@ -590,10 +540,15 @@ void gs_rdv_server_stop(struct gs_rdv_server *s)
 {
 	if (!s)
 		return;
-	/* Node connections are closed with every other connection. */
-	uv_poll_stop(&s->poll);
-	close(s->fd);
+	for (struct gs_rdv_server **p = &s->port->served; *p; p = &(*p)->next_on_port) {
+		if (*p == s) {
+			*p = s->next_on_port;
+			break;
+		}
+	}
+	/* Its peers' connections are closed with it: the other nodes learn
+	 * that the job's node 0 has gone. */
 	s->stopped = true;
-	uv_close((uv_handle_t *)&s->poll, free_server);
+	rdv_close_peers(s);
 	uv_close((uv_handle_t *)&s->tick, free_server);
 }

@@ -46,6 +46,7 @@ struct rdv_peer {
 	struct gs_rdv_server *server;
 	struct gs_conn *conn;
 	struct rdv_peer *prev, *next; /* unauthenticated: gs_rdv_server.oldest */
+	struct rdv_peer *all_prev, *all_next; /* every peer: gs_rdv_server.peers */
 	struct sockaddr_storage from;
 	struct rdv_node *node;
 	enum peer_state state;
@@ -93,19 +94,19 @@ struct rdv_wait {
 
 struct gs_rdv_server {
 	uv_loop_t *loop;
-	const struct gs_settings *settings;
+	const struct gs_settings *settings; /* the job's */
 	struct gs_server *server; /* the local listener: its connection set and spare descriptor */
-	int fd;
-	uv_poll_t poll;
+	struct gs_node_port *port;          /* where its peers connect */
+	struct gs_rdv_server *next_on_port; /* the port's other jobs */
 	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
-	bool paused;     /* out of descriptors: tick listens again */
 	bool stopped;    /* gs_rdv_server_stop: its peers' closing is not news */
-	/* poll, tick and each peer's timer: the server is freed with the
-	 * last of them (rdv_server_unref). */
+	/* tick and each peer's timer: the server is freed with the last of
+	 * them (rdv_server_unref). */
 	int handles;
 	uint32_t nodes, joined;
 	uint32_t pending; /* connections not yet authenticated */
 	struct rdv_peer *oldest, *newest; /* those, in the order they came */
+	struct rdv_peer *peers;           /* every connection, to close them all */
 	struct gs_log_group quiet;        /* lines about them */
 	struct rdv_node *node;
 	bool formed;          /* the group has been built once */
@@ -120,8 +121,15 @@ struct gs_rdv_server {
 
 /* ---- rendezvous_peers.c ----------------------------------------------- */
 
-/* Takes over an accepted connection, or turns it away (limits first). */
-void rdv_admit(struct gs_rdv_server *s, int fd, const struct sockaddr_storage *a);
+/* Takes over a connection from the node port (rendezvous_port.c) whose
+ * first message, a NodeAuth, named s's job; makes room first, by the
+ * limit on connections not yet authenticated. The caller then hands that
+ * message to rdv_authenticate. Returns the peer, or NULL having closed
+ * the connection. */
+struct rdv_peer *rdv_adopt(struct gs_rdv_server *s, struct gs_conn *c,
+			   const struct sockaddr_storage *a);
+/* Closes every peer's connection (the server stops). */
+void rdv_close_peers(struct gs_rdv_server *s);
 /* Logs why a peer is turned away, with its address, tells it the same
  * words and closes the connection. */
 void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)

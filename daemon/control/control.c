@@ -138,7 +138,7 @@ static void trace_start(struct gs_conn *c)
 	char host[256] = "", who[96], why[320];
 	gethostname(host, sizeof(host) - 1);
 	snprintf(who, sizeof(who), "%s", gs_conn_name(c));
-	int r = gs_trace_begin(v->trace, fd, v->cluster->node_rank, host, who, viewer_of(c), why,
+	int r = gs_trace_begin(v->trace, fd, 0, host, who, viewer_of(c), why,
 			       sizeof(why));
 	if (r != GS_OK) {
 		close(fd);

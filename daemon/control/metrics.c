@@ -14,6 +14,8 @@
 #include "engine/job.h"
 #include "engine/stats.h"
 #include "errors.h"
+#include "jobs/jobs.h"
+#include "serve/access.h"
 #include "serve/conn.h"
 #include "support/log.h"
 #include "support/settings.h"
@@ -87,41 +89,99 @@ static const char *wire_label(int w)
 
 static void info(struct text *t, const struct gs_node_view *v)
 {
-	family(t, "gradsync_info", "gauge", "The daemon's version, backend and shared settings (always 1).");
+	family(t, "gradsync_info", "gauge", "The daemon's version, backend and conversion kernels (always 1).");
 	put(t, "gradsync_info{version=\"%s\",backend=\"", GS_VERSION);
-	put_label(t, v->backend->name);
-	put(t, "\",isa=\"%s\",wire=\"%s\",op=\"%s\"} 1\n", gs_isa_name(gs_isa_active()),
-	    wire_label(v->settings->wire), v->settings->op == GS_REDUCE_SUM ? "sum" : "average");
+	put_label(t, v->backend);
+	put(t, "\",isa=\"%s\"} 1\n", gs_isa_name(gs_isa_active()));
 	family(t, "gradsync_uptime_seconds", "gauge", "Seconds since the daemon started.");
 	put(t, "gradsync_uptime_seconds %.3f\n", (double)(gs_now_ns() - v->start_ns) / 1e9);
-	scalar(t, "gradsync_node_rank", "gauge", "This node's rank among the nodes of the job.",
-	       v->cluster->node_rank);
-	scalar(t, "gradsync_nodes", "gauge", "Nodes (daemons) of the job.", v->cluster->nodes);
-	scalar(t, "gradsync_world_size", "gauge", "Trainers of all nodes.",
-	       gs_job_world_size(v->job));
-	scalar(t, "gradsync_local_size", "gauge", "Trainers this node runs in every step.",
-	       v->settings->local_size);
-}
-
-static void job(struct text *t, const struct gs_node_view *v)
-{
-	const struct gs_job *j = v->job;
 	scalar(t, "gradsync_connections", "gauge", "Client connections open (trainers, control clients, nodes).",
 	       v->conns->count);
-	scalar(t, "gradsync_trainers", "gauge", "Trainers connected to this node's job.", j->attached);
-	scalar(t, "gradsync_buckets", "gauge", "Buckets in the bucket plan of the current job (0 without a job).",
-	       j->has_layout ? j->plan.nbuckets : 0);
-	scalar(t, "gradsync_buckets_in_flight", "gauge", "Buckets of the current step being reduced.",
-	       j->inflight);
-	scalar(t, "gradsync_step", "gauge", "The current or last step of the job.", j->step_number);
+	scalar(t, "gradsync_jobs", "gauge", "Jobs this node serves (lingering ones included).",
+	       v->jobs->count);
+	scalar(t, "gradsync_groups_built_total", "counter",
+	       "Groups of nodes this daemon built, every job's (one rendezvous each; a job whose trainers come back within --job-linger builds none).",
+	       v->jobs->groups_built);
 }
 
-static void steps(struct text *t, const struct gs_node_view *v)
+/* Per-job series name the job in a `job` label; another user's jobs are
+ * left out of them (they count in the node's totals only). */
+struct shown {
+	const struct gs_job_entry *e[1024];
+	size_t n;
+};
+
+static void job_series(struct text *t, const char *name, const char *type, const char *help,
+		       const struct shown *sh, uint64_t (*value)(const struct gs_job_entry *))
 {
-	const struct gs_stats *st = v->stats;
-	scalar(t, "gradsync_steps_total", "counter", "Steps completed on this node.",
+	family(t, name, type, help);
+	for (size_t i = 0; i < sh->n; i++) {
+		put(t, "%s{job=\"", name);
+		put_label(t, sh->e[i]->settings.job_id);
+		put(t, "\"} %" PRIu64 "\n", value(sh->e[i]));
+	}
+}
+
+static uint64_t v_trainers(const struct gs_job_entry *e) { return e->job.attached; }
+static uint64_t v_buckets(const struct gs_job_entry *e)
+{
+	return e->job.has_layout ? e->job.plan.nbuckets : 0;
+}
+static uint64_t v_in_flight(const struct gs_job_entry *e) { return e->job.inflight; }
+static uint64_t v_step(const struct gs_job_entry *e) { return e->job.step_number; }
+static uint64_t v_steps(const struct gs_job_entry *e) { return e->job.stats.steps_completed; }
+static uint64_t v_aborted(const struct gs_job_entry *e) { return e->job.stats.steps_aborted; }
+static uint64_t v_node_rank(const struct gs_job_entry *e) { return e->settings.node_rank; }
+static uint64_t v_nodes(const struct gs_job_entry *e) { return e->settings.nodes; }
+static uint64_t v_world(const struct gs_job_entry *e) { return gs_job_world_size(&e->job); }
+static uint64_t v_local(const struct gs_job_entry *e) { return e->settings.local_size; }
+static uint64_t v_generation(const struct gs_job_entry *e) { return e->cluster.generation; }
+static uint64_t v_groups(const struct gs_job_entry *e) { return e->groups_built; }
+static uint64_t v_internode(const struct gs_job_entry *e)
+{
+	return gs_backend_internode_bytes(e->backend);
+}
+
+static void jobs(struct text *t, const struct shown *sh)
+{
+	family(t, "gradsync_job_info", "gauge", "Each job: its state, backend, wire dtype and op (always 1).");
+	for (size_t i = 0; i < sh->n; i++) {
+		const struct gs_job_entry *e = sh->e[i];
+		put(t, "gradsync_job_info{job=\"");
+		put_label(t, e->settings.job_id);
+		put(t, "\",state=\"%s\",backend=\"", gs_entry_state_name(e));
+		put_label(t, e->backend->name);
+		put(t, "\",wire=\"%s\",op=\"%s\"} 1\n", wire_label(e->settings.wire),
+		    e->settings.op == GS_REDUCE_SUM ? "sum" : "average");
+	}
+	job_series(t, "gradsync_trainers", "gauge", "Trainers connected, per job.", sh, v_trainers);
+	job_series(t, "gradsync_buckets", "gauge", "Buckets in the job's bucket plan (0 before its layout).",
+		   sh, v_buckets);
+	job_series(t, "gradsync_buckets_in_flight", "gauge", "Buckets of the job's current step being reduced.",
+		   sh, v_in_flight);
+	job_series(t, "gradsync_step", "gauge", "The job's current or last step.", sh, v_step);
+	job_series(t, "gradsync_job_steps_total", "counter", "Steps the job completed on this node.",
+		   sh, v_steps);
+	job_series(t, "gradsync_job_steps_aborted_total", "counter", "Steps of the job aborted on this node.",
+		   sh, v_aborted);
+	job_series(t, "gradsync_node_rank", "gauge", "This node's rank among the job's nodes.", sh,
+		   v_node_rank);
+	job_series(t, "gradsync_nodes", "gauge", "Nodes (daemons) of the job.", sh, v_nodes);
+	job_series(t, "gradsync_world_size", "gauge", "Trainers of all the job's nodes.", sh, v_world);
+	job_series(t, "gradsync_local_size", "gauge", "The job's trainers on this node.", sh, v_local);
+	job_series(t, "gradsync_group_generation", "gauge", "Generation of the job's group of nodes.",
+		   sh, v_generation);
+	job_series(t, "gradsync_job_groups_built_total", "counter", "Times this node built the job's group (joined its rendezvous).",
+		   sh, v_groups);
+	job_series(t, "gradsync_internode_bytes_total", "counter", "Bytes this node sent to the job's other nodes in all-reduces.",
+		   sh, v_internode);
+}
+
+static void steps(struct text *t, const struct gs_stats *st)
+{
+	scalar(t, "gradsync_steps_total", "counter", "Steps completed on this node, every job's.",
 	       st->steps_completed);
-	scalar(t, "gradsync_steps_aborted_total", "counter", "Steps aborted on this node.",
+	scalar(t, "gradsync_steps_aborted_total", "counter", "Steps aborted on this node, every job's.",
 	       st->steps_aborted);
 	family(t, "gradsync_step_duration_seconds", "histogram",
 	       "Time of completed steps, from the first gradient ready to the last bucket done.");
@@ -134,20 +194,22 @@ static void steps(struct text *t, const struct gs_node_view *v)
 	put(t, "gradsync_step_duration_seconds_count %" PRIu64 "\n", st->steps_completed);
 }
 
-static void data(struct text *t, const struct gs_node_view *v)
+static void data(struct text *t, const struct gs_node_view *v, const struct gs_stats *st)
 {
-	const struct gs_stats *st = v->stats;
-	/* The wire dtype is fixed for the daemon's life: every byte so far
-	 * travelled in it, and the other series stay at zero. */
+	/* A job's wire dtype is fixed for its life: its bytes count under it. */
 	family(t, "gradsync_wire_bytes_total", "counter",
 	       "Bytes of reduced wire buffers of completed steps, by wire dtype.");
 	static const int wires[] = { GS_WIRE_F16, GS_WIRE_BF16, GS_WIRE_F32 };
+	uint64_t bytes[3];
+	for (size_t i = 0; i < 3; i++)
+		bytes[i] = v->jobs->ended_wire_bytes[wires[i]];
+	for (const struct gs_job_entry *e = v->jobs->head; e; e = e->next)
+		for (size_t i = 0; i < 3; i++)
+			if (wires[i] == e->settings.wire)
+				bytes[i] += e->job.stats.bytes_reduced;
 	for (size_t i = 0; i < 3; i++)
 		put(t, "gradsync_wire_bytes_total{dtype=\"%s\"} %" PRIu64 "\n", wire_label(wires[i]),
-		    wires[i] == v->settings->wire ? st->bytes_reduced : 0);
-	scalar(t, "gradsync_internode_bytes_total", "counter",
-	       "Bytes this node sent to other nodes in all-reduces.",
-	       gs_backend_internode_bytes(v->backend));
+		    bytes[i]);
 	scalar(t, "gradsync_clipped_elements_total", "counter",
 	       "Gradient elements clipped, over every trainer of this node.", st->elements_clipped);
 	scalar(t, "gradsync_nonfinite_values_total", "counter",
@@ -173,33 +235,50 @@ static void phases(struct text *t, const struct gs_node_view *v)
 	       f.active);
 }
 
-static void peers(struct text *t, const struct gs_node_view *v)
+static void peers(struct text *t, const struct shown *sh)
 {
-	const struct gs_cluster *c = v->cluster;
 	family(t, "gradsync_peer_up", "gauge",
-	       "Per node of the job: 1 once it has joined (this node included), else 0.");
-	for (uint32_t r = 0; c->node && r < c->nodes; r++) {
-		const char *state = gs_cluster_peer_state(c, r);
-		put(t, "gradsync_peer_up{node=\"%u\",host=\"", r);
-		put_label(t, c->node[r].host);
-		put(t, "\",state=\"");
-		put_label(t, state);
-		put(t, "\"} %d\n", r == c->node_rank || c->joined);
+	       "Per job and node of the job: 1 once it has joined (this node included), else 0.");
+	for (size_t i = 0; i < sh->n; i++) {
+		const struct gs_cluster *c = &sh->e[i]->cluster;
+		for (uint32_t r = 0; c->node && r < c->nodes; r++) {
+			put(t, "gradsync_peer_up{job=\"");
+			put_label(t, sh->e[i]->settings.job_id);
+			put(t, "\",node=\"%u\",host=\"", r);
+			put_label(t, c->node[r].host);
+			put(t, "\",state=\"");
+			put_label(t, gs_cluster_peer_state(c, r));
+			put(t, "\"} %d\n", r == c->node_rank || c->joined);
+		}
 	}
-	family(t, "gradsync_peer_trainers", "gauge", "Per node of the job: the trainers it runs.");
-	for (uint32_t r = 0; c->node && r < c->nodes; r++)
-		put(t, "gradsync_peer_trainers{node=\"%u\"} %u\n", r, c->node[r].local_size);
+	family(t, "gradsync_peer_trainers", "gauge", "Per job and node of the job: the trainers it runs.");
+	for (size_t i = 0; i < sh->n; i++) {
+		const struct gs_cluster *c = &sh->e[i]->cluster;
+		for (uint32_t r = 0; c->node && r < c->nodes; r++) {
+			put(t, "gradsync_peer_trainers{job=\"");
+			put_label(t, sh->e[i]->settings.job_id);
+			put(t, "\",node=\"%u\"} %u\n", r, c->node[r].local_size);
+		}
+	}
 }
 
-char *gs_metrics_text(const struct gs_node_view *v, size_t *len)
+char *gs_metrics_text(const struct gs_node_view *v, uid_t uid, size_t *len)
 {
 	struct text t = { NULL, 0, 0, false };
+	static struct shown sh; /* the loop thread's alone */
+	sh.n = 0;
+	for (const struct gs_job_entry *e = v->jobs->head; e && sh.n < 1024; e = e->next)
+		if (uid == e->job.owner || gs_access_privileged(uid) ||
+		    e->settings.job_access == GS_JOB_ACCESS_ANY)
+			sh.e[sh.n++] = e;
+	struct gs_stats totals;
+	gs_jobs_totals(v->jobs, &totals);
 	info(&t, v);
-	job(&t, v);
-	steps(&t, v);
-	data(&t, v);
+	jobs(&t, &sh);
+	steps(&t, &totals);
+	data(&t, v, &totals);
 	phases(&t, v);
-	peers(&t, v);
+	peers(&t, &sh);
 	if (t.failed) {
 		free(t.buf);
 		return NULL;
@@ -211,7 +290,7 @@ char *gs_metrics_text(const struct gs_node_view *v, size_t *len)
 void gs_metrics_reply(struct gs_conn *c)
 {
 	size_t len;
-	char *text = gs_metrics_text(c->owner, &len);
+	char *text = gs_metrics_text(c->owner, c->cred.uid, &len);
 	if (!text) {
 		gs_conn_fail(c, GS_ENOMEM, "out of memory formatting the metrics");
 		return;

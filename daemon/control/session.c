@@ -9,6 +9,7 @@
 #include "control/view.h"
 #include "engine/job.h"
 #include "engine/trainer.h"
+#include "jobs/jobs.h"
 #include "errors.h"
 #include "support/log.h"
 #include "support/settings.h"
@@ -72,25 +73,49 @@ static const struct gs_client_ops client_ops = {
 	client_send, client_fail, client_take_fds, client_name,
 };
 
-static void send_welcome(struct gs_conn *c, uint32_t local_rank)
+static void send_welcome(struct gs_conn *c, const Gradsync__Welcome *w)
+{
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_WELCOME;
+	m.welcome = (Gradsync__Welcome *)w;
+	gs_conn_send(c, &m);
+}
+
+/* The trainer's job has joined its nodes (gs_jobs_env.welcome). */
+void gs_session_welcome(struct gs_trainer *t, const struct gs_job_entry *e)
+{
+	struct gs_conn *c = t->client.ctx;
+	if (!c)
+		return; /* gone meanwhile */
+	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
+	uint32_t world = gs_job_world_size(&e->job);
+	gs_status_fill_settings(&e->settings, world, &settings);
+	Gradsync__Welcome w = GRADSYNC__WELCOME__INIT;
+	w.protocol_version = GS_PROTOCOL_VERSION;
+	w.world_size = world;
+	w.local_size = e->settings.local_size;
+	w.node_rank = e->cluster.node_rank;
+	w.nodes = e->cluster.nodes;
+	w.global_rank = e->cluster.rank_base + t->rank;
+	w.backend = (char *)e->backend->name;
+	w.settings = &settings;
+	w.daemon_version = GS_VERSION;
+	send_welcome(c, &w);
+}
+
+/* A control client's Welcome describes the node, not a job. */
+static void welcome_control(struct gs_conn *c)
 {
 	const struct gs_node_view *v = c->owner;
 	Gradsync__Settings settings = GRADSYNC__SETTINGS__INIT;
-	gs_status_fill_settings(v, &settings);
+	settings.wire_dtype = GRADSYNC__WIRE_DTYPE__WIRE_FP16;
+	settings.op = GRADSYNC__REDUCE_OP__OP_AVERAGE;
 	Gradsync__Welcome w = GRADSYNC__WELCOME__INIT;
 	w.protocol_version = GS_PROTOCOL_VERSION;
-	w.world_size = gs_job_world_size(v->job);
-	w.local_size = v->settings->local_size;
-	w.node_rank = v->cluster->node_rank;
-	w.nodes = v->cluster->nodes;
-	w.global_rank = v->cluster->rank_base + local_rank;
-	w.backend = (char *)v->backend->name;
+	w.backend = (char *)v->backend;
 	w.settings = &settings;
 	w.daemon_version = GS_VERSION;
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_WELCOME;
-	m.welcome = &w;
-	gs_conn_send(c, &m);
+	send_welcome(c, &w);
 }
 
 static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
@@ -105,22 +130,23 @@ static void handle_hello(struct gs_conn *c, const Gradsync__Hello *h)
 	switch (h->role) {
 	case GRADSYNC__ROLE__ROLE_TRAINER: {
 		struct gs_client client = { &client_ops, c, c->cred.pid, c->cred.uid };
-		struct gs_trainer *t = gs_job_attach(v->job, &client, h);
+		struct gs_trainer *t = gs_jobs_attach(v->jobs, &client, h);
 		if (!t)
 			return; /* the job has answered with an Error */
 		c->trainer = t;
 		snprintf(c->label, sizeof(c->label), "local rank %u", gs_trainer_rank(t));
 		gs_conn_identified(c, GS_CONN_TRAINER);
+		gs_jobs_welcome(v->jobs, t);
 		break;
 	}
 	case GRADSYNC__ROLE__ROLE_CONTROL:
 		gs_conn_identified(c, GS_CONN_CONTROL);
+		welcome_control(c);
 		break;
 	default:
 		gs_conn_fail(c, GS_EPROTO, "Hello names no role (trainer or control)");
 		return;
 	}
-	send_welcome(c, (uint32_t)h->local_rank); /* checked by gs_job_attach */
 }
 
 static void dispatch_trainer(struct gs_conn *c, const Gradsync__Message *m)
@@ -174,7 +200,7 @@ static void closed(struct gs_conn *c)
 		return;
 	c->trainer = NULL;
 	c->label[0] = '\0';
-	gs_trainer_disconnected(t);
+	gs_jobs_detach(((const struct gs_node_view *)c->owner)->jobs, t);
 }
 
 void gs_session_accept(struct gs_conn *c, void *view)

@@ -14,4 +14,10 @@
  * job when the connection closes. view is what they act on. */
 void gs_session_accept(struct gs_conn *c, void *view);
 
+struct gs_job_entry;
+struct gs_trainer;
+/* Sends trainer t its Welcome, its job e having joined its nodes (the job
+ * table's welcome hook). */
+void gs_session_welcome(struct gs_trainer *t, const struct gs_job_entry *e);
+
 #endif

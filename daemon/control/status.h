@@ -7,10 +7,13 @@
 
 #include <stddef.h>
 
-struct gs_node_view;
+#include <stdint.h>
 
-/* Fills s with the effective settings; strings stay owned by the daemon. */
-void gs_status_fill_settings(const struct gs_node_view *v, Gradsync__Settings *s);
+struct gs_node_view;
+struct gs_settings;
+
+/* Fills s with a job's effective settings for a world of `world` ranks. */
+void gs_status_fill_settings(const struct gs_settings *st, uint32_t world, Gradsync__Settings *s);
 
 /* One line of how the node is doing, for systemd's STATUS=. */
 void gs_status_line(const struct gs_node_view *v, char *out, size_t n);

@@ -8,23 +8,19 @@
 
 #include <stdint.h>
 
-struct gs_backend;
-struct gs_cluster;
 struct gs_conn_set;
-struct gs_job;
+struct gs_jobs;
+struct gs_job_entry;
 struct gs_settings;
-struct gs_stats;
 struct gs_trace;
 
 struct gs_node_view {
-	const struct gs_settings *settings;
-	struct gs_job *job; /* trainers attach to it */
-	const struct gs_cluster *cluster;
-	const struct gs_backend *backend;
+	const struct gs_settings *settings; /* the node's */
+	struct gs_jobs *jobs;               /* trainers attach to them */
 	const struct gs_conn_set *conns;
-	const struct gs_stats *stats;
 	struct gs_trace *trace; /* NULL: tracing is not available */
 	uint64_t start_ns;      /* when the daemon started (gs_now_ns) */
+	const char *backend;    /* the backend jobs get: "host", "cuda" */
 };
 
 #endif

@@ -56,6 +56,7 @@ static void clear_layout(struct gs_job *j)
 
 void gs_job_destroy(struct gs_job *j)
 {
+	j->env.idle = NULL; /* nobody is left to tell */
 	gs_job_reap(j);
 	clear_layout(j);
 }
@@ -137,8 +138,8 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 	/* Ownership first: another user's trainer learns nothing of the job,
 	 * not even whether its view of it is right. */
 	if (!may_join(j, uid)) {
-		gs_client_fail(c, GS_EREFUSED, "this node runs another user's job: uid %u may not join it or learn about it (--job-access); try again when it has ended",
-			     (unsigned)uid);
+		gs_client_fail(c, GS_EREFUSED, "job '%s' belongs to another user: uid %u may not join it or learn about it (--job-access); use another job id",
+			     id, (unsigned)uid);
 		return NULL;
 	}
 	char why[GS_COORDINATOR_MAX * 2 + 160];
@@ -147,8 +148,8 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 		return NULL;
 	}
 	if (h->local_rank >= size) {
-		gs_client_fail(c, GS_EREFUSED, "local rank %llu is out of range: this node runs %u trainers (--local-size)",
-			     (unsigned long long)h->local_rank, size);
+		gs_client_fail(c, GS_EREFUSED, "job '%s': local rank %llu is out of range for the job's local size %u",
+			     j->id, (unsigned long long)h->local_rank, size);
 		return NULL;
 	}
 	struct gs_trainer *holder = j->slots[h->local_rank];
@@ -296,6 +297,8 @@ void gs_job_reap(struct gs_job *j)
 		gs_info("job '%s' ended: every trainer has left", j->id);
 		clear_layout(j);
 	}
+	if (!gs_job_active(j) && j->env.idle)
+		j->env.idle(j->env.idle_arg);
 }
 
 /* A registered trainer is gone and none has taken its place: the step in

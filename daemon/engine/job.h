@@ -51,6 +51,11 @@ struct gs_engine_env {
 	/* Whether the imported memory at addr lost its pages under the
 	 * daemon (a fault guard caught a SIGBUS there). NULL: it never does. */
 	bool (*memory_lost)(const void *addr);
+	/* The job has no trainer and no work left (gs_job_reap found it so);
+	 * called from the loop, never inside another call of the job's, and
+	 * maybe more than once. NULL: nobody asks. */
+	void (*idle)(void *arg);
+	void *idle_arg;
 };
 
 /* A registered trainer whose connection went: a step cannot complete

@@ -1,6 +1,7 @@
 /*
- * Whether a trainer's view of its job (the shape and settings its Hello
- * sets) differs from the job's.
+ * A job's settings from its trainers' views (the shape and settings each
+ * Hello sets): the first trainer's define the job, and every later
+ * trainer's must agree with them.
  */
 #ifndef GS_ENGINE_JOB_VIEW_H
 #define GS_ENGINE_JOB_VIEW_H
@@ -11,10 +12,19 @@
 #include "gradsync.pb-c.h"
 #include "support/settings.h"
 
-/* True when a field h sets differs from the job's (today: s, gradsyncd's
- * flags), with err saying "job 'id': this trainer says threshold 1000, the
- * job has 65536 (gradsyncd's --threshold)". Fields h leaves unset are not
- * compared; nor is the coordinator of a job of one node. */
+/* The settings of the job a first trainer's Hello h defines: the node's,
+ * with the job's fields from h (defaults where h leaves them unset) and
+ * the coordinator at h's host on the node port. Returns 0, or -1 with err
+ * naming what is out of range ("job 'x': fusion buffer ... is outside
+ * this node's ..."). */
+int gs_job_settings_from_hello(const struct gs_settings *node, const char *id,
+			       const Gradsync__Hello *h, struct gs_settings *out, char *err,
+			       size_t n);
+
+/* True when a field h sets differs from the job's settings s, with err
+ * saying "job 'id': this trainer says threshold 1000, the job has 65536
+ * (set by its first trainer)". Fields h leaves unset are not compared;
+ * nor is the coordinator of a job of one node. */
 bool gs_job_view_differs(const struct gs_settings *s, const char *id, const Gradsync__Hello *h,
 			 char *err, size_t n);
 

@@ -11,10 +11,12 @@
 /* Descriptors gradsyncd keeps for itself beyond clients and parked ones:
  * sockets, the loop, timers, the worker's eventfds, log and trace files,
  * the one held in reserve to refuse connections when the rest are spent,
- * and per node of the job the rendezvous and Gloo connections. */
+ * and per job its worker's, its rendezvous and its Gloo connections (a
+ * job of many nodes opens more as it joins: a shortage then fails that
+ * job's join, naming it, not the daemon). */
 static uint64_t own_fds(const struct gs_settings *s)
 {
-	return 128 + 8 * (uint64_t)s->nodes;
+	return 128 + 32 * s->max_jobs;
 }
 
 /* Mappings the daemon makes itself: libraries, stacks, fusion buffers. */

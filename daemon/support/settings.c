@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "errors.h"
-#include "hostport.h"
 #include "support/config_file.h"
 #include "support/log.h"
 
@@ -61,18 +60,6 @@ static const struct setting table[] = {
 	  "configuration file read at start (gradsync.conf(5)); a missing default file is no error; empty: read none" },
 	{ "socket", K_TEXT, FIELD(socket_path), GS_DEFAULT_SOCKET, 1, 107, NULL,
 	  "Unix socket to listen on" },
-	{ "local-size", K_UINT, FIELD(local_size), "1", 1, GS_MAX_LOCAL_SIZE, NULL,
-	  "trainers (GPUs) per node that take part in every step" },
-	{ "threshold", K_UINT, FIELD(threshold), "2097152", 0, UINT64_C(1) << 32, NULL,
-	  "fusion threshold in elements: larger tensors go alone, smaller ones are grouped until the group exceeds it" },
-	{ "wire", K_CHOICE, FIELD(wire), "fp16", 0, 0, wire_choices,
-	  "dtype gradients travel and are summed in" },
-	{ "op", K_CHOICE, FIELD(op), "average", 0, 0, op_choices,
-	  "reduce operation across all ranks" },
-	{ "predivide", K_PREDIVIDE, FIELD(predivide), "world", 0, 0, NULL,
-	  "divide gradients by this factor before the cast and by world/factor after it (average); 'world' divides wholly before" },
-	{ "fusion-buffer", K_UINT, FIELD(fusion_elements), "4194304", 1024, UINT64_C(1) << 30, NULL,
-	  "elements per fusion buffer; larger buckets go through it in chunks" },
 	{ "backend", K_CHOICE, FIELD(backend), "auto", 0, 0, backend_choices,
 	  "where gradients live and are reduced: host (shared memory), cuda (GPU; needs a usable GPU), auto (cuda when usable)" },
 	{ "log-level", K_CHOICE, FIELD(log_level), "info", 0, 0, log_choices,
@@ -85,16 +72,12 @@ static const struct setting table[] = {
 	  "most gradient bytes one trainer may register" },
 	{ "allow-hugetlb", K_CHOICE, FIELD(allow_hugetlb), "no", 0, 0, yes_no_choices,
 	  "accept gradient buffers in huge-page memfds (MFD_HUGETLB), whose pages a trainer can make vanish: a trainer whose huge pages vanish fails its own step and is dropped, and that step is aborted for the others" },
-	{ "nodes", K_UINT, FIELD(nodes), "1", 1, GS_MAX_NODES, NULL,
-	  "nodes (daemons) of the job; more than 1 needs --coordinator" },
-	{ "node-rank", K_UINT, FIELD(node_rank), "0", 0, GS_MAX_NODES - 1, NULL,
-	  "this node's rank among the nodes; rank 0 serves the rendezvous" },
-	{ "coordinator", K_TEXT, FIELD(coordinator), "127.0.0.1:29500", 3, GS_COORDINATOR_MAX, NULL,
-	  "HOST:PORT of node rank 0's rendezvous (it listens there; the others connect)" },
+	{ "node-address", K_TEXT, FIELD(node_address), "", 0, 255, NULL,
+	  "address (or interface name) where the daemons of other nodes reach this one, for the rendezvous of the jobs whose node 0 it is and for every job's Gloo connections; empty: the host name" },
+	{ "node-port", K_UINT, FIELD(node_port), "29450", 0, 65535, NULL,
+	  "TCP port on --node-address where this daemon serves the rendezvous of every job whose node 0 it is; the same on every node, as a job's trainers name only its node 0's host; 0: none, and only jobs of one node are served" },
 	{ "cluster-secret-file", K_TEXT, FIELD(cluster_secret_file), "", 0, 255, NULL,
 	  "file holding the secret every node proves it knows before the rendezvous serves it: the same on every node, 16 to 4096 bytes (one trailing newline is trimmed), mode 0600 or 0400; empty: the rendezvous is unauthenticated" },
-	{ "gloo-host", K_TEXT, FIELD(gloo_host), "", 0, 255, NULL,
-	  "interface name or address this node's Gloo device listens on; empty: the host name" },
 	{ "join-timeout", K_UINT, FIELD(join_timeout), "300", 1, 86400, NULL,
 	  "seconds to wait for the coordinator and the other nodes (joining, layout agreement)" },
 	{ "peer-timeout", K_UINT, FIELD(peer_timeout), "60", 1, 86400, NULL,
@@ -125,6 +108,18 @@ static const struct setting table[] = {
 	  "separate buffers (memfds or CUDA allocations) one trainer may register" },
 	{ "max-mappings", K_UINT, FIELD(max_mappings), "32768", 1, 1048576, NULL,
 	  "buffers every trainer together may have mapped into gradsyncd; below vm.max_map_count" },
+	{ "max-jobs", K_UINT, FIELD(max_jobs), "16", 1, 1024, NULL,
+	  "jobs this node serves at once (each has its own worker thread, fusion buffers and group of nodes); a trainer of one more is refused" },
+	{ "max-trainers", K_UINT, FIELD(max_trainers), "64", 1, 4096, NULL,
+	  "trainers of every job together" },
+	{ "max-nodes", K_UINT, FIELD(max_nodes), "1024", 1, GS_MAX_NODES, NULL,
+	  "most nodes a job may span; 1: this node serves jobs of one node only" },
+	{ "max-fusion-buffer", K_UINT, FIELD(max_fusion_elements), "67108864", 1024, UINT64_C(1) << 30, NULL,
+	  "largest fusion buffer, in elements, a job may ask for (it has one per local trainer)" },
+	{ "job-linger", K_UINT, FIELD(job_linger), "30", 0, 86400, NULL,
+	  "seconds a job's group of nodes (rendezvous, Gloo connections, NCCL communicators) is kept once its last trainer has left, so that trainers of the same job id and shape that come back resume without a new group; 0: it goes at once" },
+	{ "gpus", K_TEXT, FIELD(gpus), "", 0, 255, NULL,
+	  "GPUs this daemon may reduce on, as comma-separated PCI bus ids (nvidia-smi's, e.g. 0000:3b:00.0); empty: every GPU it sees" },
 };
 
 #define NSETTINGS (sizeof(table) / sizeof(table[0]))
@@ -498,11 +493,6 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 			argv[optind]);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
-	if (s->node_rank >= s->nodes) {
-		fprintf(stderr, "gradsyncd: --node-rank %u is out of range for --nodes %u: expected 0 to %u\n",
-			s->node_rank, s->nodes, s->nodes - 1);
-		return GS_SETTINGS_EXIT_USAGE;
-	}
 	uid_t uids[GS_MAX_ALLOW_UIDS];
 	char why[160];
 	if (gs_settings_allow_uids(s, uids, &(size_t){ 0 }, why, sizeof(why)) < 0) {
@@ -518,13 +508,6 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 	if (s->max_buffers > s->max_mappings) {
 		fprintf(stderr, "gradsyncd: --max-buffers %llu is more than --max-mappings %llu, every trainer's buffers together\n",
 			(unsigned long long)s->max_buffers, (unsigned long long)s->max_mappings);
-		return GS_SETTINGS_EXIT_USAGE;
-	}
-	char host[256], port[32]; /* as the rendezvous splits it */
-	if (s->nodes > 1 &&
-	    gs_parse_host_port(s->coordinator, host, sizeof(host), port, sizeof(port)) < 0) {
-		fprintf(stderr, "gradsyncd: --coordinator '%s' must be HOST:PORT or [IPV6]:PORT\n",
-			s->coordinator);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
 	if (want_config) {
@@ -564,22 +547,34 @@ int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
 	return 0;
 }
 
+static const char *choice_name(const struct choice *choices, int value)
+{
+	for (const struct choice *c = choices; c->name; c++)
+		if (c->value == value)
+			return c->name;
+	return "unknown";
+}
+
+const char *gs_wire_setting_name(int wire)
+{
+	return choice_name(wire_choices, wire);
+}
+
+const char *gs_op_setting_name(int op)
+{
+	return choice_name(op_choices, op);
+}
+
 void gs_settings_shared_text(const struct gs_settings *s, char *out, size_t n)
 {
-	static const char *const shared[] = { "threshold", "wire", "op", "predivide",
-					      "fusion-buffer" };
-	size_t k = 0;
-	out[0] = '\0';
-	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++) {
-		for (size_t t = 0; t < NSETTINGS && k < n; t++) {
-			if (strcmp(table[t].name, shared[i]) != 0)
-				continue;
-			char value[64];
-			format_value(&table[t], s, value, sizeof(value));
-			k += (size_t)snprintf(out + k, n - k, "%s%s=%s", k ? " " : "",
-					      shared[i], value);
-		}
-	}
+	char predivide[32];
+	if (s->predivide == 0)
+		snprintf(predivide, sizeof(predivide), "world");
+	else
+		snprintf(predivide, sizeof(predivide), "%g", s->predivide);
+	snprintf(out, n, "threshold=%llu wire=%s op=%s predivide=%s fusion-buffer=%llu",
+		 (unsigned long long)s->threshold, gs_wire_setting_name(s->wire),
+		 gs_op_setting_name(s->op), predivide, (unsigned long long)s->fusion_elements);
 }
 
 double gs_settings_predivide(const struct gs_settings *s, uint32_t world)

@@ -33,23 +33,15 @@ enum gs_job_access { GS_JOB_ACCESS_OWNER = 0, GS_JOB_ACCESS_ANY = 1 };
 struct gs_settings {
 	char config_path[256];  /* the configuration file; "": none */
 	char socket_path[108]; /* sizeof(sun_path) */
-	uint32_t local_size;
-	uint64_t threshold;       /* elements */
-	int wire;                 /* enum gs_wire */
-	int op;                   /* enum gs_reduce */
-	double predivide;         /* 0: the world size */
-	uint64_t fusion_elements; /* per fusion buffer */
 	int backend;              /* enum gs_backend_choice */
 	int log_level;            /* enum gs_log_level */
 	uint64_t max_frame;       /* bytes */
 	uint64_t max_tensors;     /* per trainer */
 	uint64_t max_bytes;       /* registered per trainer */
 	int allow_hugetlb;        /* accept MFD_HUGETLB memfds (0 or 1) */
-	uint32_t nodes;
-	uint32_t node_rank;
-	char coordinator[GS_COORDINATOR_MAX + 1];    /* HOST:PORT of node rank 0's rendezvous */
+	char node_address[256];   /* where other daemons reach this one; "": the host name */
+	uint32_t node_port;       /* the rendezvous of every job whose node 0 this is */
 	char cluster_secret_file[256]; /* "": the rendezvous is unauthenticated */
-	char gloo_host[256];      /* where this node's Gloo device listens */
 	uint64_t join_timeout;    /* seconds to wait for the other nodes */
 	uint64_t peer_timeout;    /* seconds an all-reduce may wait on a peer */
 	uint64_t auth_timeout;    /* seconds a rendezvous peer may take to authenticate */
@@ -65,6 +57,28 @@ struct gs_settings {
 	uint64_t max_parked_fds;  /* received, not yet claimed, every client together */
 	uint64_t max_buffers;     /* separate buffers (mappings) per trainer */
 	uint64_t max_mappings;    /* buffers of every trainer together */
+	uint64_t max_jobs;        /* jobs at once */
+	uint64_t max_trainers;    /* trainers of every job together */
+	uint32_t max_nodes;       /* most nodes one job may span */
+	uint64_t max_fusion_elements; /* the largest fusion buffer a job may ask for */
+	uint64_t job_linger;      /* seconds a job's group outlives its trainers */
+	char gpus[256];           /* PCI bus ids the CUDA backend may use; "": all */
+
+	/* The job's, not the node's: no flag sets them. Each job has its own
+	 * copy of the node's settings with these filled in from its first
+	 * trainer's Hello (engine/job_view.c); the node's copy leaves them 0. */
+	char job_id[GS_JOB_ID_MAX + 1];
+	uint32_t local_size;
+	uint64_t threshold;       /* elements */
+	int wire;                 /* enum gs_wire */
+	int op;                   /* enum gs_reduce */
+	double predivide;         /* 0: the world size */
+	uint64_t fusion_elements; /* per fusion buffer */
+	uint32_t nodes;
+	uint32_t node_rank;
+	char coordinator[GS_COORDINATOR_MAX + 16]; /* HOST:PORT of node rank 0's rendezvous */
+	char gloo_host[256];      /* where this node's Gloo device listens: node_address */
+
 	/* Not settings of the table: the secret read from
 	 * cluster_secret_file at start (len 0: none). */
 	uint8_t cluster_secret[GS_SECRET_MAX];
@@ -89,6 +103,11 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 #define GS_MAX_ALLOW_UIDS 64
 int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
 			   char *why, size_t whylen);
+
+/* The names of a wire dtype and a reduce op, as the settings spell them
+ * ("fp16", "average"); "unknown" for another value. */
+const char *gs_wire_setting_name(int wire);
+const char *gs_op_setting_name(int op);
 
 /* The settings every node of a job must share, as text ("threshold=...
  * wire=... "), compared at the rendezvous. */

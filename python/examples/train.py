@@ -3,7 +3,7 @@
 processes on this machine, with gradsync (or, to compare, PyTorch's DDP on
 Gloo, or no synchronisation at all).
 
-    gradsyncd --socket /tmp/gs.sock --local-size 2 &
+    gradsyncd --socket /tmp/gs.sock &
     python3 python/examples/train.py --socket /tmp/gs.sock --procs 2
 
 Each process is one trainer (one per GPU on a GPU node; here, on the CPU).
@@ -51,7 +51,7 @@ def trainer(rank, args, results):
         import gradsync.torch                                            # gradsync
         sync = gradsync.torch.GradSync(model, optimizer=optimizer,       # gradsync
                                        socket_path=args.socket, local_rank=rank,
-                                       threshold=None, wire=None)
+                                       local_size=args.procs)
     elif args.sync in ("ddp", "ddp-fp16"):
         import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks

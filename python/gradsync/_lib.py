@@ -59,7 +59,7 @@ class LaunchInfo(Structure):
         ("nodes_source", _SOURCE),
         ("node_rank", c_uint32),
         ("node_rank_source", _SOURCE),
-        ("coordinator", c_char * 256),
+        ("coordinator", c_char * 256),  # GS_COORDINATOR_MAX + 1
         ("coordinator_source", _SOURCE),
         ("threshold", c_uint64),
         ("threshold_source", _SOURCE),
@@ -152,6 +152,42 @@ class PeerStatus(Structure):
     ]
 
 
+class JobStatus(Structure):
+    _fields_ = [
+        ("job_id", c_char * 64),
+        ("hidden", c_bool),
+        ("owner_uid", c_uint32),
+        ("state", c_char * 32),
+        ("local_size", c_uint32),
+        ("nodes", c_uint32),
+        ("node_rank", c_uint32),
+        ("world_size", c_uint32),
+        ("coordinator", c_char * 263),  # GS_COORDINATOR_MAX + 8: HOST:PORT
+        ("threshold", c_uint64),
+        ("wire_dtype", c_int),
+        ("op", c_int),
+        ("predivide_factor", c_double),
+        ("fusion_buffer_elements", c_uint64),
+        ("backend", c_char * 16),
+        ("trainers_connected", c_uint32),
+        ("trainer_count", c_size_t),
+        ("trainers", POINTER(TrainerStatus)),
+        ("buckets", c_uint32),
+        ("buckets_in_flight", c_uint32),
+        ("current_step", c_uint64),
+        ("steps_completed", c_uint64),
+        ("steps_aborted", c_uint64),
+        ("last_step_ns", c_uint64),
+        ("median_step_ns", c_uint64),
+        ("group_generation", c_uint64),
+        ("groups_built", c_uint64),
+        ("age_ns", c_uint64),
+        ("internode_bytes", c_uint64),
+        ("peer_count", c_size_t),
+        ("peers", POINTER(PeerStatus)),
+    ]
+
+
 class Status(Structure):
     _fields_ = [
         ("daemon_version", c_char * 32),
@@ -182,6 +218,9 @@ class Status(Structure):
         ("peers", POINTER(PeerStatus)),
         ("job_hidden", c_bool),
         ("hidden_trainers", c_uint32),
+        ("job_count", c_size_t),
+        ("jobs", POINTER(JobStatus)),
+        ("max_jobs", c_uint32),
     ]
 
 
@@ -224,6 +263,7 @@ STRUCTS = {
     "gs_step_result": StepResult,
     "gs_trainer_status": TrainerStatus,
     "gs_peer_status": PeerStatus,
+    "gs_job_status": JobStatus,
     "gs_status": Status,
     "gs_connection_status": ConnectionStatus,
     "gs_trace_status": TraceStatus,

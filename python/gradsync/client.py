@@ -1,6 +1,6 @@
 """A trainer's connection to gradsyncd.
 
-    with gradsync.Client(local_rank=0) as client:
+    with gradsync.Client() as client:    # the job from the environment
         grads = client.register([("fc.weight", 4096), ("fc.bias", 64)])
         with client.step() as step:
             grads[0][:] = ...            # write a gradient ...
@@ -18,13 +18,16 @@ handle is closed when the client is closed and no array of it is left.
 from __future__ import annotations
 
 import ctypes
+import numbers
+import operator
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import _lib
-from .errors import EABORTED, EAGAIN, ESTATE, GradSyncError, StateError, StepAborted, error_for
+from .errors import (EABORTED, EAGAIN, EINVAL, ESTATE, GradSyncError, InvalidArgumentError,
+                     StateError, StepAborted, error_for)
 
 _np: Any
 try:  # NumPy is optional: without it tensors are memoryviews
@@ -33,7 +36,9 @@ try:  # NumPy is optional: without it tensors are memoryviews
 except ImportError:  # pragma: no cover - exercised where NumPy is absent
     _np = None
 
-DEFAULT_TIMEOUT = 10.0
+# A trainer's hello is answered once every node of its job has joined,
+# which gradsyncd bounds by its --join-timeout (300 s by default).
+DEFAULT_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
@@ -182,23 +187,109 @@ def _connect_error(rc: int, call: str) -> GradSyncError:
     return error_for(rc, _lib.text(_lib.lib().gs_last_error(None)), call)
 
 
-class Client(_Connection):
-    """A trainer: connects as ``local_rank`` (0..local_size-1 of the node)
-    to gradsyncd on ``socket_path`` ($GRADSYNC_SOCKET, else the default
-    /run/gradsync/gradsyncd.sock). ``job_id`` None takes the job id from
-    the environment as libgradsync does ($GRADSYNC_JOB_ID, torchrun's
-    $TORCHELASTIC_RUN_ID, Slurm's $SLURM_JOB_ID.$SLURM_STEP_ID), else "".
-    Not thread-safe beyond one call at a time, which an internal lock
-    enforces."""
+def _number(name: str, value: Optional[int], unset: int) -> int:
+    """A number option for the C struct: None is ``unset`` (GS_FROM_ENV:
+    left to the environment). The library checks the range; here only what
+    the C field cannot hold, or would read as unset, is refused."""
+    if value is None:
+        return unset
+    try:
+        n = -1 if isinstance(value, bool) else operator.index(value)  # NumPy's ints too
+    except TypeError:
+        n = -1
+    if not 0 <= n < unset:
+        raise InvalidArgumentError(EINVAL, f"{name} is {value!r}: expected a whole number "
+                                   f"from 0 to {unset - 1}, or None for the environment's",
+                                   "connect")
+    return n
 
-    def __init__(self, socket_path: Optional[str] = None, local_rank: int = 0,
-                 job_id: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT):
+
+def _choice(name: str, value: Optional[str], names: Dict[int, str]) -> int:
+    """A wire dtype or op by name (``_lib``'s table of the C enum); None is
+    0, the environment's."""
+    if value is None:
+        return 0
+    for code, text in names.items():
+        if value == text:
+            return code
+    raise InvalidArgumentError(EINVAL, f"{name} is {value!r}: expected "
+                               + ", ".join(names.values()) + ", or None for the "
+                               "environment's", "connect")
+
+
+def _predivide(value: Union[float, str, None]) -> float:
+    """"world" is 0 in the C struct, None < 0 (the environment's)."""
+    if value is None:
+        return -1.0
+    if value == "world":
+        return 0.0
+    if isinstance(value, numbers.Real) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    raise InvalidArgumentError(EINVAL, f"predivide is {value!r}: expected 'world', a "
+                               "number, or None for the environment's", "connect")
+
+
+def _fusion_buffer(value: Optional[int]) -> int:
+    """Elements, where 0 in the C struct means the environment's."""
+    if value is None:
+        return 0
+    if value == 0:
+        raise InvalidArgumentError(EINVAL, "fusion_buffer is 0: expected a number of "
+                                   "elements, or None for the environment's", "connect")
+    return _number("fusion_buffer", value, _lib.FROM_ENV_U64)
+
+
+def _str(value: Optional[str]) -> Optional[bytes]:
+    return value.encode() if value is not None else None
+
+
+class Client(_Connection):
+    """A trainer's connection to gradsyncd on ``socket_path``
+    ($GRADSYNC_SOCKET, else the default /run/gradsync/gradsyncd.sock).
+    Not thread-safe beyond one call at a time, which an internal lock
+    enforces.
+
+    The job's fields (``job_id``, ``local_rank`` 0..local_size-1 of the
+    node, ``local_size``, ``nodes``, ``node_rank``, ``coordinator``: the
+    host of node 0) and its settings (``threshold`` in elements, ``wire``
+    "fp16", "bf16" or "fp32", ``op`` "average" or "sum", ``predivide``
+    "world" or a factor, ``fusion_buffer`` in elements) are what this
+    trainer says its job is. Each one left at None is derived by
+    libgradsync from the environment, field by field: GRADSYNC_* (e.g.
+    $GRADSYNC_LOCAL_RANK, $GRADSYNC_THRESHOLD), then torchrun's
+    ($TORCHELASTIC_RUN_ID, $LOCAL_RANK, $LOCAL_WORLD_SIZE,
+    $WORLD_SIZE / $LOCAL_WORLD_SIZE, $GROUP_RANK, $MASTER_ADDR), then
+    Slurm's ($SLURM_JOB_ID.$SLURM_STEP_ID, $SLURM_LOCALID,
+    $SLURM_NTASKS_PER_NODE, $SLURM_NNODES, $SLURM_NODEID, $MASTER_ADDR),
+    else the library's default (job id "", local rank 0, sizes 1, node
+    rank 0; a setting no source gives is the job's, unchecked). A value
+    given here is sent as the job's and checked by gradsyncd, which refuses
+    a trainer whose view differs from its job's (RefusedError naming the
+    field and both values). A bad value, given or derived, raises
+    InvalidArgumentError naming the field and its source. ``timeout``
+    (seconds, None: no limit) bounds the connection and the hello, whose
+    answer comes once every node of the job has joined."""
+
+    def __init__(self, socket_path: Optional[str] = None, local_rank: Optional[int] = None,
+                 job_id: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT, *,
+                 local_size: Optional[int] = None, nodes: Optional[int] = None,
+                 node_rank: Optional[int] = None, coordinator: Optional[str] = None,
+                 threshold: Optional[int] = None, wire: Optional[str] = None,
+                 op: Optional[str] = None, predivide: Union[float, str, None] = None,
+                 fusion_buffer: Optional[int] = None):
         lib = _lib.lib()
-        opts = _lib.ConnectOptions(ctypes.sizeof(_lib.ConnectOptions),
-                                   socket_path.encode() if socket_path else None,
-                                   local_rank, job_id.encode() if job_id is not None else None,
-                                   _timeout_ms(timeout), _lib.FROM_ENV, _lib.FROM_ENV,
-                                   _lib.FROM_ENV, None, _lib.FROM_ENV_U64, 0, 0, -1.0, 0)
+        u32 = _lib.FROM_ENV
+        opts = _lib.ConnectOptions(
+            size=ctypes.sizeof(_lib.ConnectOptions), socket_path=_str(socket_path or None),
+            local_rank=_number("local_rank", local_rank, u32), job_id=_str(job_id),
+            timeout_ms=_timeout_ms(timeout),
+            local_size=_number("local_size", local_size, u32),
+            nodes=_number("nodes", nodes, u32), node_rank=_number("node_rank", node_rank, u32),
+            coordinator=_str(coordinator),
+            threshold=_number("threshold", threshold, _lib.FROM_ENV_U64),
+            wire_dtype=_choice("wire", wire, _lib.WIRE_DTYPES),
+            op=_choice("op", op, _lib.REDUCE_OPS), predivide_factor=_predivide(predivide),
+            fusion_buffer_elements=_fusion_buffer(fusion_buffer))
         ptr = ctypes.c_void_p()
         rc = lib.gs_connect(ctypes.byref(opts), ctypes.byref(ptr))
         if rc < 0:

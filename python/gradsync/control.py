@@ -3,11 +3,15 @@ connections, and the trace.
 
     with gradsync.Control() as ctl:
         print(ctl.status()["job_state"], ctl.metrics().count("\\n"))
+        for job in ctl.jobs():
+            print(job.job_id, job.state, job.steps_completed)
 """
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 from . import _lib
@@ -24,6 +28,54 @@ def _value(v: Any) -> Any:
     if isinstance(v, ctypes.Structure):
         return _struct_dict(v)
     return v
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """One job of the node (struct gs_job_status). Another user's job is
+    ``hidden``: only ``state`` and ``trainers_connected`` are given, the
+    other fields are 0, "" or empty. ``trainers`` and ``peers`` are dicts
+    of struct gs_trainer_status and gs_peer_status."""
+
+    job_id: str
+    hidden: bool
+    owner_uid: int
+    state: str
+    local_size: int
+    nodes: int
+    node_rank: int
+    world_size: int
+    coordinator: str
+    threshold: int
+    wire_dtype: str
+    op: str
+    predivide_factor: float
+    fusion_buffer_elements: int
+    backend: str
+    trainers_connected: int
+    trainers: List[Dict[str, Any]]
+    buckets: int
+    buckets_in_flight: int
+    current_step: int
+    steps_completed: int
+    steps_aborted: int
+    last_step_ns: int
+    median_step_ns: int
+    group_generation: int
+    groups_built: int
+    age_ns: int
+    internode_bytes: int
+    peers: List[Dict[str, Any]]
+
+    @classmethod
+    def _from_c(cls, c: _lib.JobStatus) -> "JobStatus":
+        d = {k: v for k, v in _struct_dict(c).items()
+             if k not in ("trainer_count", "peer_count")}
+        d["wire_dtype"] = _lib.WIRE_DTYPES.get(c.wire_dtype, str(c.wire_dtype))
+        d["op"] = _lib.REDUCE_OPS.get(c.op, str(c.op))
+        d["trainers"] = [_struct_dict(c.trainers[i]) for i in range(c.trainer_count)]
+        d["peers"] = [_struct_dict(c.peers[i]) for i in range(c.peer_count)]
+        return cls(**d)
 
 
 class Control(_Connection):
@@ -43,7 +95,8 @@ class Control(_Connection):
     def status(self) -> Dict[str, Any]:
         """The daemon's status as a dict (the fields of struct gs_status;
         ``trainers`` and ``peers`` as lists of dicts, ``settings`` with the
-        wire dtype and op named)."""
+        wire dtype and op named, ``jobs`` every job of the node as a dict of
+        the fields of :class:`JobStatus`)."""
         out = ctypes.POINTER(_lib.Status)()
         lib = _lib.lib()
         self._check(lib.gs_status_get(self._ptr(), self.timeout_ms, ctypes.byref(out)),
@@ -51,11 +104,26 @@ class Control(_Connection):
         try:
             s = out.contents
             d = {k: v for k, v in _struct_dict(s).items()
-                 if k not in ("trainers", "peers", "settings")}
+                 if k not in ("trainers", "peers", "settings", "jobs")}
             d["settings"] = SessionInfo._from_c(s.settings).__dict__
             d["trainers"] = [_struct_dict(s.trainers[i]) for i in range(s.trainer_count)]
             d["peers"] = [_struct_dict(s.peers[i]) for i in range(s.peer_count)]
+            d["jobs"] = [dataclasses.asdict(JobStatus._from_c(s.jobs[i]))
+                         for i in range(s.job_count)]
             return d
+        finally:
+            lib.gs_status_free(out)
+
+    def jobs(self) -> List[JobStatus]:
+        """Every job the node serves, in the daemon's order; another
+        user's job is hidden."""
+        out = ctypes.POINTER(_lib.Status)()
+        lib = _lib.lib()
+        self._check(lib.gs_status_get(self._ptr(), self.timeout_ms, ctypes.byref(out)),
+                    "status")
+        try:
+            s = out.contents
+            return [JobStatus._from_c(s.jobs[i]) for i in range(s.job_count)]
         finally:
             lib.gs_status_free(out)
 

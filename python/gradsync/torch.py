@@ -20,13 +20,17 @@ is a view of it, so the daemon reads and writes the gradient in place.
 CUDA gradients stay in GPU memory the daemon maps through CUDA IPC; the
 trainer's stream and the daemon's wait on each other on the GPU.
 
+Under torchrun or srun nothing else need be given: libgradsync derives the
+job (its id, this trainer's local rank, the node's trainers, the nodes,
+this node's rank, node 0's host) and its settings from the launcher's
+environment, as ``GradSync`` says.
+
 ``last_result.nonfinite`` (inf/NaN values in the reduced gradients) lets a
 mixed-precision loss scaler skip a step.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Any, Iterable, Iterator, List, Optional, Union
 
 import torch
@@ -34,8 +38,6 @@ import torch
 from .client import Client, StepResult
 from .errors import (EDTYPE, EINVAL, ESTATE, DtypeError, InvalidArgumentError, StateError,
                      StepAborted)
-
-DEFAULT_THRESHOLD = 2097152
 
 Params = Union[torch.nn.Module, Iterable[torch.nn.Parameter]]
 
@@ -58,21 +60,35 @@ class GradSync:
     """Synchronises the gradients of ``model`` (a Module or an iterable of
     parameters) through the node's gradsyncd.
 
-    ``threshold`` (elements) and ``wire`` ("fp16", "bf16", "fp32") must be
-    the daemon's (they are settings of the whole job, the same on every
-    node): a difference raises InvalidArgumentError naming both; None
-    accepts the daemon's. ``clip_value`` clips each element of this
-    trainer's gradients to [-clip_value, clip_value] before reduction.
-    ``local_rank`` defaults to $LOCAL_RANK (as torchrun sets it), else 0.
+    With no other argument, as under torchrun or srun, everything about
+    the job comes from the environment through libgradsync (see
+    ``gradsync.Client``): the job id, ``local_rank`` ($LOCAL_RANK,
+    $SLURM_LOCALID), ``local_size``, ``nodes``, ``node_rank``,
+    ``coordinator`` ($MASTER_ADDR), and the job's settings ``threshold``
+    (elements), ``wire`` ("fp16", "bf16", "fp32"), ``op`` ("average",
+    "sum"), ``predivide`` and ``fusion_buffer`` ($GRADSYNC_THRESHOLD,
+    $GRADSYNC_WIRE, ...). An argument given overrides its field and is
+    sent to gradsyncd as what this trainer says the job is: a job whose
+    value differs refuses the trainer (RefusedError naming the field and
+    both values). ``client.info`` shows what the job runs with.
+
+    ``clip_value`` clips each element of this trainer's gradients to
+    [-clip_value, clip_value] before reduction. ``optimizer``: its step
+    waits for the reduced gradients first (without it, call ``wait()``
+    before ``optimizer.step()``). ``socket_path`` is gradsyncd's socket
+    ($GRADSYNC_SOCKET, else the default); ``timeout`` (seconds, None: no
+    limit) bounds each ``wait()``.
     """
 
-    def __init__(self, model: Params, threshold: Optional[int] = DEFAULT_THRESHOLD,
-                 wire: Optional[str] = "fp16", clip_value: Optional[float] = None,
+    def __init__(self, model: Params, threshold: Optional[int] = None,
+                 wire: Optional[str] = None, clip_value: Optional[float] = None,
                  optimizer: Optional[torch.optim.Optimizer] = None,
                  socket_path: Optional[str] = None, local_rank: Optional[int] = None,
-                 job_id: Optional[str] = None, timeout: Optional[float] = None):
-        if local_rank is None:
-            local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+                 job_id: Optional[str] = None, timeout: Optional[float] = None, *,
+                 op: Optional[str] = None, predivide: Union[float, str, None] = None,
+                 fusion_buffer: Optional[int] = None, local_size: Optional[int] = None,
+                 nodes: Optional[int] = None, node_rank: Optional[int] = None,
+                 coordinator: Optional[str] = None):
         self.clip_value = clip_value
         self.timeout = timeout
         self.last_result: Optional[StepResult] = None
@@ -83,9 +99,11 @@ class GradSync:
                                        "gradient", "GradSync")
         self.params = [p for _, p in named]
         self._check_params(named)
-        self.client = Client(socket_path, local_rank, job_id)
+        self.client = Client(socket_path, local_rank, job_id, local_size=local_size,
+                             nodes=nodes, node_rank=node_rank, coordinator=coordinator,
+                             threshold=threshold, wire=wire, op=op, predivide=predivide,
+                             fusion_buffer=fusion_buffer)
         try:
-            self._check_settings(threshold, wire)
             self._grads = self._register(named)
         except BaseException:
             self.client.close()
@@ -113,16 +131,6 @@ class GradSync:
                 raise DtypeError(EDTYPE, f"parameter {name} is {p.dtype}: gradsync "
                                            "reduces float32 gradients (keep fp32 master "
                                            "weights)", "GradSync")
-
-    def _check_settings(self, threshold: Optional[int], wire: Optional[str]) -> None:
-        info = self.client.info
-        for what, asked, runs, flag in (("threshold", threshold, info.threshold, "--threshold"),
-                                        ("wire dtype", wire, info.wire_dtype, "--wire")):
-            if asked is not None and asked != runs:
-                raise InvalidArgumentError(
-                    EINVAL, f"gradsyncd runs with {what} {runs}, this trainer asked for "
-                    f"{asked}: start gradsyncd with {flag}={asked}, or pass None to use "
-                    "the daemon's", "GradSync")
 
     def _register(self, named: List[tuple]) -> List[torch.Tensor]:
         if self.device.type == "cuda":
@@ -253,15 +261,17 @@ class GradSync:
 
 
 def backward_and_update_half(loss: torch.Tensor, optimizer: torch.optim.Optimizer,
-                             threshold: int = DEFAULT_THRESHOLD, clipping: bool = False,
+                             threshold: Optional[int] = None, clipping: bool = False,
                              clip_value: float = 100, **connect: Any) -> StepResult:
     """The original framework's call, through gradsyncd: backpropagates
     ``loss``, clips each element of the local fp32 gradients to
     [-clip_value, clip_value] when ``clipping``, all-reduces them fused up
-    to ``threshold`` elements in fp16, averaged over all trainers, and
-    takes the optimizer's step. The first call connects (``connect`` takes
-    GradSync's socket_path, local_rank, job_id, timeout) and registers the
-    optimizer's parameters; returns the step's figures."""
+    to ``threshold`` elements (None: the job's, from the environment or
+    gradsyncd's default of 2097152) in fp16, averaged over all trainers,
+    and takes the optimizer's step. The first call connects (``connect``
+    takes GradSync's other arguments: socket_path, local_rank, job_id,
+    timeout, ...; the job comes from the environment as in GradSync) and
+    registers the optimizer's parameters; returns the step's figures."""
     sync: Optional[GradSync] = getattr(optimizer, "_gradsync", None)
     if sync is None:
         params = [p for group in optimizer.param_groups for p in group["params"]]

@@ -1,7 +1,11 @@
 /*
- * Devices, contexts and errors of the CUDA emulation. GS_CUDA_EMU_DEVICES
- * devices (default 2), each of compute capability 9.0 and its own PCI bus
- * id; one context per device, standing for its primary context.
+ * Devices, contexts and errors of the CUDA emulation. The emulated node
+ * has GS_CUDA_EMU_DEVICES GPUs (default 2), each of compute capability
+ * 9.0 and its own PCI bus id; a process sees those that
+ * GS_CUDA_EMU_VISIBLE_DEVICES lists (their indices on the node,
+ * comma-separated; all when unset), in that order, as the real
+ * CUDA_VISIBLE_DEVICES: with "4,5" its device 0 is the node's GPU 4. One
+ * context per device, standing for its primary context.
  */
 #include <errno.h>
 #include <limits.h>
@@ -36,10 +40,57 @@ void emu_sleep_ms(long ms)
 		;
 }
 
-static int emu_device_count(void)
+static int node_device_count(void)
 {
 	long n = emu_env_ms("GS_CUDA_EMU_DEVICES", 2);
 	return n > EMU_MAX_DEVICES ? EMU_MAX_DEVICES : (int)n;
+}
+
+/* The node's GPUs this process sees, in its order. As CUDA reads
+ * CUDA_VISIBLE_DEVICES, the list ends at the first entry that is not one
+ * of the node's GPUs. */
+static int visible(int node[EMU_MAX_DEVICES])
+{
+	int all = node_device_count();
+	const char *v = getenv("GS_CUDA_EMU_VISIBLE_DEVICES");
+	if (!v) {
+		for (int i = 0; i < all; i++)
+			node[i] = i;
+		return all;
+	}
+	int n = 0;
+	while (*v && n < EMU_MAX_DEVICES) {
+		char *end;
+		long d = strtol(v, &end, 10);
+		if (end == v || d < 0 || d >= all || (*end && *end != ','))
+			break;
+		node[n++] = (int)d;
+		v = *end ? end + 1 : end;
+	}
+	return n;
+}
+
+static int emu_device_count(void)
+{
+	int node[EMU_MAX_DEVICES];
+	return visible(node);
+}
+
+int emu_node_device(int device)
+{
+	int node[EMU_MAX_DEVICES];
+	int n = visible(node);
+	return device >= 0 && device < n ? node[device] : -1;
+}
+
+int emu_device_of_node(int node_device)
+{
+	int node[EMU_MAX_DEVICES];
+	int n = visible(node);
+	for (int i = 0; i < n; i++)
+		if (node[i] == node_device)
+			return i;
+	return -1;
 }
 
 int emu_current_device(void)
@@ -60,9 +111,10 @@ static int emu_context_device(CUcontext ctx)
 	return (int)(c - contexts);
 }
 
+/* The node's GPU g is on bus 0x18 + g. */
 static void emu_pci_bus_id(int device, char *id, int len)
 {
-	snprintf(id, (size_t)len, "0000:%02x:00.0", 0x18 + device);
+	snprintf(id, (size_t)len, "0000:%02x:00.0", 0x18 + emu_node_device(device));
 }
 
 cudaError_t emu_fail(cudaError_t e)
@@ -132,7 +184,7 @@ EMU_API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device
 	p->warpSize = 32;
 	p->maxThreadsPerBlock = 1024;
 	p->pciDomainID = 0;
-	p->pciBusID = 0x18 + device;
+	p->pciBusID = 0x18 + emu_node_device(device);
 	return cudaSuccess;
 }
 
@@ -142,6 +194,24 @@ EMU_API cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int device)
 		return emu_fail(cudaErrorInvalidValue);
 	emu_pci_bus_id(device, id, len);
 	return cudaSuccess;
+}
+
+/* "[domain:]bus:device.function", in hex, as the driver takes it. */
+EMU_API cudaError_t cudaDeviceGetByPCIBusId(int *device, const char *id)
+{
+	unsigned dom = 0, bus, dev, fn;
+	int used = 0;
+	if (!id || (sscanf(id, "%x:%x:%x.%x%n", &dom, &bus, &dev, &fn, &used) != 4 &&
+		    (dom = 0, sscanf(id, "%x:%x.%x%n", &bus, &dev, &fn, &used) != 3)) ||
+	    id[used])
+		return emu_fail(cudaErrorInvalidValue);
+	for (int d = 0; d < emu_device_count(); d++) {
+		if (dom == 0 && dev == 0 && fn == 0 && bus == (unsigned)(0x18 + emu_node_device(d))) {
+			*device = d;
+			return cudaSuccess;
+		}
+	}
+	return emu_fail(cudaErrorInvalidDevice);
 }
 
 EMU_API cudaError_t cudaDriverGetVersion(int *v)
@@ -181,6 +251,7 @@ static const struct {
 	{ cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle" },
 	{ cudaErrorMapBufferObjectFailed, "cudaErrorMapBufferObjectFailed", "mapping of buffer object failed" },
 	{ cudaErrorLaunchTimeout, "cudaErrorLaunchTimeout", "the launch timed out and was terminated" },
+	{ cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered" },
 	{ cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported" },
 };
 

@@ -40,7 +40,8 @@
 
 struct options {
 	const char *socket, *layout;
-	unsigned rank;        /* local rank, and the emulated GPU */
+	unsigned rank;        /* local rank */
+	int device;           /* its GPU, as this process numbers them: --device, or rank */
 	unsigned global_rank; /* whose inputs these are */
 	unsigned steps, clip_step;
 	unsigned first_step;  /* the number (and inputs) of the first step run */
@@ -72,9 +73,10 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "stall-at", required_argument, NULL, 'S' },
 		{ "hold", no_argument, NULL, 'h' },
 		{ "first-step", required_argument, NULL, 'f' },
+		{ "device", required_argument, NULL, 'D' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ NULL, NULL, 0, 0, 3, 2, 1, 50, 0, 0, 0, false };
+	*o = (struct options){ NULL, NULL, 0, -1, 0, 3, 2, 1, 50, 0, 0, 0, false };
 	bool global = false;
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -91,13 +93,16 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'S': o->stall_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'h': o->hold = true; break;
 		case 'f': o->first_step = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'D': o->device = (int)strtol(optarg, NULL, 10); break;
 		default:
-			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--overlap MS] [--hold]\n");
+			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--overlap MS] [--hold] [--device D]\n");
 			exit(2);
 		}
 	}
 	if (!global)
 		o->global_rank = o->rank;
+	if (o->device < 0)
+		o->device = (int)o->rank;
 	if (!o->socket || !o->layout) {
 		fprintf(stderr, "emu-trainer: --socket and --layout are needed\n");
 		exit(2);
@@ -272,7 +277,7 @@ static void start(struct trainer *t)
 	t->ct.n = t->l.n;
 	t->ct.names = t->l.names;
 	t->ct.counts = t->l.counts;
-	cuda_trainer_connect(&t->ct, t->o.socket, t->o.rank, 30000);
+	cuda_trainer_connect(&t->ct, t->o.socket, t->o.rank, t->o.device, 30000);
 	allocate(t);
 	cuda_trainer_register(&t->ct);
 }

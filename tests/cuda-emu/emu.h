@@ -31,6 +31,10 @@
 
 /* The calling thread's current device (cudaSetDevice, cuCtxPushCurrent). */
 int emu_current_device(void);
+/* The node's GPU that is this process's device `device`, and back (-1:
+ * none; GS_CUDA_EMU_VISIBLE_DEVICES). Handles name the node's GPU. */
+int emu_node_device(int device);
+int emu_device_of_node(int node_device);
 /* The context of a device: one per device, as the primary context. */
 CUcontext emu_context(int device);
 /* Remembers e as the thread's last error (cudaGetLastError); returns it. */
@@ -48,6 +52,12 @@ long emu_env_ms(const char *name, long def);
 typedef cudaError_t (*emu_op_fn)(void *arg);
 
 cudaError_t emu_enqueue(cudaStream_t s, emu_op_fn run, const void *arg, size_t size);
+
+/* The device a stream was made on (-1: the default stream, any). */
+int emu_stream_device(cudaStream_t s);
+/* Whether a kernel on `device` may touch p: memory of that device, or
+ * pinned host memory. The emulated GPUs have no peer access. */
+bool emu_mem_on_device(const void *p, int device);
 
 /* ---- Sharing between processes (ipc.c), and sleeping -------------------------------- */
 

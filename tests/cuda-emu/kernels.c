@@ -32,6 +32,7 @@ struct launch {
 	struct gs_pack_params p;
 	float postscale;
 	unsigned long long *counter;
+	int device; /* the stream's; -1: any */
 };
 
 static void delay(void)
@@ -41,11 +42,30 @@ static void delay(void)
 		emu_sleep_ms(ms);
 }
 
+/* Whether every span, the fusion buffer and the counter are on the
+ * launch's GPU (read as the stream reaches it, as the table is). */
+static bool on_device(const struct launch *l)
+{
+	if (l->device < 0)
+		return true;
+	if (!emu_mem_on_device(l->fusion, l->device) ||
+	    (l->counter && !emu_mem_on_device(l->counter, l->device)))
+		return false;
+	for (uint32_t b = 0; b < l->ntasks; b++) {
+		const struct gs_cuda_entry e = l->entries[l->tasks[b].entry];
+		if (!emu_mem_on_device((const void *)(uintptr_t)e.ptr, l->device))
+			return false;
+	}
+	return true;
+}
+
 static cudaError_t run_pack(void *arg)
 {
 	const struct launch *l = arg;
 	unsigned long long n = 0;
 	delay();
+	if (!on_device(l))
+		return cudaErrorIllegalAddress;
 	for (uint32_t b = 0; b < l->ntasks; b++) { /* one block per task */
 		const struct gs_cuda_task t = l->tasks[b];
 		const struct gs_cuda_entry e = l->entries[t.entry];
@@ -69,6 +89,8 @@ static cudaError_t run_unpack(void *arg)
 	const struct launch *l = arg;
 	unsigned long long n = 0;
 	delay();
+	if (!on_device(l))
+		return cudaErrorIllegalAddress;
 	for (uint32_t b = 0; b < l->ntasks; b++) {
 		const struct gs_cuda_task t = l->tasks[b];
 		const struct gs_cuda_entry e = l->entries[t.entry];
@@ -101,7 +123,7 @@ EMU_API cudaError_t gs_cuda_launch_pack(enum gs_wire w, const struct gs_cuda_ent
 		return cudaSuccess;
 	if (!valid_wire(w))
 		return cudaErrorInvalidValue;
-	struct launch l = { w, entries, tasks, ntasks, fusion, p, 0, clipped };
+	struct launch l = { w, entries, tasks, ntasks, fusion, p, 0, clipped, emu_stream_device(s) };
 	return emu_enqueue(s, run_pack, &l, sizeof(l));
 }
 
@@ -114,6 +136,7 @@ EMU_API cudaError_t gs_cuda_launch_unpack(enum gs_wire w, const struct gs_cuda_e
 		return cudaSuccess;
 	if (!valid_wire(w))
 		return cudaErrorInvalidValue;
-	struct launch l = { w, entries, tasks, ntasks, (void *)fusion, { 0, false, 0 }, postscale, nonfinite };
+	struct launch l = { w, entries, tasks, ntasks, (void *)fusion, { 0, false, 0 }, postscale,
+			    nonfinite, emu_stream_device(s) };
 	return emu_enqueue(s, run_unpack, &l, sizeof(l));
 }

@@ -38,7 +38,7 @@ struct mem_handle {
 	char magic[8];
 	int32_t pid, fd;
 	uint64_t size, ino;
-	int32_t device;
+	int32_t device; /* the node's GPU, not the exporter's numbering */
 	char pad[28];
 };
 _Static_assert(sizeof(struct mem_handle) == sizeof(cudaIpcMemHandle_t), "handle size");
@@ -188,7 +188,7 @@ static cudaError_t mem_handle(struct mem_handle *h, const void *p)
 		h->fd = a->fd;
 		h->size = a->r.size;
 		h->ino = a->ino;
-		h->device = a->r.device;
+		h->device = emu_node_device(a->r.device);
 	}
 	pthread_mutex_unlock(&lock);
 	return ok ? cudaSuccess : emu_fail(cudaErrorInvalidValue);
@@ -206,6 +206,10 @@ EMU_API cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, un
 	*p = NULL;
 	if (memcmp(h.magic, MEM_MAGIC, 8) != 0 || h.size == 0)
 		return emu_fail(cudaErrorInvalidValue);
+	/* On a GPU this process does not see. */
+	int device = emu_device_of_node(h.device);
+	if (device < 0)
+		return emu_fail(cudaErrorInvalidDevice);
 	/* Freed, or its owner gone: as the driver, "mapping ... failed". */
 	int fd = emu_open_remote_fd(h.pid, h.fd, h.ino);
 	struct stat st;
@@ -222,7 +226,7 @@ EMU_API cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, un
 			munmap(m, mapped_size(h.size));
 		return emu_fail(cudaErrorMapBufferObjectFailed);
 	}
-	a->r = (struct range){ m, h.size, h.device, MEM_IMPORTED };
+	a->r = (struct range){ m, h.size, device, MEM_IMPORTED };
 	a->fd = -1;
 	a->ino = h.ino;
 	add(a);
@@ -238,6 +242,12 @@ EMU_API cudaError_t cudaIpcCloseMemHandle(void *p)
 	munmap(a->r.base, mapped_size(a->r.size));
 	free(a);
 	return cudaSuccess;
+}
+
+bool emu_mem_on_device(const void *p, int device)
+{
+	struct range r;
+	return mem_find(p, &r) && (r.kind == MEM_HOST || r.device == device);
 }
 
 /* ---- Driver queries ---------------------------------------------------------------- */

@@ -9,6 +9,9 @@
  * ncclGetLastError names it; ncclCommAbort shuts the connection down, so
  * a stream blocked in a collective goes on at once. NCCL_DEBUG=WARN logs
  * failures to stderr, NCCL_DEBUG=INFO each all-reduce as it starts.
+ * GS_CUDA_EMU_NCCL_FAIL_INITS=N: the first N communicators a process
+ * makes fail to join, without reaching the root, so tests see a creation
+ * fail.
  */
 #include <arpa/inet.h>
 #include <limits.h>
@@ -41,7 +44,11 @@ struct ncclComm {
 	_Atomic int refs;  /* the user's, the connector's, one per queued collective */
 	_Atomic bool aborted;
 	uint32_t seq;      /* collectives queued (stream order is queue order) */
+	int device;        /* current at its creation, as NCCL binds it */
+	bool fail;         /* GS_CUDA_EMU_NCCL_FAIL_INITS */
 };
+
+static _Atomic long inits;
 
 static _Thread_local int group_depth;
 static _Thread_local ncclComm_t group_blocking[64]; /* blocking inits to finish at GroupEnd */
@@ -112,6 +119,11 @@ static int dial(ncclComm_t c)
 static void *connector(void *arg)
 {
 	ncclComm_t c = arg;
+	if (c->fail) {
+		set_error(c, ncclSystemError, "joining the communicator failed (GS_CUDA_EMU_NCCL_FAIL_INITS)");
+		unref(c);
+		return NULL;
+	}
 	int fd = dial(c);
 	struct emu_nccl_hello h = { EMU_NCCL_MAGIC, c->id.job, c->rank, c->nranks };
 	struct emu_nccl_reply ready;
@@ -165,6 +177,8 @@ EMU_API ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int nranks, ncclUni
 		return ncclSystemError;
 	pthread_mutex_init(&c->lock, NULL);
 	c->fd = -1;
+	c->device = emu_current_device();
+	c->fail = atomic_fetch_add(&inits, 1) < emu_env_ms("GS_CUDA_EMU_NCCL_FAIL_INITS", 0);
 	c->rank = rank;
 	c->nranks = nranks;
 	c->id = uid;
@@ -269,6 +283,14 @@ EMU_API ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, n
 	}
 	if (atomic_load(&comm->aborted))
 		return ncclInvalidUsage;
+	int sd = emu_stream_device(stream);
+	if ((sd >= 0 && sd != comm->device) || !emu_mem_on_device(send, comm->device) ||
+	    !emu_mem_on_device(recv, comm->device)) {
+		snprintf(thread_error, sizeof(thread_error),
+			 "rank %d's communicator is on device %d, but its stream or buffers are not",
+			 comm->rank, comm->device);
+		return ncclInvalidArgument;
+	}
 	struct allreduce a = { comm, send, recv, count, dtype, ++comm->seq };
 	atomic_fetch_add(&comm->refs, 1);
 	if (emu_enqueue(stream, run_allreduce, &a, sizeof(a)) != cudaSuccess) {
@@ -303,7 +325,8 @@ EMU_API ncclResult_t ncclCommAbort(ncclComm_t comm)
 
 EMU_API const char *ncclGetLastError(ncclComm_t comm)
 {
-	return comm ? comm->last_error : thread_error;
+	/* A call refused at once words it for the thread, as NCCL does. */
+	return comm && comm->last_error[0] ? comm->last_error : thread_error;
 }
 
 EMU_API const char *ncclGetErrorString(ncclResult_t res)

@@ -23,6 +23,7 @@ struct CUstream_st {
 	struct op *head, *tail;
 	bool running, stop;
 	cudaError_t error; /* the first failed op's, reported from then on */
+	int device;        /* current when it was made; -1: the default stream */
 	pthread_t thread;
 };
 
@@ -59,6 +60,7 @@ static cudaError_t stream_new(struct CUstream_st **out)
 	struct CUstream_st *s = calloc(1, sizeof(*s));
 	if (!s)
 		return emu_fail(cudaErrorMemoryAllocation);
+	s->device = emu_current_device();
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->work, NULL);
 	pthread_cond_init(&s->idle, NULL);
@@ -75,7 +77,8 @@ static struct CUstream_st *default_stream;
 
 static void make_default(void)
 {
-	stream_new(&default_stream);
+	if (stream_new(&default_stream) == cudaSuccess)
+		default_stream->device = -1;
 }
 
 static struct CUstream_st *stream_of(cudaStream_t s)
@@ -85,6 +88,12 @@ static struct CUstream_st *stream_of(cudaStream_t s)
 		return default_stream;
 	}
 	return s;
+}
+
+int emu_stream_device(cudaStream_t stream)
+{
+	struct CUstream_st *s = stream_of(stream);
+	return s ? s->device : -1;
 }
 
 cudaError_t emu_enqueue(cudaStream_t stream, emu_op_fn run, const void *arg, size_t size)

@@ -7,8 +7,11 @@
  * middle of its registration, leaves no mapping behind in the daemon,
  * which serves the next trainers; a trainer whose GPU work is late past
  * --peer-timeout aborts the step, and the communicators are made again for
- * the next; two daemons, one emulated GPU each, that share node 0's NCCL
- * unique id through the rendezvous; a node lost in an all-reduce, or
+ * the next, as after a creation that failed at the first bucket; each
+ * local rank reduced on the GPU its buffers' PCI bus id names, whatever
+ * the trainer's and the daemon's numbering (GS_CUDA_EMU_VISIBLE_DEVICES),
+ * and the GPUs it refuses; two daemons, one emulated GPU each, that share
+ * node 0's NCCL unique id through the rendezvous; a node lost in an all-reduce, or
  * between two launches of a staged bucket; a node (node 0 too) lost and
  * back, with new communicators.
  */
@@ -27,20 +30,26 @@
 #include "gradsync.h"
 #include "harness.h"
 
-/* Starts one emu-trainer; its output goes to log (200 bytes). */
-static pid_t trainer(const char *socket, const char *dir, unsigned rank, unsigned global_rank,
-		     const char *steps, const char *const *extra, char *log)
+/* Every daemon here drives emulated GPUs; its job comes from the test's
+ * struct harness_job (harness_job_daemon_spawn). */
+static const char *const cuda_backend[] = { "--backend=cuda", NULL };
+
+/* Starts one emu-trainer of node `node` of job j, given the job in its
+ * environment; its output goes to log (200 bytes). */
+static pid_t trainer(const struct harness_job *j, unsigned node, const char *socket,
+		     const char *dir, unsigned rank, unsigned global_rank, const char *steps,
+		     const char *const *extra, char *log)
 {
 	char r[16], g[16];
 	snprintf(r, sizeof(r), "%u", rank);
 	snprintf(g, sizeof(g), "%u", global_rank);
-	snprintf(log, 200, "%s/trainer-%u.log", dir, global_rank);
+	snprintf(log, 200, "%s/trainer-%s%u.log", dir, j->id ? j->id : "", global_rank);
 	const char *argv[16] = { getenv("GS_TRAINER"), "--socket", socket, "--layout",
 				 harness_layout("resnet50.txt"), "--rank", r, "--global-rank", g,
 				 "--steps", steps };
 	for (size_t i = 0; extra && extra[i] && i < 4; i++)
 		argv[11 + i] = extra[i];
-	return harness_spawn(argv, log);
+	return harness_job_spawn(j, node, argv, log);
 }
 
 /* Waits for the trainers; each must exit 0 having printed PASS. */
@@ -57,16 +66,15 @@ static void expect_pass(const pid_t *pids, char (*logs)[200], unsigned n)
 	assert_int_equal(failed, 0);
 }
 
-/* One daemon of two emulated GPUs, two trainers. */
-static void sync_case(const char *const *daemon_args, const char *steps,
-		      const char *const *trainer_args)
+/* One daemon of two emulated GPUs, two trainers of job j. */
+static void sync_case(struct harness_job *j, const char *steps, const char *const *trainer_args)
 {
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, daemon_args);
+	harness_job_daemon_start(&d, j, 0, cuda_backend);
 	pid_t pids[2];
 	char logs[2][200];
 	for (unsigned r = 0; r < 2; r++)
-		pids[r] = trainer(d.socket, d.dir, r, r, steps, trainer_args, logs[r]);
+		pids[r] = trainer(j, 0, d.socket, d.dir, r, r, steps, trainer_args, logs[r]);
 	expect_pass(pids, logs, 2);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
@@ -74,8 +82,8 @@ static void sync_case(const char *const *daemon_args, const char *steps,
 static void sync_fp16(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
-	sync_case(args, "2", NULL); /* step 2 clips */
+	struct harness_job job = { .local_size = { 2 }, .wire = "fp16" };
+	sync_case(&job, "2", NULL); /* step 2 clips */
 }
 
 /* Buckets of up to 2M elements (--threshold's default) through a fusion
@@ -85,11 +93,10 @@ static void sync_fp16(void **state)
 static void sync_bf16_several_launches(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=bf16",
-			       "--fusion-buffer=262144", NULL };
+	struct harness_job job = { .local_size = { 2 }, .wire = "bf16", .fusion_buffer = "262144" };
 	const char *targs[] = { "--clip-step=1", NULL };
 	setenv("GS_CUDA_EMU_KERNEL_DELAY_MS", "3", 1);
-	sync_case(args, "1", targs);
+	sync_case(&job, "1", targs);
 	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
 }
 
@@ -103,9 +110,9 @@ static void sync_bf16_several_launches(void **state)
 static void overlaps_the_backward_pass(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--wire=fp16", NULL };
+	struct harness_job job = { .local_size = { 2 }, .wire = "fp16" };
 	const char *targs[] = { "--overlap=40", NULL };
-	sync_case(args, "2", targs);
+	sync_case(&job, "2", targs);
 }
 
 /* ---- Trainers that go away ---------------------------------------------------- */
@@ -139,13 +146,16 @@ static void expect_unmapped(const struct gs_test_daemon *d, pid_t owner)
 		 mappings(d->pid, "mem", owner), mappings(d->pid, "event", owner), (int)owner);
 }
 
+/* The job of one daemon of two emulated GPUs and two trainers. */
+static struct harness_job pair = { .local_size = { 2 } };
+
 /* The next pair of trainers gets its step done. */
 static void serves_next(struct gs_test_daemon *d)
 {
 	pid_t pids[2];
 	char logs[2][200];
 	for (unsigned r = 0; r < 2; r++)
-		pids[r] = trainer(d->socket, d->dir, r, r, "1", NULL, logs[r]);
+		pids[r] = trainer(&pair, 0, d->socket, d->dir, r, r, "1", NULL, logs[r]);
 	expect_pass(pids, logs, 2);
 	assert_true(harness_daemon_alive(d));
 }
@@ -153,12 +163,11 @@ static void serves_next(struct gs_test_daemon *d)
 static void trainer_killed_after_registering(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	char log[200];
 	const char *hold[] = { "--hold", NULL };
-	pid_t t = trainer(d.socket, d.dir, 0, 0, "1", hold, log);
+	pid_t t = trainer(&pair, 0, d.socket, d.dir, 0, 0, "1", hold, log);
 	harness_wait_for_text(log, "REGISTERED", 30);
 	/* Its one allocation and its events (a ring of 32 ready events and
 	 * the done event) are open in the daemon. */
@@ -171,8 +180,8 @@ static void trainer_killed_after_registering(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* A raw trainer of local rank 1 holding real handles of this process's
- * emulated GPU memory: one allocation of 1 MiB and the two events. */
+/* A raw trainer holding real handles of this process's emulated GPU
+ * memory, on one of its GPUs: one allocation of 1 MiB and the two events. */
 struct raw_trainer {
 	void *mem;
 	cudaEvent_t ready, done;
@@ -181,17 +190,22 @@ struct raw_trainer {
 	char pci[32];
 };
 
-static void raw_trainer_make(struct raw_trainer *t)
+static void raw_trainer_make_on(struct raw_trainer *t, int device)
 {
 	unsigned flags = cudaEventInterprocess | cudaEventDisableTiming;
-	assert_int_equal(cudaSetDevice(1), cudaSuccess);
+	assert_int_equal(cudaSetDevice(device), cudaSuccess);
 	assert_int_equal(cudaMalloc(&t->mem, 1 << 20), cudaSuccess);
 	assert_int_equal(cudaEventCreateWithFlags(&t->ready, flags), cudaSuccess);
 	assert_int_equal(cudaEventCreateWithFlags(&t->done, flags), cudaSuccess);
 	assert_int_equal(cudaIpcGetMemHandle(&t->mh, t->mem), cudaSuccess);
 	assert_int_equal(cudaIpcGetEventHandle(&t->rh, t->ready), cudaSuccess);
 	assert_int_equal(cudaIpcGetEventHandle(&t->dh, t->done), cudaSuccess);
-	assert_int_equal(cudaDeviceGetPCIBusId(t->pci, sizeof(t->pci), 1), cudaSuccess);
+	assert_int_equal(cudaDeviceGetPCIBusId(t->pci, sizeof(t->pci), device), cudaSuccess);
+}
+
+static void raw_trainer_make(struct raw_trainer *t)
+{
+	raw_trainer_make_on(t, 1);
 }
 
 static void raw_trainer_free(struct raw_trainer *t)
@@ -201,19 +215,21 @@ static void raw_trainer_free(struct raw_trainer *t)
 	cudaEventDestroy(t->done);
 }
 
-/* Connects and sends the first frame of a registration, `last` unset: the
- * events, then the allocation (claimed to have `size` bytes) with one
- * tensor in it. Returns the socket. */
-static int raw_trainer_register(const struct raw_trainer *t, const struct gs_test_daemon *d,
-				uint64_t size)
+/* Connects as local rank `rank` and sends the first frame of a
+ * registration, `last` unset: ev's events, then mem's allocation (claimed
+ * to have `size` bytes) with one tensor in it, each with its GPU's PCI
+ * bus id. Returns the socket. */
+static int raw_register(const struct raw_trainer *ev, const struct raw_trainer *mem,
+			unsigned rank, const struct gs_test_daemon *d, uint64_t size)
 {
 	Gradsync__Buffer events = GRADSYNC__BUFFER__INIT, alloc = GRADSYNC__BUFFER__INIT;
 	events.device = alloc.device = 1;
-	events.pci_bus_id = alloc.pci_bus_id = (char *)t->pci;
-	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(t->rh), (uint8_t *)&t->rh };
-	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(t->dh), (uint8_t *)&t->dh };
+	events.pci_bus_id = (char *)ev->pci;
+	alloc.pci_bus_id = (char *)mem->pci;
+	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(ev->rh), (uint8_t *)&ev->rh };
+	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(ev->dh), (uint8_t *)&ev->dh };
 	alloc.size = size;
-	alloc.cuda_ipc_handle = (ProtobufCBinaryData){ sizeof(t->mh), (uint8_t *)&t->mh };
+	alloc.cuda_ipc_handle = (ProtobufCBinaryData){ sizeof(mem->mh), (uint8_t *)&mem->mh };
 	Gradsync__Buffer *bufs[] = { &events, &alloc };
 	Gradsync__TensorSpec spec = GRADSYNC__TENSOR_SPEC__INIT, *sp = &spec;
 	spec.name = "fc.weight";
@@ -230,18 +246,24 @@ static int raw_trainer_register(const struct raw_trainer *t, const struct gs_tes
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
 	m.register_tensors = &r;
 	int sock = raw_connect(d->socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, rank, &pair);
 	raw_send(sock, &m, NULL, 0);
 	return sock;
+}
+
+/* Local rank 1, everything on t's GPU. */
+static int raw_trainer_register(const struct raw_trainer *t, const struct gs_test_daemon *d,
+				uint64_t size)
+{
+	return raw_register(t, t, 1, d, size);
 }
 
 /* A trainer that hangs up after the first frame of its registration. */
 static void trainer_gone_mid_registration(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	struct raw_trainer t;
 	raw_trainer_make(&t);
 	int sock = raw_trainer_register(&t, &d, 1 << 20);
@@ -263,9 +285,8 @@ static void trainer_gone_mid_registration(void **state)
 static void bad_handles(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	struct raw_trainer t;
 	raw_trainer_make(&t);
 	int sock = raw_trainer_register(&t, &d, 2 << 20);
@@ -287,50 +308,178 @@ static void bad_handles(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* ---- Two nodes ------------------------------------------------------------------------------ */
+/* ---- GPUs found by their PCI bus id ------------------------------------------------- */
 
-/* Node `rank` of two, one emulated GPU, on the rendezvous at port; extra
- * arguments (NULL ended) after the usual ones. Does not wait for it. */
-static void spawn_node(struct gs_test_daemon *d, unsigned rank, int port,
-		       const char *const *extra)
+/* An emulated node of eight GPUs. The job's trainers run on its GPUs 4 to
+ * 7 and see only those (GS_CUDA_EMU_VISIBLE_DEVICES, as CUDA_VISIBLE_DEVICES
+ * would), local rank r on their device 3 - r: the node's GPU 7 - r.
+ * gradsyncd sees all eight, so local rank r must reduce on its device
+ * 7 - r, which only the buffers' PCI bus ids tell it: the emulated GPUs
+ * have no peer access, so a kernel on any other GPU fails the step. Every
+ * element of every trainer is checked. */
+static void gpus_by_bus_id(void **state)
 {
-	char r[32], c[64];
-	snprintf(r, sizeof(r), "--node-rank=%u", rank);
-	snprintf(c, sizeof(c), "--coordinator=127.0.0.1:%d", port);
-	const char *a[16] = { "--backend=cuda", "--local-size=1", "--nodes=2", r, c,
-			      "--gloo-host=127.0.0.1", "--join-timeout=30" };
-	size_t n = 7;
-	for (size_t i = 0; extra && extra[i] && n < 15; i++)
-		a[n++] = extra[i];
-	harness_daemon_spawn(d, a);
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
+	/* fp32: the emulated NCCL rounds after each addition, as a ring, and
+	 * with four ranks only fp32 gives the trainers' single rounding. */
+	struct harness_job job = { .local_size = { 4 }, .wire = "fp32" };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, cuda_backend);
+	pid_t pids[4];
+	char logs[4][200], dev[4][16];
+	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "4,5,6,7", 1);
+	for (unsigned r = 0; r < 4; r++) {
+		snprintf(dev[r], sizeof(dev[r]), "%u", 3 - r);
+		const char *targs[] = { "--device", dev[r], "--clip-step=1", NULL };
+		pids[r] = trainer(&job, 0, d.socket, d.dir, r, r, "1", targs, logs[r]);
+	}
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
+	expect_pass(pids, logs, 4);
+	/* The node's GPU 7 is on bus 0x18 + 7. */
+	assert_true(harness_log_contains(&d, "local rank 0 on GPU 0000:1f:00.0 (device 7 here"));
+	assert_true(harness_log_contains(&d, "local rank 3 on GPU 0000:1c:00.0 (device 4 here"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* Both nodes of two, on the rendezvous at port, each serving trainers. */
-static void start_two_nodes(struct gs_test_daemon d[2], int port, const char *const *extra)
+/* One gradsyncd on an emulated node of eight GPUs, and two jobs at once on
+ * GPUs of their own: job "low"'s two trainers see the node's GPUs 3 and 2
+ * only, local rank r on its device r (the node's GPU 3 - r); job "high"'s
+ * see every GPU, local rank r on its device 6 + r. Each job has its own
+ * backend, whose ranks are bound where their buffers are; both jobs' steps
+ * must be right in every element. */
+static void two_jobs_own_gpus(void **state)
+{
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
+	struct harness_job low = { .id = "low", .local_size = { 2 }, .wire = "fp16" };
+	struct harness_job high = { .id = "high", .local_size = { 2 }, .wire = "fp16" };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &low, 0, cuda_backend);
+	pid_t pids[4];
+	char logs[4][200];
+	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "3,2", 1);
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(&low, 0, d.socket, d.dir, r, r, "2", NULL, logs[r]);
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
+	const char *dev[2][3] = { { "--device", "6", NULL }, { "--device", "7", NULL } };
+	for (unsigned r = 0; r < 2; r++)
+		pids[2 + r] = trainer(&high, 0, d.socket, d.dir, r, r, "2", dev[r], logs[2 + r]);
+	expect_pass(pids, logs, 4);
+	assert_true(harness_log_contains(&d, "local rank 0 on GPU 0000:1b:00.0 (device 3 here"));
+	assert_true(harness_log_contains(&d, "local rank 0 on GPU 0000:1e:00.0 (device 6 here"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* --gpus: a daemon allowed the node's GPUs 4 to 7 refuses a trainer on
+ * GPU 0, naming its bus id and the list, and serves one on GPU 5. */
+static void gpus_allow_list(void **state)
+{
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "8", 1);
+	const char *args[] = { "--backend=cuda",
+			       "--gpus=0000:1c:00.0,0000:1d:00.0,0000:1e:00.0,0000:1f:00.0", NULL };
+	struct harness_job job = { .local_size = { 1 } };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, args);
+	pid_t pid;
+	char log[200];
+	const char *gpu0[] = { "--device", "0", NULL }, *gpu5[] = { "--device", "5", NULL };
+	pid = trainer(&job, 0, d.socket, d.dir, 0, 0, "1", gpu0, log);
+	assert_int_not_equal(harness_wait(pid, 60000), 0);
+	assert_true(harness_file_contains(log, "it is on GPU 0000:18:00.0, which is not one this gradsyncd may use (--gpus"));
+	pid = trainer(&job, 0, d.socket, d.dir, 0, 0, "1", gpu5, log);
+	expect_pass(&pid, (char (*)[200])log, 1);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* What gradsyncd refuses, with the GPUs named: a buffer on a GPU it does
+ * not see, a second local rank on a GPU a first one has, and a local rank
+ * whose buffers move to another GPU than its first one's. It then serves
+ * the next trainers, each rank on its GPU. */
+static void gpu_refusals(void **state)
+{
+	(void)state;
+	setenv("GS_CUDA_EMU_DEVICES", "4", 1);
+	struct gs_test_daemon d;
+	setenv("GS_CUDA_EMU_VISIBLE_DEVICES", "0,1", 1);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
+	struct raw_trainer on[3];
+	for (int g = 0; g < 3; g++)
+		raw_trainer_make_on(&on[g], g);
+	int sock = raw_register(&on[2], &on[2], 1, &d, 1 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "buffer 0: it is on GPU 0000:1a:00.0, which this gradsyncd does not see");
+	close(sock);
+
+	char log[200];
+	const char *hold[] = { "--hold", NULL };
+	pid_t t = trainer(&pair, 0, d.socket, d.dir, 0, 0, "1", hold, log);
+	harness_wait_for_text(log, "REGISTERED", 30);
+	sock = raw_register(&on[0], &on[0], 1, &d, 1 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "buffer 0: local ranks 0 and 1 are both on GPU 0000:18:00.0, but NCCL takes one rank of a communicator per GPU");
+	close(sock);
+	kill(t, SIGKILL);
+	harness_wait(t, 10000);
+
+	/* Its events bind local rank 1 to GPU 1; its memory is on GPU 0. */
+	sock = raw_register(&on[1], &on[0], 1, &d, 1 << 20);
+	raw_expect_error(sock, GS_EBUFFER, "buffer 1: it is on GPU 0000:18:00.0, but local rank 1 reduces on GPU 0000:19:00.0, where its first buffer was");
+	close(sock);
+	expect_unmapped(&d, getpid());
+	serves_next(&d);
+	for (int g = 0; g < 3; g++)
+		raw_trainer_free(&on[g]);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* ---- Two nodes ------------------------------------------------------------------------------ */
+
+/* The job of two nodes of one emulated GPU and one trainer each. */
+#define TWO_NODES { .nodes = 2, .local_size = { 1, 1 } }
+
+/* Node `rank` of job j, one emulated GPU; extra arguments (NULL ended)
+ * after the usual ones. Does not wait for it. */
+static void spawn_node(struct gs_test_daemon *d, struct harness_job *j, unsigned rank,
+		       const char *const *extra)
+{
+	const char *a[16] = { "--backend=cuda", "--join-timeout=30" };
+	size_t n = 2;
+	for (size_t i = 0; extra && extra[i] && n < 15; i++)
+		a[n++] = extra[i];
+	harness_job_daemon_spawn(d, j, rank, a);
+}
+
+/* Both nodes of job j, each serving trainers. */
+static void start_two_nodes(struct gs_test_daemon d[2], struct harness_job *j,
+			    const char *const *extra)
 {
 	for (unsigned n = 0; n < 2; n++)
-		spawn_node(&d[n], n, port, extra);
+		spawn_node(&d[n], j, n, extra);
 	for (unsigned n = 0; n < 2; n++)
 		harness_daemon_wait_ready(&d[n], 30000);
 }
 
-/* Two daemons with one emulated GPU and one trainer each: node 0 makes
- * the NCCL unique id, the rendezvous hands it to node 1, the NCCL root
- * sums across the two processes. Each node's status counts what it sent:
+/* Two daemons with one trainer each, node n's on the emulated GPU n: node
+ * 0 makes the NCCL unique id, the rendezvous hands it to node 1, each
+ * makes its communicator at the first bucket on its trainer's GPU, and the
+ * NCCL root sums across the two processes. Each node's status counts what it sent:
  * for fp16 on a world of two, a ring sends 2 (W - 1) / W = 1 buffer. */
 static void two_nodes(void **state)
 {
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2];
-	start_two_nodes(d, port, NULL);
+	start_two_nodes(d, &job, NULL);
 	pid_t pids[2];
 	char logs[2][200];
+	const char *dev[2][3] = { { "--device", "0", NULL }, { "--device", "1", NULL } };
 	for (unsigned n = 0; n < 2; n++)
-		pids[n] = trainer(d[n].socket, d[n].dir, 0, n, "1", NULL, logs[n]);
+		pids[n] = trainer(&job, n, d[n].socket, d[n].dir, 0, n, "1", dev[n], logs[n]);
 	expect_pass(pids, logs, 2);
+	assert_true(harness_log_contains(&d[1], "local rank 0 on GPU 0000:19:00.0 (device 1 here"));
 	for (unsigned n = 0; n < 2; n++) {
 		gs_client *ctl;
 		struct gs_status *st;
@@ -370,18 +519,18 @@ static void node_lost_mid_allreduce(void **state)
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2];
 	const char *extra[] = { "--peer-timeout=20", NULL };
 	/* The daemons log each all-reduce of the emulated NCCL and its failures. */
 	setenv("NCCL_DEBUG", "INFO", 1);
-	start_two_nodes(d, port, extra);
+	start_two_nodes(d, &job, extra);
 	unsetenv("NCCL_DEBUG");
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort1[] = { "--expect-abort-at=1", NULL }, *stall1[] = { "--stall-at=1", NULL };
-	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
-	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "1", stall1, logs[1]);
+	pids[0] = trainer(&job, 0, d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
+	pids[1] = trainer(&job, 1, d[1].socket, d[1].dir, 0, 1, "1", stall1, logs[1]);
 	harness_wait_for_text(d[0].log, "rank 0 of 2: all-reduce 1,", 30);
 	double t0 = harness_now_s();
 	kill(d[1].pid, SIGKILL);
@@ -411,13 +560,14 @@ static void node_lost_between_launches(void **state)
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
+	job.fusion_buffer = "262144";
 	struct gs_test_daemon d[2];
-	const char *extra[] = { "--fusion-buffer=262144", "--peer-timeout=20", NULL };
+	const char *extra[] = { "--peer-timeout=20", NULL };
 	setenv("NCCL_DEBUG", "INFO", 1);
-	spawn_node(&d[0], 0, port, extra);
+	spawn_node(&d[0], &job, 0, extra);
 	setenv("GS_CUDA_EMU_KERNEL_DELAY_MS", "200", 1);
-	spawn_node(&d[1], 1, port, extra);
+	spawn_node(&d[1], &job, 1, extra);
 	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
 	unsetenv("NCCL_DEBUG");
 	for (unsigned n = 0; n < 2; n++)
@@ -425,8 +575,8 @@ static void node_lost_between_launches(void **state)
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort1[] = { "--expect-abort-at=1", NULL };
-	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
-	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "1", NULL, logs[1]);
+	pids[0] = trainer(&job, 0, d[0].socket, d[0].dir, 0, 0, "1", abort1, logs[0]);
+	pids[1] = trainer(&job, 1, d[1].socket, d[1].dir, 0, 1, "1", NULL, logs[1]);
 	harness_wait_for_text(d[0].log, "rank 0 of 2: all-reduce 2,", 60);
 	kill(d[1].pid, SIGKILL);
 	kill(pids[1], SIGKILL);
@@ -448,15 +598,17 @@ static void node_killed_and_back(unsigned lost)
 	if (!harness_have_gloo())
 		skip();
 	unsigned other = 1 - lost;
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2], back;
 	const char *extra[] = { "--peer-timeout=20", NULL };
-	start_two_nodes(d, port, extra);
+	start_two_nodes(d, &job, extra);
 	pid_t pids[2], again;
 	char logs[2][200], log_again[200];
 	const char *abort2[] = { "--expect-abort-at=2", NULL }, *stall2[] = { "--stall-at=2", NULL };
-	pids[other] = trainer(d[other].socket, d[other].dir, 0, other, "3", abort2, logs[other]);
-	pids[lost] = trainer(d[lost].socket, d[lost].dir, 0, lost, "3", stall2, logs[lost]);
+	pids[other] = trainer(&job, other, d[other].socket, d[other].dir, 0, other, "3", abort2,
+			      logs[other]);
+	pids[lost] = trainer(&job, lost, d[lost].socket, d[lost].dir, 0, lost, "3", stall2,
+			     logs[lost]);
 	/* Both in step 2, the lost one's gradients on their way. */
 	harness_wait_in_step(&d[other], 2);
 	harness_wait_in_step(&d[lost], 2);
@@ -466,10 +618,10 @@ static void node_killed_and_back(unsigned lost)
 	harness_daemon_stop(&d[lost]);
 	harness_wait_for_text(logs[other], "ABORTED step 2 as expected", 30);
 
-	spawn_node(&back, lost, port, extra);
+	spawn_node(&back, &job, lost, extra);
 	harness_daemon_wait_ready(&back, 30000);
 	const char *step3[] = { "--first-step=3", NULL };
-	again = trainer(back.socket, back.dir, 0, lost, "1", step3, log_again);
+	again = trainer(&job, lost, back.socket, back.dir, 0, lost, "1", step3, log_again);
 	expect_aborted(pids[other], logs[other], &d[other], 2);
 	expect_pass(&again, &log_again, 1);
 	assert_int_equal(harness_daemon_stop(&back), 0);
@@ -499,16 +651,16 @@ static void trainer_late_on_one_node(void **state)
 	(void)state;
 	if (!harness_have_gloo())
 		skip();
-	int port = harness_free_port();
+	struct harness_job job = TWO_NODES;
 	struct gs_test_daemon d[2];
 	const char *extra[] = { "--peer-timeout=3", NULL };
-	start_two_nodes(d, port, extra);
+	start_two_nodes(d, &job, extra);
 	pid_t pids[2];
 	char logs[2][200];
 	const char *abort2[] = { "--expect-abort-at=2", NULL };
 	const char *late2[] = { "--expect-abort-at=2", "--stall-at=2", NULL };
-	pids[0] = trainer(d[0].socket, d[0].dir, 0, 0, "3", abort2, logs[0]);
-	pids[1] = trainer(d[1].socket, d[1].dir, 0, 1, "3", late2, logs[1]);
+	pids[0] = trainer(&job, 0, d[0].socket, d[0].dir, 0, 0, "3", abort2, logs[0]);
+	pids[1] = trainer(&job, 1, d[1].socket, d[1].dir, 0, 1, "3", late2, logs[1]);
 	for (unsigned n = 0; n < 2; n++)
 		expect_aborted(pids[n], logs[n], &d[n], 2);
 	assert_true(harness_log_contains(&d[0], "rebuilding the group (generation 1)"));
@@ -525,15 +677,15 @@ static void trainer_late_on_one_node(void **state)
 static void not_ready_then_communicators_again(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=2", "--peer-timeout=3", NULL };
+	const char *args[] = { "--backend=cuda", "--peer-timeout=3", NULL };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &pair, 0, args);
 	pid_t pids[2];
 	char logs[2][200];
 	const char *late[] = { "--expect-abort-at=1", "--stall-at=1", NULL };
 	const char *abort1[] = { "--expect-abort-at=1", NULL };
-	pids[0] = trainer(d.socket, d.dir, 0, 0, "2", late, logs[0]);
-	pids[1] = trainer(d.socket, d.dir, 1, 1, "2", abort1, logs[1]);
+	pids[0] = trainer(&pair, 0, d.socket, d.dir, 0, 0, "2", late, logs[0]);
+	pids[1] = trainer(&pair, 0, d.socket, d.dir, 1, 1, "2", abort1, logs[1]);
 	for (unsigned r = 0; r < 2; r++)
 		expect_aborted(pids[r], logs[r], &d, 1);
 	assert_true(harness_file_contains(logs[1], "local rank 0's gradients were not ready on its GPU within 3 s"));
@@ -541,21 +693,43 @@ static void not_ready_then_communicators_again(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* One node: making the communicators at the first bucket fails (the
+ * emulated NCCL fails the first communicator the daemon makes), so step 1
+ * is aborted on both trainers with the reason; step 2 must be right, on
+ * communicators made at its first bucket. */
+static void communicators_fail_then_made(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	setenv("GS_CUDA_EMU_NCCL_FAIL_INITS", "1", 1);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	unsetenv("GS_CUDA_EMU_NCCL_FAIL_INITS");
+	pid_t pids[2];
+	char logs[2][200];
+	const char *abort1[] = { "--expect-abort-at=1", NULL };
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(&pair, 0, d.socket, d.dir, r, r, "2", abort1, logs[r]);
+	for (unsigned r = 0; r < 2; r++)
+		expect_aborted(pids[r], logs[r], &d, 1);
+	assert_true(harness_file_contains(logs[0], "cannot make the NCCL communicators: creating the NCCL communicators on local rank 0"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* ---- tests/gpu/run.sh's trainer, on the emulation ------------------------------ */
 
-/* gpu-trainer, as run.sh runs it, against one emulated GPU: its own checks
- * (every element against the host kernels) must pass. */
-static void gpu_trainer_case(const char *const *daemon_args, const char *steps,
-			     const char *extra)
+/* gpu-trainer, as run.sh runs it, in job j against one emulated GPU: its
+ * own checks (every element against the host kernels) must pass. */
+static void gpu_trainer_case(struct harness_job *j, const char *const *daemon_args,
+			     const char *steps, const char *extra)
 {
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, daemon_args);
+	harness_job_daemon_start(&d, j, 0, daemon_args);
 	char log[200];
 	snprintf(log, sizeof(log), "%s/gpu-trainer.log", d.dir);
 	const char *argv[] = { getenv("GS_GPU_TRAINER"), "--socket", d.socket, "--layout",
 			       harness_layout("resnet50.txt"), "--rank", "0", "--steps", steps,
 			       "--clip-step", "1", extra, NULL };
-	pid_t pid = harness_spawn(argv, log);
+	pid_t pid = harness_job_spawn(j, 0, argv, log);
 	int status = harness_wait(pid, 120000);
 	if (status != 0 || !harness_file_contains(log, "PASS")) {
 		harness_dump(log);
@@ -568,16 +742,17 @@ static void gpu_trainer_case(const char *const *daemon_args, const char *steps,
 static void gpu_check_sync(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=1", "--wire=bf16", NULL };
-	gpu_trainer_case(args, "2", NULL);
+	struct harness_job job = { .local_size = { 1 }, .wire = "bf16" };
+	gpu_trainer_case(&job, cuda_backend, "2", NULL);
 }
 
 /* Its recovery check: step 2 is 5 s late, past a 2 s --peer-timeout. */
 static void gpu_check_recovery(void **state)
 {
 	(void)state;
-	const char *args[] = { "--backend=cuda", "--local-size=1", "--peer-timeout=2", NULL };
-	gpu_trainer_case(args, "3", "--late-step=2");
+	struct harness_job job = { .local_size = { 1 } };
+	const char *args[] = { "--backend=cuda", "--peer-timeout=2", NULL };
+	gpu_trainer_case(&job, args, "3", "--late-step=2");
 }
 
 /* Each case's time, in the log: the suite is meant to stay short in CI. */
@@ -590,10 +765,14 @@ static int clock_start(void **state)
 	return 0;
 }
 
+/* And the emulated node's GPUs back to the default for the next case,
+ * whatever this one set. */
 static int clock_print(void **state)
 {
 	(void)state;
 	print_message("took %.1f s\n", harness_now_s() - started);
+	unsetenv("GS_CUDA_EMU_DEVICES");
+	unsetenv("GS_CUDA_EMU_VISIBLE_DEVICES");
 	return 0;
 }
 
@@ -608,7 +787,12 @@ int main(void)
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),
+		TIMED(gpus_by_bus_id),
+		TIMED(two_jobs_own_gpus),
+		TIMED(gpus_allow_list),
+		TIMED(gpu_refusals),
 		TIMED(not_ready_then_communicators_again),
+		TIMED(communicators_fail_then_made),
 		TIMED(two_nodes),
 		TIMED(node_lost_mid_allreduce),
 		TIMED(node_lost_between_launches),
@@ -618,5 +802,8 @@ int main(void)
 		TIMED(gpu_check_sync),
 		TIMED(gpu_check_recovery),
 	};
+	/* GS_TEST_FILTER=gpu* runs only the cases it matches. */
+	if (getenv("GS_TEST_FILTER"))
+		cmocka_set_test_filter(getenv("GS_TEST_FILTER"));
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

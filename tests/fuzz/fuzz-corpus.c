@@ -95,6 +95,21 @@ static void hello_job(struct seed *s, Gradsync__Role role, uint32_t version, con
 	h.local_rank = 0;
 	h.pid = 4242;
 	h.job_id = (char *)job;
+	/* The job a trainer's Hello defines: small, so that the fuzzer
+	 * reaches the limits with small inputs (a bucket per few tensors,
+	 * chunks of the smallest fusion buffer). */
+	Gradsync__UInt64Value threshold = GRADSYNC__UINT64_VALUE__INIT;
+	threshold.value = 300;
+	if (role == GRADSYNC__ROLE__ROLE_TRAINER) {
+		static const Gradsync__WireDtype wires[] = {
+			GRADSYNC__WIRE_DTYPE__WIRE_FP16, GRADSYNC__WIRE_DTYPE__WIRE_BF16,
+			GRADSYNC__WIRE_DTYPE__WIRE_FP32, GRADSYNC__WIRE_DTYPE__WIRE_FP16,
+		};
+		h.local_size = s->data[0] & FUZZ_PAIR ? 2 : 1;
+		h.wire_dtype = wires[s->data[0] >> FUZZ_WIRE_SHIFT & 3];
+		h.threshold = &threshold;
+		h.fusion_buffer_elements = 1024;
+	}
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
 	m.hello = &h;

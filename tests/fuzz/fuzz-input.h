@@ -19,14 +19,16 @@
 #define FUZZ_UNSEALED 0x04u
 /* Make it FUZZ_SMALL_BYTES long instead of FUZZ_MEMFD_BYTES. */
 #define FUZZ_SMALL 0x08u
-/* Run the daemon with --local-size=2: the one trainer's steps never
- * launch, and they end when it goes. Otherwise --local-size=1, so that a
- * step reduces its buckets on the worker thread. */
+/* The seed's trainer Hello asks for a job of local size 2: the one
+ * trainer's steps never launch, and they end when it goes. Otherwise of
+ * local size 1, so that a step reduces its buckets on the job's worker
+ * thread. (The target reads the job from the Hello, as gradsyncd does;
+ * these bits shape the seeds fuzz-corpus writes.) */
 #define FUZZ_PAIR 0x10u
 /* Hang up right after the last write, before the daemon has read it, so
  * that it meets the end of the stream with frames still to handle. */
 #define FUZZ_HANGUP 0x20u
-/* Bits 6-7: the wire dtype: 0 fp16, 1 bf16, 2 fp32, 3 fp16. */
+/* Bits 6-7: the wire dtype the seed's Hello asks for: 0 fp16, 1 bf16, 2 fp32, 3 fp16. */
 #define FUZZ_WIRE_SHIFT 6
 
 #define FUZZ_HEADER 2

@@ -8,10 +8,10 @@
 #define PROGRAM t->program
 #include "check.h"
 
-void cuda_trainer_connect(struct cuda_trainer *t, const char *socket, unsigned rank,
+void cuda_trainer_connect(struct cuda_trainer *t, const char *socket, unsigned rank, int device,
 			  int timeout_ms)
 {
-	CUDA(cudaSetDevice((int)rank));
+	CUDA(cudaSetDevice(device));
 	CUDA(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
 	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
 	co.socket_path = socket;

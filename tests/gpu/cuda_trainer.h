@@ -29,9 +29,10 @@ struct cuda_trainer {
 	float *in, *out;     /* pinned host memory: inputs, results */
 };
 
-/* Makes local rank `rank`'s GPU current, a stream on it, connects to the
- * daemon at socket and reads the session's settings into t->info. */
-void cuda_trainer_connect(struct cuda_trainer *t, const char *socket, unsigned rank,
+/* Makes `device` current (the trainer's numbering), a stream on it,
+ * connects to the daemon at socket as local rank `rank` and reads the
+ * session's settings into t->info. */
+void cuda_trainer_connect(struct cuda_trainer *t, const char *socket, unsigned rank, int device,
 			  int timeout_ms);
 /* Registers the n tensors at t->dev as CUDA tensors. */
 void cuda_trainer_register(struct cuda_trainer *t);

@@ -115,7 +115,7 @@ static void allocate(struct trainer *t)
 static void start(struct trainer *t)
 {
 	t->ct.program = PROGRAM;
-	cuda_trainer_connect(&t->ct, t->o.socket, t->o.rank, 60000);
+	cuda_trainer_connect(&t->ct, t->o.socket, t->o.rank, (int)t->o.rank, 60000);
 	allocate(t);
 	cuda_trainer_register(&t->ct);
 }

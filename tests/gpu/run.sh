@@ -86,15 +86,24 @@ finish() {
 }
 trap finish EXIT
 
-# Starts gradsyncd on $WORK/NAME.sock; waits until it listens (NCCL's set-up
-# takes seconds). Returns non-zero, with the log's tail, if it does not.
+# The job of a check, as its trainers carry it: GRADSYNC_* variables
+# (NAME=value) that libgradsync reads from their environment, set by
+# set_job and given to every trainer with `env "${JOB[@]}"`.
+JOB=()
+set_job() { # NAME=value...
+	JOB=("$@")
+}
+
+# Starts gradsyncd for $JOB on $WORK/NAME.sock; waits until it listens
+# (NCCL's set-up takes seconds). Returns non-zero, with the log's tail, if
+# it does not.
 start_daemon() { # NAME ARGS...
 	local name=$1
 	shift
 	SOCK=$WORK/$name.sock
 	DLOG=$WORK/$name.daemon.log
-	"$BUILD/daemon/gradsyncd" --socket="$SOCK" --backend=cuda --log-level=info "$@" \
-		>"$DLOG" 2>&1 &
+	"$BUILD/daemon/gradsyncd" --socket="$SOCK" --backend=cuda --log-level=info \
+		--node-port=0 "$@" >"$DLOG" 2>&1 &
 	DAEMON_PID=$!
 	for _ in $(seq 900); do
 		[ -S "$SOCK" ] && return 0
@@ -144,11 +153,12 @@ check_kernels() {
 
 check_sync() { # WIRE
 	local log=$WORK/sync-$1.log
-	if ! start_daemon "sync-$1" --local-size=1 --wire="$1"; then
+	set_job GRADSYNC_LOCAL_SIZE=1 GRADSYNC_WIRE="$1"
+	if ! start_daemon "sync-$1"; then
 		report FAIL "sync $1" "gradsyncd --backend cuda did not start: $(tail -n 2 "$DLOG" | tr '\n' ' ')"
 		return
 	fi
-	timeout 240 "$BUILD/tests/gpu/gpu-trainer" --socket="$SOCK" \
+	timeout 240 env "${JOB[@]}" "$BUILD/tests/gpu/gpu-trainer" --socket="$SOCK" \
 		--layout="$ROOT/layouts/resnet50.txt" --steps=5 --clip-step=3 --rank=0 >"$log" 2>&1
 	local rc=$?
 	if ! stop_daemon; then
@@ -163,11 +173,12 @@ check_sync() { # WIRE
 # is right.
 check_recovery() {
 	local log=$WORK/recovery.log
-	if ! start_daemon recovery --local-size=1 --peer-timeout=2; then
+	set_job GRADSYNC_LOCAL_SIZE=1
+	if ! start_daemon recovery --peer-timeout=2; then
 		report FAIL recovery "gradsyncd --backend cuda did not start: $(tail -n 2 "$DLOG" | tr '\n' ' ')"
 		return
 	fi
-	timeout 120 "$BUILD/tests/gpu/gpu-trainer" --socket="$SOCK" \
+	timeout 120 env "${JOB[@]}" "$BUILD/tests/gpu/gpu-trainer" --socket="$SOCK" \
 		--layout="$ROOT/layouts/resnet50.txt" --steps=3 --late-step=2 --rank=0 >"$log" 2>&1
 	local rc=$?
 	if ! grep -q "rebuilding the NCCL communicators" "$DLOG"; then
@@ -188,8 +199,9 @@ check_busbw() { # GPUS
 		report FAIL busbw "NCCL alone failed: $(tail -n 2 "$WORK/nccl.log" | tr '\n' ' ')"
 		return
 	fi
-	if ! start_daemon busbw --local-size="$n" --wire=fp16 --threshold=4294967296 \
-		--fusion-buffer=33554432; then
+	set_job GRADSYNC_LOCAL_SIZE="$n" GRADSYNC_WIRE=fp16 GRADSYNC_THRESHOLD=4294967296 \
+		GRADSYNC_FUSION_BUFFER=33554432
+	if ! start_daemon busbw; then
 		report FAIL busbw "gradsyncd --backend cuda did not start: $(tail -n 2 "$DLOG" | tr '\n' ' ')"
 		return
 	fi
@@ -198,8 +210,8 @@ check_busbw() { # GPUS
 	for size in $SIZES; do
 		pids=""
 		for r in $(seq 0 $((n - 1))); do
-			timeout 120 "$BUILD/tests/gpu/gpu-trainer" --socket="$SOCK" --rank="$r" \
-				--bench-elements="$size" >>"$log" 2>&1 &
+			timeout 120 env "${JOB[@]}" "$BUILD/tests/gpu/gpu-trainer" --socket="$SOCK" \
+				--rank="$r" --bench-elements="$size" >>"$log" 2>&1 &
 			pids="$pids $!"
 		done
 		for r in $pids; do

@@ -55,6 +55,11 @@ static void kill_leftovers(void)
 
 pid_t harness_spawn(const char *const *argv, const char *log)
 {
+	return harness_spawn_env(argv, NULL, log);
+}
+
+pid_t harness_spawn_env(const char *const *argv, const char *const *env, const char *log)
+{
 	if (nspawned == 0)
 		atexit(kill_leftovers);
 	pid_t pid = fork();
@@ -68,6 +73,8 @@ pid_t harness_spawn(const char *const *argv, const char *log)
 			dup2(fd, 2);
 			close(fd);
 		}
+		for (size_t i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
 		execv(argv[0], (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
@@ -140,8 +147,16 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 	/* These tests hand over shared memory; on a GPU machine "auto" would
 	 * pick cuda. A test's own --backend comes later and wins. */
 	argv[n++] = "--backend=host";
-	for (size_t i = 0; args && args[i] && n < 31; i++)
+	bool node_port = false;
+	for (size_t i = 0; args && args[i] && n < 29; i++) {
+		node_port = node_port || strncmp(args[i], "--node-port=", 12) == 0;
 		argv[n++] = args[i];
+	}
+	/* No node port unless the test gives one: tests run side by side,
+	 * and the default port would be taken by the first. Such a daemon
+	 * serves jobs of one node. */
+	if (!node_port)
+		argv[n++] = "--node-port=0";
 	argv[n] = NULL;
 	d->pid = harness_spawn(argv, d->log);
 }
@@ -254,6 +269,120 @@ void harness_dump(const char *path)
 	fclose(f);
 }
 
+/* ---- The job ------------------------------------------------------------ */
+
+void harness_strs_printf(struct harness_strs *s, const char *fmt, ...)
+{
+	assert_true(s->n < HARNESS_STRS_MAX);
+	va_list ap;
+	va_start(ap, fmt);
+	int len = vsnprintf(s->buf[s->n], sizeof(s->buf[s->n]), fmt, ap);
+	va_end(ap);
+	assert_true(len >= 0 && (size_t)len < sizeof(s->buf[s->n]));
+	s->v[s->n] = s->buf[s->n];
+	s->n++;
+	s->v[s->n] = NULL;
+}
+
+void harness_strs_append(struct harness_strs *s, const char *const *list)
+{
+	for (size_t i = 0; list && list[i]; i++)
+		harness_strs_printf(s, "%s", list[i]);
+	s->v[s->n] = NULL;
+}
+
+const char *harness_node_host(unsigned node)
+{
+	static char host[HARNESS_MAX_NODES][16];
+	assert_true(node < HARNESS_MAX_NODES);
+	snprintf(host[node], sizeof(host[node]), "127.0.0.%u", node + 1);
+	return host[node];
+}
+
+static const char *job_coordinator(const struct harness_job *j)
+{
+	if (j->coordinator)
+		return j->coordinator;
+	return j->nodes > 1 ? harness_node_host(0) : NULL;
+}
+
+void harness_job_env(const struct harness_job *j, unsigned node, struct harness_strs *env)
+{
+	assert_true(node < HARNESS_MAX_NODES);
+	if (j->id)
+		harness_strs_printf(env, "GRADSYNC_JOB_ID=%s", j->id);
+	if (j->local_size[node])
+		harness_strs_printf(env, "GRADSYNC_LOCAL_SIZE=%u", j->local_size[node]);
+	if (j->nodes) {
+		harness_strs_printf(env, "GRADSYNC_NODES=%u", j->nodes);
+		harness_strs_printf(env, "GRADSYNC_NODE_RANK=%u", node);
+	}
+	if (job_coordinator(j))
+		harness_strs_printf(env, "GRADSYNC_COORDINATOR=%s", job_coordinator(j));
+	if (j->threshold)
+		harness_strs_printf(env, "GRADSYNC_THRESHOLD=%s", j->threshold);
+	if (j->wire)
+		harness_strs_printf(env, "GRADSYNC_WIRE=%s", j->wire);
+	if (j->op)
+		harness_strs_printf(env, "GRADSYNC_OP=%s", j->op);
+	if (j->predivide)
+		harness_strs_printf(env, "GRADSYNC_PREDIVIDE=%s", j->predivide);
+	if (j->fusion_buffer)
+		harness_strs_printf(env, "GRADSYNC_FUSION_BUFFER=%s", j->fusion_buffer);
+	env->v[env->n] = NULL;
+}
+
+void harness_node_flags(const struct harness_job *j, unsigned node, struct harness_strs *flags)
+{
+	harness_strs_printf(flags, "--node-address=%s", harness_node_host(node));
+	harness_strs_printf(flags, "--node-port=%d", j->port);
+}
+
+void harness_job_daemon_flags(struct harness_job *j, unsigned node, const char *const *extra,
+			      struct harness_strs *flags)
+{
+	if (j->nodes > 1) {
+		if (j->port == 0)
+			j->port = harness_free_port();
+		harness_node_flags(j, node, flags);
+	}
+	harness_strs_append(flags, extra);
+}
+
+void harness_job_daemon_spawn(struct gs_test_daemon *d, struct harness_job *j, unsigned node,
+			      const char *const *extra)
+{
+	struct harness_strs flags = { .n = 0 };
+	harness_job_daemon_flags(j, node, extra, &flags);
+	harness_daemon_spawn(d, flags.v);
+}
+
+void harness_job_daemon_start(struct gs_test_daemon *d, struct harness_job *j, unsigned node,
+			      const char *const *extra)
+{
+	harness_job_daemon_spawn(d, j, node, extra);
+	harness_daemon_wait_ready(d, 10000);
+}
+
+pid_t harness_job_spawn(const struct harness_job *j, unsigned node, const char *const *argv,
+			const char *log)
+{
+	struct harness_strs env = { .n = 0 };
+	harness_job_env(j, node, &env);
+	return harness_spawn_env(argv, env.v, log);
+}
+
+void harness_job_setenv(const struct harness_job *j, unsigned node)
+{
+	struct harness_strs env = { .n = 0 };
+	harness_job_env(j, node, &env);
+	for (size_t i = 0; i < env.n; i++) {
+		char *eq = strchr(env.buf[i], '=');
+		*eq = '\0';
+		assert_int_equal(setenv(env.buf[i], eq + 1, 1), 0);
+	}
+}
+
 /* ---- Raw protocol ------------------------------------------------------ */
 
 int raw_connect(const char *path)
@@ -338,15 +467,69 @@ void raw_send_hello(int fd, uint64_t rank, uint64_t version, const char *job)
 	raw_send(fd, &m, NULL, 0);
 }
 
-void raw_hello(int fd, uint32_t rank)
+void raw_send_hello_job(int fd, uint64_t rank, uint64_t version, const struct harness_job *j,
+			unsigned node)
 {
-	raw_send_hello(fd, rank, GS_PROTOCOL_VERSION, "");
+	assert_true(node < HARNESS_MAX_NODES);
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.protocol_version = version;
+	h.role = GRADSYNC__ROLE__ROLE_TRAINER;
+	h.local_rank = rank;
+	h.pid = (uint64_t)getpid();
+	h.job_id = (char *)(j->id ? j->id : "");
+	h.local_size = j->local_size[node];
+	h.nodes = j->nodes;
+	Gradsync__UInt64Value node_rank = GRADSYNC__UINT64_VALUE__INIT;
+	Gradsync__UInt64Value threshold = GRADSYNC__UINT64_VALUE__INIT;
+	Gradsync__DoubleValue predivide = GRADSYNC__DOUBLE_VALUE__INIT;
+	if (j->nodes) {
+		node_rank.value = node;
+		h.node_rank = &node_rank;
+	}
+	h.coordinator = (char *)(job_coordinator(j) ? job_coordinator(j) : "");
+	if (j->threshold) {
+		threshold.value = strtoull(j->threshold, NULL, 10);
+		h.threshold = &threshold;
+	}
+	if (j->wire)
+		h.wire_dtype = strcmp(j->wire, "fp16") == 0   ? GRADSYNC__WIRE_DTYPE__WIRE_FP16
+			       : strcmp(j->wire, "bf16") == 0 ? GRADSYNC__WIRE_DTYPE__WIRE_BF16
+							      : GRADSYNC__WIRE_DTYPE__WIRE_FP32;
+	if (j->op)
+		h.op = strcmp(j->op, "sum") == 0 ? GRADSYNC__REDUCE_OP__OP_SUM
+						 : GRADSYNC__REDUCE_OP__OP_AVERAGE;
+	if (j->predivide) {
+		predivide.value = strcmp(j->predivide, "world") == 0 ? 0 : strtod(j->predivide, NULL);
+		h.predivide_factor = &predivide;
+	}
+	if (j->fusion_buffer)
+		h.fusion_buffer_elements = strtoull(j->fusion_buffer, NULL, 10);
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
+	m.hello = &h;
+	raw_send(fd, &m, NULL, 0);
+}
+
+static void expect_welcome(int fd)
+{
 	Gradsync__Message *r = raw_recv(fd);
 	assert_non_null(r);
 	if (r->body_case == GRADSYNC__MESSAGE__BODY_ERROR)
 		fail_msg("hello refused: %s", r->error->message);
 	assert_int_equal(r->body_case, GRADSYNC__MESSAGE__BODY_WELCOME);
 	gradsync__message__free_unpacked(r, NULL);
+}
+
+void raw_hello(int fd, uint32_t rank)
+{
+	raw_send_hello(fd, rank, GS_PROTOCOL_VERSION, "");
+	expect_welcome(fd);
+}
+
+void raw_hello_job(int fd, uint32_t rank, const struct harness_job *j)
+{
+	raw_send_hello_job(fd, rank, GS_PROTOCOL_VERSION, j, 0);
+	expect_welcome(fd);
 }
 
 void raw_expect_error(int fd, int code, const char *text)

@@ -37,7 +37,7 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args);
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms);
 /* Whether something accepts connections on the Unix socket at path. */
 bool harness_listening(const char *path);
-/* Whether gradsyncd was built with Gloo, which --nodes above 1 needs
+/* Whether gradsyncd was built with Gloo, which a job of several nodes needs
  * (GS_HAVE_GLOO from meson). */
 bool harness_have_gloo(void);
 /* The exit status meson test reports as a skipped test. */
@@ -82,6 +82,81 @@ const char *harness_layout(const char *name);
 /* Prints a file to stderr, for failures. */
 void harness_dump(const char *path);
 
+/* ---- The job ------------------------------------------------------------ */
+
+#define HARNESS_MAX_NODES 4
+
+/* A job as its trainers carry it, in libgradsync's environment (GRADSYNC_*,
+ * client/launch.c): each test describes its job once, here, and every
+ * trainer it starts gets it through harness_job_spawn() (or, in this
+ * process, harness_job_setenv(), or raw_hello_job()). The job's first
+ * trainer defines it; a field left unset (NULL, or 0 for the counts)
+ * takes the default (local size 1, nodes 1, node rank 0, threshold
+ * 2097152, wire fp16, op average, predivide world, fusion buffer 4194304).
+ * The daemons get none of it: only, for a job of several nodes, where the
+ * others reach them. Strings are the variables' values ("bf16",
+ * "world"). */
+struct harness_job {
+	const char *id;                         /* GRADSYNC_JOB_ID */
+	unsigned nodes;                         /* GRADSYNC_NODES */
+	unsigned local_size[HARNESS_MAX_NODES]; /* GRADSYNC_LOCAL_SIZE of node r's trainers */
+	/* GRADSYNC_COORDINATOR, the host of node 0's daemon; NULL: its
+	 * address, harness_node_host(0), when the job has several nodes. */
+	const char *coordinator;
+	/* The port every daemon of the job listens on for the others
+	 * (--node-port; node 0 serves the job's rendezvous there). 0: a free
+	 * one, picked when the first daemon is started. */
+	int port;
+	const char *threshold;     /* GRADSYNC_THRESHOLD */
+	const char *wire;          /* GRADSYNC_WIRE */
+	const char *op;            /* GRADSYNC_OP */
+	const char *predivide;     /* GRADSYNC_PREDIVIDE */
+	const char *fusion_buffer; /* GRADSYNC_FUSION_BUFFER */
+};
+
+/* Strings built here (arguments, variables) and their NULL-ended list. */
+#define HARNESS_STRS_MAX 32
+struct harness_strs {
+	char buf[HARNESS_STRS_MAX][200];
+	const char *v[HARNESS_STRS_MAX + 1];
+	size_t n;
+};
+void harness_strs_printf(struct harness_strs *s, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Appends copies of a NULL-ended list (NULL: nothing). */
+void harness_strs_append(struct harness_strs *s, const char *const *list);
+
+/* The variables (NAME=value) that carry the job to a trainer of node
+ * `node`: only the fields the job sets. */
+void harness_job_env(const struct harness_job *j, unsigned node, struct harness_strs *env);
+/* The loopback address of node `node`'s daemon: 127.0.0.<node + 1>. */
+const char *harness_node_host(unsigned node);
+/* A daemon's flags as node `node` of a job of several nodes:
+ * --node-address=harness_node_host(node) --node-port=<the job's port>. */
+void harness_node_flags(const struct harness_job *j, unsigned node, struct harness_strs *flags);
+/* The flags of node `node`'s daemon of the job (the node flags, for a job
+ * of several nodes), then extra (NULL ended, or NULL). Picks the job's
+ * port when it has none. */
+void harness_job_daemon_flags(struct harness_job *j, unsigned node, const char *const *extra,
+			      struct harness_strs *flags);
+/* harness_daemon_spawn / _start for node `node` of the job. */
+void harness_job_daemon_spawn(struct gs_test_daemon *d, struct harness_job *j, unsigned node,
+			      const char *const *extra);
+void harness_job_daemon_start(struct gs_test_daemon *d, struct harness_job *j, unsigned node,
+			      const char *const *extra);
+
+/* harness_spawn with the variables env (NAME=value, NULL ended) set in
+ * the child only. */
+pid_t harness_spawn_env(const char *const *argv, const char *const *env, const char *log);
+/* Starts a trainer of node `node` of the job: argv with the job's
+ * variables set in the child. */
+pid_t harness_job_spawn(const struct harness_job *j, unsigned node, const char *const *argv,
+			const char *log);
+/* Sets the job's variables of node `node` in this process (after the
+ * daemon started: harness_daemon_spawn clears them), for trainers it
+ * connects itself; harness_clear_launch_env() unsets them. */
+void harness_job_setenv(const struct harness_job *j, unsigned node);
+
 /* ---- Raw protocol ------------------------------------------------------ */
 
 /* A connected socket to the daemon (blocking, 10 s receive timeout). */
@@ -97,6 +172,14 @@ Gradsync__Message *raw_recv(int fd);
 void raw_send_hello(int fd, uint64_t rank, uint64_t version, const char *job);
 /* Hello as a trainer of local rank `rank`; asserts a Welcome comes back. */
 void raw_hello(int fd, uint32_t rank);
+/* raw_send_hello with the job's view of node `node` in the Hello, as
+ * libgradsync sends it from harness_job_env()'s variables. */
+void raw_send_hello_job(int fd, uint64_t rank, uint64_t version, const struct harness_job *j,
+			unsigned node);
+/* raw_hello as a trainer of node 0 of the job (job id, local size,
+ * settings in the Hello): for a job of more than one trainer, or one
+ * whose settings are not the defaults. */
+void raw_hello_job(int fd, uint32_t rank, const struct harness_job *j);
 /* Expects an Error whose message contains `text` with the given code,
  * then the end of the stream. */
 void raw_expect_error(int fd, int code, const char *text);

@@ -22,29 +22,21 @@ void forget_daemon(const struct gs_test_daemon *d)
 		fprintf(stderr, "could not remove %s\n", d->dir);
 }
 
-void spawn_node(struct node *n, unsigned nodes, unsigned rank, unsigned local,
-		const char *const *extra, int port)
+void spawn_node(struct node *n, struct harness_job *job, unsigned rank,
+		const char *const *extra)
 {
-	snprintf(n->args[0], 64, "--nodes=%u", nodes);
-	snprintf(n->args[1], 64, "--node-rank=%u", rank);
-	snprintf(n->args[2], 64, "--coordinator=127.0.0.1:%d", port);
-	snprintf(n->args[3], 64, "--local-size=%u", local);
-	snprintf(n->args[4], 64, "--gloo-host=127.0.0.1");
-	snprintf(n->args[5], 64, "--join-timeout=30");
-	size_t k = 0;
-	for (; k < 6; k++)
-		n->argv[k] = n->args[k];
-	for (size_t i = 0; extra && extra[i]; i++)
-		n->argv[k++] = extra[i];
-	n->argv[k] = NULL;
-	harness_daemon_spawn(&n->d, n->argv);
+	struct harness_strs args = { .n = 0 };
+	harness_strs_printf(&args, "--join-timeout=30");
+	harness_strs_append(&args, extra);
+	n->job = job;
+	n->rank = rank;
+	harness_job_daemon_spawn(&n->d, job, rank, args.v);
 }
 
-void spawn_nodes(struct node *n, unsigned nodes, const unsigned *local,
-		 const char *const *extra, int port)
+void spawn_nodes(struct node *n, struct harness_job *job, const char *const *extra)
 {
-	for (unsigned r = 0; r < nodes; r++)
-		spawn_node(&n[r], nodes, r, local[r], extra, port);
+	for (unsigned r = 0; r < job->nodes; r++)
+		spawn_node(&n[r], job, r, extra);
 }
 
 pid_t spawn_trainer(const struct node *n, unsigned rank, const char *layout,
@@ -60,7 +52,7 @@ pid_t spawn_trainer(const struct node *n, unsigned rank, const char *layout,
 	size_t k = 9;
 	for (size_t i = 0; extra && extra[i]; i++)
 		argv[k++] = extra[i];
-	return harness_spawn(argv, log);
+	return harness_job_spawn(n->job, n->rank, argv, log);
 }
 
 /* Chunks a step of layout `name` goes through with the default threshold
@@ -91,31 +83,40 @@ static uint64_t default_chunks(const char *name)
 	return chunks + (acc + fusion - 1) / fusion;
 }
 
+/* No setting of the job's or the daemons' differs from the default. */
+static bool default_settings(const struct nodes_case *c)
+{
+	const struct harness_job *j = &c->job;
+	return !c->daemon_args[0] && !j->threshold && !j->wire && !j->op && !j->predivide &&
+	       !j->fusion_buffer;
+}
+
 /* After the steps, each node's status names every node and, for fp16 on two
  * nodes (a ring sends 2 (N - 1) / N = 1 buffer), the exact bytes sent: every
  * chunk's gradients and its status of 4 elements (chunk_status.h). */
 static void check_status(const struct nodes_case *c, struct node *n)
 {
+	const struct harness_job *j = &c->job;
 	uint32_t world = 0;
-	for (unsigned r = 0; r < c->nodes; r++)
-		world += c->local[r];
-	for (unsigned r = 0; r < c->nodes; r++) {
+	for (unsigned r = 0; r < j->nodes; r++)
+		world += j->local_size[r];
+	for (unsigned r = 0; r < j->nodes; r++) {
 		gs_client *ctl;
 		struct gs_status *st;
 		assert_int_equal(gs_control_connect(n[r].d.socket, 5000, &ctl), GS_OK);
 		assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
 		assert_int_equal(st->node_rank, r);
-		assert_int_equal(st->nodes, c->nodes);
+		assert_int_equal(st->nodes, j->nodes);
 		assert_int_equal(st->world_size, world);
-		assert_int_equal(st->peer_count, c->nodes);
-		for (unsigned p = 0; p < c->nodes; p++) {
+		assert_int_equal(st->peer_count, j->nodes);
+		for (unsigned p = 0; p < j->nodes; p++) {
 			assert_int_equal(st->peers[p].node_rank, p);
-			assert_int_equal(st->peers[p].local_size, c->local[p]);
+			assert_int_equal(st->peers[p].local_size, j->local_size[p]);
 			assert_string_equal(st->peers[p].state, p == r ? "this node" : "joined");
 		}
 		uint64_t steps = strtoull(c->steps, NULL, 10);
 		assert_int_equal(st->steps_completed, steps);
-		if (c->nodes == 2 && !c->daemon_args[0])
+		if (j->nodes == 2 && default_settings(c))
 			assert_int_equal(st->internode_bytes,
 					 steps * (harness_layout_elements(c->layout) +
 						  4 * default_chunks(c->layout)) * 2);
@@ -128,15 +129,16 @@ static void check_status(const struct nodes_case *c, struct node *n)
 
 void run_steps(const struct nodes_case *c, struct node *n)
 {
+	const struct harness_job *j = &c->job;
 	pid_t pids[MAX_NODES][4];
 	char logs[MAX_NODES][4][200];
-	for (unsigned r = 0; r < c->nodes; r++)
-		for (unsigned l = 0; l < c->local[r]; l++)
+	for (unsigned r = 0; r < j->nodes; r++)
+		for (unsigned l = 0; l < j->local_size[r]; l++)
 			pids[r][l] = spawn_trainer(&n[r], l, harness_layout(c->layout), c->steps,
 						   c->trainer_args, logs[r][l]);
 	int failed = 0;
-	for (unsigned r = 0; r < c->nodes; r++) {
-		for (unsigned l = 0; l < c->local[r]; l++) {
+	for (unsigned r = 0; r < j->nodes; r++) {
+		for (unsigned l = 0; l < j->local_size[r]; l++) {
 			if (harness_wait(pids[r][l], 240000) != 0) {
 				harness_dump(logs[r][l]);
 				failed = 1;
@@ -145,7 +147,7 @@ void run_steps(const struct nodes_case *c, struct node *n)
 	}
 	if (!failed)
 		check_status(c, n);
-	for (unsigned r = 0; r < c->nodes; r++) {
+	for (unsigned r = 0; r < j->nodes; r++) {
 		if (failed)
 			harness_dump(n[r].d.log);
 		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
@@ -163,9 +165,8 @@ void expect_in_log(const char *path, const char *text)
 
 bool nodes_prepare(void)
 {
-	/* Every case here starts daemons with --nodes above 1, which a
-	 * gradsyncd built without Gloo refuses: skip them all rather than
-	 * fail. The whole program skips, so the suite counts one skip. */
+	/* Every case here runs a job of several nodes, which a gradsyncd
+	 * built without Gloo refuses: skip them all rather than fail. The whole program skips, so the suite counts one skip. */
 	if (!harness_have_gloo()) {
 		printf("gradsyncd was built without Gloo (-Dgloo=disabled or not found): "
 		       "skipping the tests of several nodes\n");

@@ -13,37 +13,37 @@
 
 #include "harness.h"
 
-#define MAX_NODES 4
+#define MAX_NODES HARNESS_MAX_NODES
 
 struct nodes_case {
 	const char *layout;
-	unsigned nodes;
-	unsigned local[MAX_NODES];
+	struct harness_job job;     /* nodes, trainers per node, settings */
 	const char *steps;
-	const char *daemon_args[4];
+	const char *daemon_args[4]; /* node settings, not the job's */
 	const char *trainer_args[6];
 };
 
+/* A node of a job: its daemon, and the job its trainers are given. */
 struct node {
 	struct gs_test_daemon d;
-	char args[6][64];
-	const char *argv[12];
+	struct harness_job *job;
+	unsigned rank;
 };
 
 /* Skips the program (false: return HARNESS_EXIT_SKIP) where gradsyncd has
  * no Gloo; applies GS_TEST_FILTER (a cmocka pattern) otherwise. */
 bool nodes_prepare(void);
 
-/* Starts the daemon of node `rank` of `nodes` (with `local` trainers) whose
- * coordinator listens on 127.0.0.1:port; extra: further flags, NULL ended
- * (or NULL). Does not wait for it. */
-void spawn_node(struct node *n, unsigned nodes, unsigned rank, unsigned local,
-		const char *const *extra, int port);
-/* spawn_node for every node of a job, local[r] trainers on node r. */
-void spawn_nodes(struct node *n, unsigned nodes, const unsigned *local,
-		 const char *const *extra, int port);
-/* A verifying trainer of local rank `rank` on node n running `steps` steps
- * of layout; its output goes to log (200 bytes, filled in here). */
+/* Starts the daemon of node `rank` of the job (harness_job_daemon_spawn,
+ * with --join-timeout=30); extra: further flags, NULL ended (or NULL).
+ * Does not wait for it. The job must outlive the node. */
+void spawn_node(struct node *n, struct harness_job *job, unsigned rank,
+		const char *const *extra);
+/* spawn_node for every node of the job. */
+void spawn_nodes(struct node *n, struct harness_job *job, const char *const *extra);
+/* A verifying trainer of local rank `rank` on node n, given the node's
+ * job in its environment, running `steps` steps of layout; its output
+ * goes to log (200 bytes, filled in here). */
 pid_t spawn_trainer(const struct node *n, unsigned rank, const char *layout,
 		    const char *steps, const char *const *extra, char *log);
 

@@ -23,6 +23,8 @@
 
 static struct gs_test_daemon daemon_;
 static gs_client *rank0;
+/* The job: local ranks 0 and 1 of this node. */
+static struct harness_job job = { .local_size = { 2 } };
 
 static const struct gs_tensor_spec good_layout[] = {
 	{ "fc.bias", 1000, GS_FLOAT32, -1, 0 },
@@ -37,7 +39,9 @@ static gs_client *good_trainer(uint32_t rank)
 	o.socket_path = daemon_.socket;
 	o.local_rank = rank;
 	gs_client *c;
+	harness_job_setenv(&job, 0);
 	int r = gs_connect(&o, &c);
+	harness_clear_launch_env();
 	if (r != GS_OK)
 		fail_msg("connect: %s", gs_last_error(NULL));
 	r = gs_register(c, good_layout, NGOOD);
@@ -49,8 +53,8 @@ static gs_client *good_trainer(uint32_t rank)
 static int setup(void **state)
 {
 	(void)state;
-	static const char *const args[] = { "--local-size=2", "--max-frame=65536", NULL };
-	harness_daemon_start(&daemon_, args);
+	static const char *const args[] = { "--max-frame=65536", NULL };
+	harness_job_daemon_start(&daemon_, &job, 0, args);
 	rank0 = good_trainer(0);
 	return 0;
 }
@@ -113,7 +117,7 @@ static void bad_registration(Gradsync__TensorSpec *t, size_t nt, size_t fd_size,
 			     uint64_t claimed, bool sealed, int code, const char *text)
 {
 	int sock = raw_connect(daemon_.socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, 1, &job);
 	int fd = make_memfd(fd_size, sealed);
 	register_raw(sock, fd, claimed, t, nt);
 	close(fd);
@@ -194,7 +198,7 @@ static void descriptor_not_a_memfd(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, 1, &job);
 	int pipefd[2];
 	assert_int_equal(pipe(pipefd), 0);
 	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0) };
@@ -209,7 +213,7 @@ static void buffers_without_descriptors(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, 1, &job);
 	Gradsync__RegisterTensors r;
 	Gradsync__Buffer buf, *bufp;
 	Gradsync__TensorSpec t[] = { spec("fc.bias", 1000, GRADSYNC__DTYPE__DTYPE_FLOAT32, 0) };
@@ -223,7 +227,7 @@ static void frame_longer_than_maximum(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, 1, &job);
 	uint8_t hdr[4];
 	gs_frame_put_len(hdr, 65537);
 	raw_send_bytes(sock, hdr, sizeof(hdr));
@@ -273,7 +277,7 @@ static void step_before_registration(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, 1, &job);
 	Gradsync__BeginStep b = GRADSYNC__BEGIN_STEP__INIT;
 	b.step = 1;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
@@ -310,16 +314,18 @@ static void unknown_message(void **state)
 	close(sock);
 }
 
-static void second_job(void **state)
+/* Another job is no intruder: it is served beside the one that holds
+ * local rank 0, with a local rank 0 of its own. */
+static void second_job_served_beside(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	raw_send_hello(sock, 1, GS_PROTOCOL_VERSION, "another-job");
-	char want[160];
-	snprintf(want, sizeof(want),
-		 "this node is held by an unnamed job (trainer pid %d); job 'another-job' must wait until it ends",
-		 (int)getpid());
-	raw_expect_error(sock, GS_EREFUSED, want);
+	raw_send_hello(sock, 0, GS_PROTOCOL_VERSION, "another-job");
+	Gradsync__Message *m = raw_recv(sock);
+	assert_non_null(m);
+	assert_int_equal(m->body_case, GRADSYNC__MESSAGE__BODY_WELCOME);
+	assert_int_equal(m->welcome->world_size, 1);
+	gradsync__message__free_unpacked(m, NULL);
 	close(sock);
 }
 
@@ -327,7 +333,7 @@ static void rank_taken(void **state)
 {
 	(void)state;
 	int sock = raw_connect(daemon_.socket);
-	raw_send_hello(sock, 0, GS_PROTOCOL_VERSION, "");
+	raw_send_hello_job(sock, 0, GS_PROTOCOL_VERSION, &job, 0);
 	raw_expect_error(sock, GS_EREFUSED, "local rank 0 is already taken by pid");
 	close(sock);
 }
@@ -468,7 +474,7 @@ int main(void)
 		cmocka_unit_test(huge_tensor_index),
 		cmocka_unit_test(huge_hello_numbers),
 		cmocka_unit_test(huge_enum),
-		cmocka_unit_test(second_job),
+		cmocka_unit_test(second_job_served_beside),
 		cmocka_unit_test(others_go_on),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -15,16 +15,16 @@
 static void two_trainers_average(void **state)
 {
 	(void)state;
-	const char *dargs[] = { "--local-size=2", NULL };
+	static struct harness_job job = { .local_size = { 2 } };
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, dargs);
+	harness_job_daemon_start(&d, &job, 0, NULL);
 
 	pid_t pids[2];
 	char logs[2][200];
 	for (int r = 0; r < 2; r++) {
 		snprintf(logs[r], sizeof(logs[r]), "%s/example-%d.log", d.dir, r);
 		const char *argv[] = { getenv("GS_EXAMPLE"), d.socket, r ? "1" : "0", NULL };
-		pids[r] = harness_spawn(argv, logs[r]);
+		pids[r] = harness_job_spawn(&job, 0, argv, logs[r]);
 	}
 	int failed = 0;
 	for (int r = 0; r < 2; r++) {

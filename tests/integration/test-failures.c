@@ -28,6 +28,9 @@ static bool file_contains(const char *path, const char *text)
 	return harness_file_contains(path, text);
 }
 
+/* The job of the scenarios with trainers: two on this node. */
+static struct harness_job two = { .local_size = { 2 } };
+
 static pid_t trainer(const struct gs_test_daemon *d, unsigned rank, char *log,
 		     const char *tag, const char *const *extra)
 {
@@ -39,7 +42,7 @@ static pid_t trainer(const struct gs_test_daemon *d, unsigned rank, char *log,
 	size_t k = 7;
 	for (size_t i = 0; extra[i]; i++)
 		argv[k++] = extra[i];
-	return harness_spawn(argv, log);
+	return harness_job_spawn(&two, 0, argv, log);
 }
 
 /* Shared memory of trainers the daemon still has mapped. */
@@ -70,8 +73,7 @@ static void trainer_killed_mid_step(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", NULL };
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &two, 0, NULL);
 	char log0[200], log1[200], log1b[200];
 	static const char *const a0[] = { "--steps", "3", "--expect-abort-at", "2", NULL };
 	static const char *const a1[] = { "--steps", "3", "--pause-at-step", "2",
@@ -112,9 +114,8 @@ static void gradient_never_arrives(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", "--step-timeout=3",
-					     "--stall-warning=1", NULL };
-	harness_daemon_start(&d, args);
+	static const char *const args[] = { "--step-timeout=3", "--stall-warning=1", NULL };
+	harness_job_daemon_start(&d, &two, 0, args);
 	char log0[200], log1[200], log1b[200];
 	static const char *const a0[] = { "--steps", "2", "--expect-abort-at", "1", NULL };
 	static const char *const a1[] = { "--steps", "2", "--pause-at-step", "1",
@@ -148,8 +149,7 @@ static void daemon_restarts(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", NULL };
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &two, 0, NULL);
 	char log0[200], log1[200], log1b[200];
 	static const char *const a0[] = { "--steps", "3", "--reconnect", NULL };
 	static const char *const a1[] = { "--steps", "3", "--pause-at-step", "2",
@@ -171,8 +171,11 @@ static void daemon_restarts(void **state)
 	snprintf(socket_arg, sizeof(socket_arg), "--socket=%s", d.socket);
 	struct gs_test_daemon d2 = d;
 	snprintf(d2.log, sizeof(d2.log), "%s/gradsyncd-2.log", d.dir);
-	const char *argv[] = { getenv("GS_DAEMON"), socket_arg, "--local-size=2", NULL };
-	d2.pid = harness_spawn(argv, d2.log);
+	struct harness_strs argv = { .n = 0 };
+	harness_strs_printf(&argv, "%s", getenv("GS_DAEMON"));
+	harness_strs_printf(&argv, "%s", socket_arg);
+	harness_job_daemon_flags(&two, 0, NULL, &argv);
+	d2.pid = harness_spawn(argv.v, d2.log);
 	harness_daemon_wait_ready(&d2, 10000);
 	harness_wait_for_text(log0, "RECONNECTED: running step 2 again", 30);
 	static const char *const a1b[] = { "--steps", "2", "--first-step", "2", NULL };

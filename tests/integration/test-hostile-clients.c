@@ -98,14 +98,19 @@ static const struct gs_tensor_spec layout[] = {
 };
 #define NT 3
 
-static gs_client *trainer_of(const char *socket, uint32_t rank, const char *job)
+/* A trainer of this process in job j, given in its environment while it
+ * connects (NULL: none, the job of one trainer, id ""). */
+static gs_client *trainer_of(const struct harness_job *j, const char *socket, uint32_t rank)
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = socket;
 	o.local_rank = rank;
-	o.job_id = job;
 	gs_client *c;
-	if (gs_connect(&o, &c) != GS_OK)
+	if (j)
+		harness_job_setenv(j, 0);
+	int r = gs_connect(&o, &c);
+	harness_clear_launch_env();
+	if (r != GS_OK)
 		fail_msg("rank %u: connect: %s", rank, gs_last_error(NULL));
 	if (gs_register(c, layout, NT) != GS_OK)
 		fail_msg("rank %u: register: %s", rank, gs_last_error(c));
@@ -148,12 +153,13 @@ static void good_step(gs_client *const *c, uint32_t n)
 	}
 }
 
-/* n trainers (the node's local size) step once, right. */
-static void one_good_step_of(const char *socket, uint32_t n)
+/* The trainers of job j (its local size; NULL: one) step once, right. */
+static void one_good_step_of(const char *socket, const struct harness_job *j)
 {
+	const uint32_t n = j && j->local_size[0] ? j->local_size[0] : 1;
 	gs_client *c[8];
 	for (uint32_t r = 0; r < n; r++)
-		c[r] = trainer_of(socket, r, "");
+		c[r] = trainer_of(j, socket, r);
 	good_step(c, n);
 	for (uint32_t r = 0; r < n; r++)
 		gs_close(c[r]);
@@ -161,7 +167,7 @@ static void one_good_step_of(const char *socket, uint32_t n)
 
 static void one_good_step(const char *socket)
 {
-	one_good_step_of(socket, 1);
+	one_good_step_of(socket, NULL);
 }
 
 /* ---- Raw connections ---------------------------------------------------------- */
@@ -231,16 +237,18 @@ static void parked_descriptors_bounded(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=4", "--max-parked-fds=150", NULL };
-	harness_daemon_start(&d, args);
-	usleep(100000);
-	unsigned before = open_fds(d.pid);
+	static struct harness_job job = { .local_size = { 4 } };
+	static const char *const args[] = { "--max-parked-fds=150", NULL };
+	harness_job_daemon_start(&d, &job, 0, args);
 	int mfd = make_memfd(4096, true);
 	uint8_t partial[2] = { 10, 0 };
 
-	/* One trainer: 64 + 64 parked, one more is too many. */
+	/* One trainer: 64 + 64 parked, one more is too many. Counted from
+	 * here, its job (worker, buffers) already made. */
 	int a = raw_connect(d.socket);
-	raw_hello(a, 0);
+	raw_hello_job(a, 0, &job);
+	usleep(100000);
+	unsigned before = open_fds(d.pid);
 	send_fds(a, mfd, 64, partial, 1);
 	send_fds(a, mfd, 64, partial + 1, 1);
 	send_fds(a, mfd, 1, partial, 1);
@@ -249,9 +257,9 @@ static void parked_descriptors_bounded(void **state)
 
 	/* Three trainers, 64 each: 150 for all of them. */
 	int b = raw_connect(d.socket), c = raw_connect(d.socket), e = raw_connect(d.socket);
-	raw_hello(b, 1);
-	raw_hello(c, 2);
-	raw_hello(e, 3);
+	raw_hello_job(b, 1, &job);
+	raw_hello_job(c, 2, &job);
+	raw_hello_job(e, 3, &job);
 	send_fds(b, mfd, 64, partial, 1);
 	send_fds(c, mfd, 64, partial, 1);
 	usleep(100000);
@@ -267,8 +275,10 @@ static void parked_descriptors_bounded(void **state)
 	close(c);
 	close(mfd);
 	usleep(200000);
-	assert_int_equal(open_fds(d.pid), before);
-	one_good_step_of(d.socket, 4);
+	/* Every descriptor parked is closed; of the clients, a's was
+	 * counted in `before`, and it is gone too. */
+	assert_int_equal(open_fds(d.pid), before - 1);
+	one_good_step_of(d.socket, &job);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -456,10 +466,11 @@ static void frame_never_finished(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--frame-timeout=2", "--local-size=2", NULL };
-	harness_daemon_start(&d, args);
+	static struct harness_job job = { .local_size = { 2 } };
+	static const char *const args[] = { "--frame-timeout=2", NULL };
+	harness_job_daemon_start(&d, &job, 0, args);
 	int sock = raw_connect(d.socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, 1, &job);
 	uint8_t part[14] = { 0 };
 	gs_frame_put_len(part, 1000);
 	double t0 = harness_now_s();
@@ -469,7 +480,7 @@ static void frame_never_finished(void **state)
 	print_message("dropped %.2f s after its frame began\n", took);
 	assert_true(took >= 1.9 && took < 3.0);
 	close(sock);
-	one_good_step_of(d.socket, 2);
+	one_good_step_of(d.socket, &job);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -483,11 +494,11 @@ static void frames_pile_up(void **state)
 	(void)state;
 	enum { ATTACKERS = 4, FRAME = 4 << 20, BUDGET = 10 << 20 };
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=4", "--max-frame=4194304",
-					     "--max-pending-bytes=10485760", "--frame-timeout=3", NULL };
-	harness_daemon_start(&d, args);
+	static struct harness_job job = { .local_size = { 4 } };
+	static const char *const args[] = { "--max-frame=4194304", "--max-pending-bytes=10485760",
+					     "--frame-timeout=3", NULL };
+	harness_job_daemon_start(&d, &job, 0, args);
 	usleep(100000);
-	long rss0 = rss_kib(d.pid), peak = rss0;
 	uint8_t *frame = calloc(1, FRAME);
 	assert_non_null(frame);
 	gs_frame_put_len(frame, FRAME - GS_FRAME_HEADER_SIZE);
@@ -495,9 +506,11 @@ static void frames_pile_up(void **state)
 	size_t sent[ATTACKERS] = { 0 };
 	for (int i = 0; i < ATTACKERS; i++) {
 		sock[i] = raw_connect(d.socket);
-		raw_hello(sock[i], (uint32_t)i);
+		raw_hello_job(sock[i], (uint32_t)i, &job);
 		fcntl(sock[i], F_SETFL, O_NONBLOCK);
 	}
+	/* Counted from here, the job (its fusion buffers) already made. */
+	long rss0 = rss_kib(d.pid), peak = rss0;
 	double t0 = harness_now_s();
 	while (harness_now_s() - t0 < 2.0) {
 		for (int i = 0; i < ATTACKERS; i++) {
@@ -535,7 +548,7 @@ static void frames_pile_up(void **state)
 	 * freed buffers resident: there only the daemon's own count holds. */
 	if (!getenv("ASAN_OPTIONS"))
 		assert_true(peak - rss0 < (BUDGET >> 10) + 3 * 1024);
-	one_good_step_of(d.socket, 4);
+	one_good_step_of(d.socket, &job);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -607,6 +620,9 @@ static void secret_fill(gs_client *c, const struct secret_layout *l, float value
 	}
 }
 
+/* The victim's job, of two trainers: its own, and root's that joins it. */
+static struct harness_job victim_job = { .id = "victim-job", .local_size = { 2 } };
+
 /* The victim: a trainer of uid VICTIM_UID, local rank 0 of job
  * 'victim-job', with 20 tensors whose names and sizes are its own. Steps
  * when told (a byte on cmd), reports each step's first element. */
@@ -624,7 +640,7 @@ static void victim_main(int out, void *arg)
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = v->socket;
 	o.local_rank = 0;
-	o.job_id = "victim-job";
+	harness_job_setenv(&victim_job, 0);
 	struct secret_layout l;
 	secret_layout_init(&l);
 	gs_client *c;
@@ -749,8 +765,8 @@ static void second_user(void **state)
 	struct gs_test_daemon d;
 	char allow[64];
 	snprintf(allow, sizeof(allow), "--allow-uids=%u,%u", VICTIM_UID, STRANGER_UID);
-	const char *const args[] = { "--local-size=2", allow, NULL };
-	harness_daemon_start(&d, args);
+	const char *const args[] = { allow, NULL };
+	harness_job_daemon_start(&d, &victim_job, 0, args);
 	chmod(d.dir, 0755);
 	chmod(d.socket, 0666);
 
@@ -764,11 +780,12 @@ static void second_user(void **state)
 	assert_int_equal(as_user(STRANGER_UID, stranger_main, d.socket, out, sizeof(out)), 0);
 	print_message("the stranger saw:\n%s(in %.2f s)\n", out, harness_now_s() - t0);
 	/* Refused at Hello, before any registration, in the same words
-	 * whatever it tried; nothing of the job in them. */
-	const char *refusal = "this node runs another user's job: uid 61002 may not join it";
-	assert_non_null(strstr(out, "hello rank 1 job 'victim-job': this node runs another user's job"));
-	assert_non_null(strstr(out, "hello rank 0 job 'victim-job': this node runs another user's job"));
-	assert_non_null(strstr(out, "hello rank 1 job 'another-job': this node runs another user's job"));
+	 * whatever rank it tried; nothing of the job in them. A job id of
+	 * its own is a job of its own, judged as any other. */
+	const char *refusal = "job 'victim-job' belongs to another user: uid 61002 may not join it";
+	assert_non_null(strstr(out, "hello rank 1 job 'victim-job': job 'victim-job' belongs to another user"));
+	assert_non_null(strstr(out, "hello rank 0 job 'victim-job': job 'victim-job' belongs to another user"));
+	assert_non_null(strstr(out, "hello rank 1 job 'another-job': job 'another-job': local rank 1 is out of range for local size 1"));
 	assert_null(strstr(out, "WELCOMED"));
 	assert_non_null(strstr(out, refusal));
 	assert_null(strstr(out, "secret"));
@@ -797,9 +814,10 @@ static void second_user(void **state)
 	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
 	co.socket_path = d.socket;
 	co.local_rank = 1;
-	co.job_id = "victim-job";
 	gs_client *root;
+	harness_job_setenv(&victim_job, 0);
 	assert_int_equal(gs_connect(&co, &root), GS_OK);
+	harness_clear_launch_env();
 	struct secret_layout l;
 	secret_layout_init(&l);
 	assert_int_equal(gs_register(root, l.specs, SECRET_TENSORS), GS_OK);
@@ -844,8 +862,8 @@ static void job_access_any(void **state)
 	struct gs_test_daemon d;
 	char allow[64];
 	snprintf(allow, sizeof(allow), "--allow-uids=%u,%u", VICTIM_UID, STRANGER_UID);
-	const char *const args[] = { "--local-size=2", allow, "--job-access=any", NULL };
-	harness_daemon_start(&d, args);
+	const char *const args[] = { allow, "--job-access=any", NULL };
+	harness_job_daemon_start(&d, &victim_job, 0, args);
 	chmod(d.dir, 0755);
 	chmod(d.socket, 0666);
 	struct victim v;
@@ -892,8 +910,8 @@ static void log_injection(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", NULL };
-	harness_daemon_start(&d, args);
+	static struct harness_job job = { .local_size = { 2 } };
+	harness_job_daemon_start(&d, &job, 0, NULL);
 	const char *forged = "x\n12:00:00.000 gradsyncd error: FORGED\x1b[2J";
 	int s = raw_connect(d.socket);
 	raw_send_hello(s, 0, GS_PROTOCOL_VERSION, forged);
@@ -903,9 +921,10 @@ static void log_injection(void **state)
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = d.socket;
 	o.local_rank = 0;
-	o.job_id = "";
 	gs_client *c;
+	harness_job_setenv(&job, 0);
 	assert_int_equal(gs_connect(&o, &c), GS_OK);
+	harness_clear_launch_env();
 	const struct gs_tensor_spec bad[] = { { "w\n12:00:00.000 gradsyncd error: FORGED", 10, GS_FLOAT32, -1, 0 } };
 	assert_int_equal(gs_register(c, bad, 1), GS_EINVAL);
 	assert_non_null(strstr(gs_last_error(c), "tensor 0: name holds a control character"));
@@ -917,7 +936,7 @@ static void log_injection(void **state)
 		assert_null(strstr(line, "FORGED") == line ? line : NULL);
 	fclose(f);
 	assert_false(harness_log_contains(&d, "\x1b"));
-	one_good_step_of(d.socket, 2);
+	one_good_step_of(d.socket, &job);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -930,24 +949,27 @@ static void killed_between_steps(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", "--step-timeout=60", NULL };
-	harness_daemon_start(&d, args);
 	/* An earlier job moves the daemon's own count of steps on: the
 	 * messages must not quote it. */
-	gs_client *early[2] = { trainer_of(d.socket, 0, "early"), trainer_of(d.socket, 1, "early") };
+	static struct harness_job early_job = { .id = "early", .local_size = { 2 } };
+	static struct harness_job job = { .id = "job", .local_size = { 2 } };
+	static const char *const args[] = { "--step-timeout=60", NULL };
+	harness_job_daemon_start(&d, &job, 0, args);
+	gs_client *early[2] = { trainer_of(&early_job, d.socket, 0),
+				trainer_of(&early_job, d.socket, 1) };
 	for (int i = 0; i < 5; i++)
 		good_step(early, 2);
 	gs_close(early[0]);
 	gs_close(early[1]);
 	usleep(100000);
 
-	gs_client *t0 = trainer_of(d.socket, 0, "job");
+	gs_client *t0 = trainer_of(&job, d.socket, 0);
 	int p[2];
 	assert_int_equal(pipe(p), 0);
 	pid_t child = fork();
 	if (child == 0) {
 		close(p[0]);
-		gs_client *t1 = trainer_of(d.socket, 1, "job");
+		gs_client *t1 = trainer_of(&job, d.socket, 1);
 		fill(t1, 1);
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 		const uint32_t all[NT] = { 0, 1, 2 };
@@ -990,7 +1012,7 @@ static void killed_between_steps(void **state)
 	assert_true(harness_log_contains(&d, "job 'job': step 2 aborted: trainer local rank 1"));
 	assert_false(harness_log_contains(&d, "step 7"));
 
-	gs_client *t1 = trainer_of(d.socket, 1, "job");
+	gs_client *t1 = trainer_of(&job, d.socket, 1);
 	gs_client *both[2] = { t0, t1 };
 	good_step(both, 2);
 	gs_close(t0);
@@ -999,11 +1021,13 @@ static void killed_between_steps(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* Registers nbuf buffers of one tensor each on a raw trainer of rank. */
-static int register_buffers(const char *socket, uint32_t rank, int nbuf)
+/* Registers nbuf buffers of one tensor each on a raw trainer of rank in
+ * job j. */
+static int register_buffers(const char *socket, const struct harness_job *j, uint32_t rank,
+			    int nbuf)
 {
 	int s = raw_connect(socket);
-	raw_hello(s, rank);
+	raw_hello_job(s, rank, j);
 	Gradsync__Buffer bufs[16], *bp[16];
 	Gradsync__TensorSpec ts[16], *tp[16];
 	char names[16][16];
@@ -1042,23 +1066,24 @@ static void mappings_bounded(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=3", "--max-buffers=4", "--max-mappings=6", NULL };
-	harness_daemon_start(&d, args);
-	int a = register_buffers(d.socket, 0, 5);
+	static struct harness_job job = { .local_size = { 3 } };
+	static const char *const args[] = { "--max-buffers=4", "--max-mappings=6", NULL };
+	harness_job_daemon_start(&d, &job, 0, args);
+	int a = register_buffers(d.socket, &job, 0, 5);
 	raw_expect_error(a, GS_ELIMIT, "RegisterTensors brings its buffers to 5; at most 4 per trainer (--max-buffers)");
 	close(a);
-	int b = register_buffers(d.socket, 0, 4);
+	int b = register_buffers(d.socket, &job, 0, 4);
 	Gradsync__Message *reg = raw_recv(b);
 	assert_non_null(reg);
 	assert_int_equal(reg->body_case, GRADSYNC__MESSAGE__BODY_REGISTERED);
 	gradsync__message__free_unpacked(reg, NULL);
-	int c = register_buffers(d.socket, 1, 3);
+	int c = register_buffers(d.socket, &job, 1, 3);
 	raw_expect_error(c, GS_ELIMIT, "gradsyncd already maps 4 buffers of its trainers; at most 6 (--max-mappings)");
 	close(c);
 	close(b);
 	usleep(200000);
 	/* Those of a trainer that left count no more. */
-	one_good_step_of(d.socket, 3);
+	one_good_step_of(d.socket, &job);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 

@@ -181,12 +181,18 @@ struct good {
 	float *data[NTENSORS];
 };
 
-static void good_connect(struct good *g, const char *socket, uint32_t rank)
+/* A good trainer of node `node` of job j, given the job in its
+ * environment while it connects. */
+static void good_connect(struct good *g, const struct harness_job *j, unsigned node,
+			 const char *socket, uint32_t rank)
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = socket;
 	o.local_rank = rank;
-	if (gs_connect(&o, &g->c) != GS_OK)
+	harness_job_setenv(j, node);
+	int r = gs_connect(&o, &g->c);
+	harness_clear_launch_env();
+	if (r != GS_OK)
 		fail_msg("connect as local rank %u: %s", rank, gs_last_error(NULL));
 	if (gs_register(g->c, layout, NTENSORS) != GS_OK)
 		fail_msg("register as local rank %u: %s", rank, gs_last_error(g->c));
@@ -360,7 +366,10 @@ static int kill_attacker(void **state)
 	return 0;
 }
 
-static struct attacker attacker_start(const char *socket, const char *dir, uint32_t rank,
+/* The attacker, a trainer of node `node` of job j (given the job in its
+ * environment), of local rank `rank`. */
+static struct attacker attacker_start(const struct harness_job *j, unsigned node,
+				      const char *socket, const char *dir, uint32_t rank,
 				      const struct attack_plan *plan)
 {
 	struct attacker a;
@@ -382,6 +391,7 @@ static struct attacker attacker_start(const char *socket, const char *dir, uint3
 		}
 		close(up[0]);
 		close(down[1]);
+		harness_job_setenv(j, node);
 		attack(socket, rank, plan, up[1], down[0]);
 	}
 	attacker_pid = a.pid;
@@ -465,14 +475,14 @@ static void hugetlb_memfd_refused(void **state)
 	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW), 0);
 
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", NULL };
-	harness_daemon_start(&d, args);
+	static struct harness_job job = { .local_size = { 2 } };
+	harness_job_daemon_start(&d, &job, 0, NULL);
 	struct good g0;
-	good_connect(&g0, d.socket, 0);
+	good_connect(&g0, &job, 0, d.socket, 0);
 
 	/* Raw protocol: libgradsync would map the memfd itself first. */
 	int sock = raw_connect(d.socket);
-	raw_hello(sock, 1);
+	raw_hello_job(sock, 1, &job);
 	Gradsync__Buffer buf = GRADSYNC__BUFFER__INIT, *bufp = &buf;
 	Gradsync__TensorSpec t = GRADSYNC__TENSOR_SPEC__INIT, *tp = &t;
 	Gradsync__RegisterTensors r = GRADSYNC__REGISTER_TENSORS__INIT;
@@ -501,21 +511,22 @@ static void hugetlb_memfd_refused(void **state)
 
 	/* A good trainer takes the rank, and a step is right. */
 	struct good g1;
-	good_connect(&g1, d.socket, 1);
+	good_connect(&g1, &job, 0, d.socket, 1);
 	good_pair_last_step(&g0, &g1, 1);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
 /* ---- --allow-hugetlb=yes: the attack on one node --------------------------- */
 
-static void attack_one_node(const char *const *args, const struct attack_plan *plan)
+static void attack_one_node(struct harness_job *job, const struct attack_plan *plan)
 {
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
+	static const char *const args[] = { "--allow-hugetlb=yes", NULL };
+	harness_job_daemon_start(&d, job, 0, args);
 	/* Forked before this process holds connections it would inherit. */
-	struct attacker a = attacker_start(d.socket, d.dir, 1, plan);
+	struct attacker a = attacker_start(job, 0, d.socket, d.dir, 1, plan);
 	struct good g0;
-	good_connect(&g0, d.socket, 0);
+	good_connect(&g0, job, 0, d.socket, 0);
 	char line[600];
 	good_begin(&g0, 0, 1);
 	good_expect_ok(&g0, 1);
@@ -536,7 +547,7 @@ static void attack_one_node(const char *const *args, const struct attack_plan *p
 
 	/* A new trainer in rank 1: the next step is right. */
 	struct good g1;
-	good_connect(&g1, d.socket, 1);
+	good_connect(&g1, job, 0, d.socket, 1);
 	good_pair_last_step(&g0, &g1, 3);
 	status_answers(d.socket);
 	assert_int_equal(harness_daemon_stop(&d), 0);
@@ -545,8 +556,8 @@ static void attack_one_node(const char *const *args, const struct attack_plan *p
 static void hole_punched_on_one_node(void **state)
 {
 	(void)state;
-	static const char *const args[] = { "--local-size=2", "--allow-hugetlb=yes", NULL };
-	attack_one_node(args, &whole_buffer);
+	static struct harness_job job = { .local_size = { 2 } };
+	attack_one_node(&job, &whole_buffer);
 }
 
 /* The bucket (6300 elements) goes through a fusion buffer of 1024 in 7
@@ -555,31 +566,21 @@ static void hole_punched_on_one_node(void **state)
 static void hole_punched_mid_bucket(void **state)
 {
 	(void)state;
-	static const char *const args[] = { "--local-size=2", "--allow-hugetlb=yes",
-					     "--fusion-buffer=1024", NULL };
-	attack_one_node(args, &second_page);
+	static struct harness_job job = { .local_size = { 2 }, .fusion_buffer = "1024" };
+	attack_one_node(&job, &second_page);
 }
 
 /* ---- The attack on node 1 of two --------------------------------------------- */
 
-static void start_two_nodes(struct gs_test_daemon *n, const char *fusion)
+/* The daemons of the job, on two nodes; node 1 allows huge pages. */
+static void start_two_nodes(struct gs_test_daemon *n, struct harness_job *job)
 {
-	static char args[2][7][64];
-	const char *argv[2][9];
-	int port = harness_free_port();
-	for (unsigned r = 0; r < 2; r++) {
-		snprintf(args[r][0], 64, "--nodes=2");
-		snprintf(args[r][1], 64, "--node-rank=%u", r);
-		snprintf(args[r][2], 64, "--coordinator=127.0.0.1:%d", port);
-		snprintf(args[r][3], 64, "--gloo-host=127.0.0.1");
-		snprintf(args[r][4], 64, "--join-timeout=30");
-		snprintf(args[r][5], 64, "--allow-hugetlb=%s", r == 1 ? "yes" : "no");
-		snprintf(args[r][6], 64, "--fusion-buffer=%s", fusion);
-		for (unsigned k = 0; k < 7; k++)
-			argv[r][k] = args[r][k];
-		argv[r][7] = NULL;
-		harness_daemon_spawn(&n[r], argv[r]);
-	}
+	static const char *const args[2][3] = {
+		{ "--join-timeout=30", "--allow-hugetlb=no", NULL },
+		{ "--join-timeout=30", "--allow-hugetlb=yes", NULL },
+	};
+	for (unsigned r = 0; r < 2; r++)
+		harness_job_daemon_spawn(&n[r], job, r, args[r]);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r], 30000);
 }
@@ -589,10 +590,11 @@ static void start_two_nodes(struct gs_test_daemon *n, const char *fusion)
 static void attack_node_1(const char *fusion, const struct attack_plan *plan)
 {
 	struct gs_test_daemon n[2];
-	start_two_nodes(n, fusion);
-	struct attacker a = attacker_start(n[1].socket, n[1].dir, 0, plan);
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 }, .fusion_buffer = fusion };
+	start_two_nodes(n, &job);
+	struct attacker a = attacker_start(&job, 1, n[1].socket, n[1].dir, 0, plan);
 	struct good g0;
-	good_connect(&g0, n[0].socket, 0);
+	good_connect(&g0, &job, 0, n[0].socket, 0);
 	char line[600];
 	good_begin(&g0, 0, 1);
 	good_expect_ok(&g0, 1);
@@ -611,7 +613,7 @@ static void attack_node_1(const char *fusion, const struct attack_plan *plan)
 	attacker_finish(&a);
 
 	struct good g1;
-	good_connect(&g1, n[1].socket, 0);
+	good_connect(&g1, &job, 1, n[1].socket, 0);
 	good_pair_last_step(&g0, &g1, 3);
 	for (unsigned r = 0; r < 2; r++)
 		assert_int_equal(harness_daemon_stop(&n[r]), 0);

@@ -70,11 +70,11 @@ static void ctl_under_torchrun(void **state)
 	expect_line(log, "  nodes:           2                        from WORLD_SIZE / LOCAL_WORLD_SIZE (torchrun)\n");
 	expect_line(log, "  node rank:       1                        from GROUP_RANK (torchrun)\n");
 	expect_line(log, "  coordinator:     127.0.0.2                from MASTER_ADDR (torchrun)\n");
-	expect_line(log, "  threshold:       (gradsyncd's)            from unset\n");
+	expect_line(log, "  threshold:       (the job's)              from unset\n");
 	expect_line(log, "  wire dtype:      bf16                     from GRADSYNC_WIRE\n");
-	expect_line(log, "  op:              (gradsyncd's)            from unset\n");
+	expect_line(log, "  op:              (the job's)              from unset\n");
 	expect_line(log, "  predivide:       world                    from GRADSYNC_PREDIVIDE\n");
-	expect_line(log, "  fusion buffer:   (gradsyncd's)            from unset\n");
+	expect_line(log, "  fusion buffer:   (the job's)              from unset\n");
 
 	static const char *const odd[] = {
 		"LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "WORLD_SIZE=3", NULL,
@@ -136,9 +136,10 @@ static void trainer_takes_rank_from_env(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", NULL };
+	/* The job that torchrun's variables below describe to the trainers. */
+	static struct harness_job job = { .id = "launch-test", .local_size = { 2 } };
 	launch_env(NULL);
-	harness_daemon_start(&d, args);
+	harness_job_daemon_start(&d, &job, 0, NULL);
 
 	char log1[200], log0[200];
 	snprintf(log1, sizeof(log1), "%s/trainer-env-1.log", d.dir);

@@ -38,10 +38,15 @@
  * a peer is lost: it is served on the loop, which nothing may hold up. */
 #define STATUS_MS 2000
 
+/* The job every case runs: two nodes of one trainer. */
+static const struct harness_job pair_job = { .nodes = 2, .local_size = { 1, 1 } };
+
+/* A node: its daemon, and the job as this node's daemon and trainers see
+ * it (pair_job, but for the port node 0 is reached at: a proxy's). */
 struct node {
 	struct gs_test_daemon d;
-	char args[8][96];
-	const char *argv[16];
+	struct harness_job job;
+	unsigned rank;
 };
 
 static char layout[200];
@@ -85,45 +90,62 @@ static const char *small_layout(void)
 	return layout;
 }
 
-/* Starts the daemon of node `rank` of two, its rendezvous at `port`. */
+/* Starts the daemon of node `rank` of pair_job, reaching node 0's
+ * rendezvous at `port`. */
 static void spawn_node(struct node *n, unsigned rank, int port, const char *const *extra)
 {
-	snprintf(n->args[0], 96, "--nodes=2");
-	snprintf(n->args[1], 96, "--node-rank=%u", rank);
-	snprintf(n->args[2], 96, "--coordinator=127.0.0.1:%d", port);
-	snprintf(n->args[3], 96, "--gloo-host=127.0.0.1");
-	snprintf(n->args[4], 96, "--join-timeout=30");
-	size_t k = 0;
-	for (; k < 5; k++)
-		n->argv[k] = n->args[k];
-	for (size_t i = 0; extra && extra[i]; i++)
-		n->argv[k++] = extra[i];
-	n->argv[k] = NULL;
-	harness_daemon_spawn(&n->d, n->argv);
+	n->job = pair_job;
+	n->job.port = port;
+	n->rank = rank;
+	struct harness_strs args = { .n = 0 };
+	harness_strs_printf(&args, "--join-timeout=30");
+	harness_strs_append(&args, extra);
+	harness_job_daemon_spawn(&n->d, &n->job, rank, args.v);
 	track(n->d.pid);
+}
+
+/* One step's trainers, one on each node, started: a node's daemon joins
+ * the job's group when its trainer comes (or finds the group kept, as a
+ * job's group outlives its trainers for --job-linger). */
+struct step {
+	pid_t pids[2];
+	char logs[2][200];
+	const struct node *n[2];
+};
+
+static void start_step(struct step *st, const struct node *n0, const struct node *n1)
+{
+	st->n[0] = n0;
+	st->n[1] = n1;
+	for (int r = 0; r < 2; r++) {
+		snprintf(st->logs[r], sizeof(st->logs[r]), "%s/trainer.log", st->n[r]->d.dir);
+		const char *argv[] = { getenv("GS_TRAINER"), "--socket", st->n[r]->d.socket, "--layout",
+				       small_layout(), "--rank", "0", "--steps", "1", NULL };
+		st->pids[r] = track(harness_job_spawn(&st->n[r]->job, st->n[r]->rank, argv,
+						      st->logs[r]));
+	}
+}
+
+/* Both trainers must pass their checks. */
+static void finish_step(struct step *st)
+{
+	int failed = 0;
+	for (int r = 0; r < 2; r++) {
+		if (harness_wait(st->pids[r], 60000) != 0) {
+			harness_dump(st->logs[r]);
+			harness_dump(st->n[r]->d.log);
+			failed = 1;
+		}
+	}
+	assert_int_equal(failed, 0);
 }
 
 /* One step with a trainer on each node; both must pass their checks. */
 static void run_step(const struct node *n0, const struct node *n1)
 {
-	const struct node *n[2] = { n0, n1 };
-	char logs[2][200];
-	pid_t pids[2];
-	for (int r = 0; r < 2; r++) {
-		snprintf(logs[r], sizeof(logs[r]), "%s/trainer.log", n[r]->d.dir);
-		const char *argv[] = { getenv("GS_TRAINER"), "--socket", n[r]->d.socket, "--layout",
-				       small_layout(), "--rank", "0", "--steps", "1", NULL };
-		pids[r] = harness_spawn(argv, logs[r]);
-	}
-	int failed = 0;
-	for (int r = 0; r < 2; r++) {
-		if (harness_wait(pids[r], 60000) != 0) {
-			harness_dump(logs[r]);
-			harness_dump(n[r]->d.log);
-			failed = 1;
-		}
-	}
-	assert_int_equal(failed, 0);
+	struct step st;
+	start_step(&st, n0, n1);
+	finish_step(&st);
 }
 
 /* Node 0 at `port`, node 1 reaching it at `port1` (a proxy's, or port
@@ -327,18 +349,28 @@ static void crowd_while_node_joins(const char *from, bool churn, bool secret)
 	double opened = harness_now_s();
 	print_message("the crowd of %d opened its connections in %.2f s\n", CROWD, opened - t0);
 	spawn_node(&n1, 1, port, extra);
-	double took = wait_text_serving(n1.d.log, "joined as node 1 of 2", bound, &n0.d);
-	print_message("node 1 joined %.2f s after it started (bound %.0f s)\n", took, bound);
 	harness_daemon_wait_ready(&n0.d, 10000);
+	harness_daemon_wait_ready(&n1.d, 10000);
+	/* The job's trainers come: node 1's daemon joins through the crowd. */
+	struct step st;
+	start_step(&st, &n0, &n1);
+	double took = wait_text_serving(n1.d.log, "joined as node 1 of 2", bound, &n0.d);
+	print_message("node 1 joined %.2f s after its trainer started (bound %.0f s)\n", took, bound);
+	finish_step(&st);
 	if (churn) {
 		/* Node 0 serves status while the crowd goes on; node 1 comes
-		 * back through it. */
+		 * back through it, with the job's trainers (node 0 kept the
+		 * job's group). */
 		kill(n1.d.pid, SIGKILL);
 		harness_wait(n1.d.pid, 5000);
 		wait_state(&n0.d, 1, "lost", 5);
 		spawn_node(&back, 1, port, extra);
+		harness_daemon_wait_ready(&back.d, 10000);
+		start_step(&st, &n0, &back);
 		took = wait_text_serving(back.d.log, "joined as node 1 of 2", bound, &n0.d);
-		print_message("node 1 joined again %.2f s after it started, through the crowd\n", took);
+		print_message("node 1 joined again %.2f s after its trainer started, through the crowd\n",
+			      took);
+		finish_step(&st);
 		wait_state(&n0.d, 1, "joined", bound);
 	}
 	/* The crowd stays past --auth-timeout (its connections time out, and
@@ -464,11 +496,14 @@ static void node_vanishes_behind_a_frozen_proxy(void **state)
 	expect_in_log(n0.d.log, "sent nothing for");
 
 	spawn_node(&back, 1, port, extra);
+	harness_daemon_wait_ready(&back.d, 10000);
+	struct step st;
+	start_step(&st, &n0, &back);
 	took = wait_text_serving(back.d.log, "joined as node 1 of 2", 10, &n0.d);
-	print_message("the new node 1 joined %.2f s after it started\n", took);
+	print_message("the new node 1 joined %.2f s after its trainer started\n", took);
 	assert_false(harness_file_contains(back.d.log, "two daemons claim it"));
+	finish_step(&st);
 	wait_state(&n0.d, 1, "joined", 10);
-	run_step(&n0, &back);
 	reap(proxy);
 	assert_int_equal(harness_daemon_stop(&n0.d), 0);
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
@@ -525,21 +560,26 @@ static void second_claim_to_a_frozen_holder(void **state)
 	start_pair(&n0, &n1, port, port, extra, true);
 
 	kill(n1.d.pid, SIGSTOP);
-	spawn_node(&back, 1, port, extra);
+	/* The second daemon of node 1, at an address of its own. */
+	const char *elsewhere[] = { "--peer-timeout=20", "--node-address=127.0.0.3", NULL };
+	spawn_node(&back, 1, port, elsewhere);
+	harness_daemon_wait_ready(&back.d, 10000);
+	struct step st;
+	start_step(&st, &n0, &back);
 	double took = wait_text_serving(back.d.log, "joined as node 1 of 2", PROBE + SLACK, &n0.d);
-	print_message("the second claim was granted %.2f s after its daemon started (probe %d s)\n",
+	print_message("the second claim was granted %.2f s after its trainer started (probe %d s)\n",
 		      took, PROBE);
 	expect_in_log(n0.d.log, "asking the holder whether it is alive");
 	expect_in_log(n0.d.log, "did not answer within 5.0 s while a daemon at 127.0.0.1:");
+	finish_step(&st);
 	reap(n1.d.pid);
 	wait_state(&n0.d, 1, "joined", 10);
-	run_step(&n0, &back);
 	assert_int_equal(harness_daemon_stop(&n0.d), 0);
 	assert_int_equal(harness_daemon_stop(&back.d), 0);
 }
 
-/* Node 1's daemon is well: a second daemon claiming its rank is refused at
- * once with "two daemons claim it" and exits; the first goes on, and the
+/* Node 1's daemon is well: a second daemon's trainer claiming its rank is
+ * refused at once with "two daemons claim it"; the first goes on, and the
  * next step is right. */
 static void second_claim_to_a_live_holder(void **state)
 {
@@ -547,24 +587,32 @@ static void second_claim_to_a_live_holder(void **state)
 	const char *extra[] = { "--peer-timeout=20", NULL };
 	int port = harness_free_port();
 	struct node n0, n1, dup;
-	start_pair(&n0, &n1, port, port, extra, false);
+	start_pair(&n0, &n1, port, port, extra, true);
+	const char *elsewhere[] = { "--peer-timeout=20", "--node-address=127.0.0.3", NULL };
+	spawn_node(&dup, 1, port, elsewhere);
+	harness_daemon_wait_ready(&dup.d, 10000);
+	char log[200];
+	snprintf(log, sizeof(log), "%s/trainer.log", dup.d.dir);
+	const char *argv[] = { getenv("GS_TRAINER"), "--socket", dup.d.socket, "--layout",
+			       small_layout(), "--rank", "0", "--steps", "1", NULL };
 	double t0 = harness_now_s();
-	spawn_node(&dup, 1, port, extra);
-	int status = harness_wait(dup.d.pid, 15000);
+	pid_t t = track(harness_job_spawn(&dup.job, 1, argv, log));
+	int status = harness_wait(t, 15000);
 	double took = harness_now_s() - t0;
-	print_message("the second daemon of node 1 exited with %d after %.2f s\n", status, took);
-	if (status != 1)
-		harness_dump(dup.d.log);
-	assert_int_equal(status, 1);
+	print_message("the second node 1's trainer exited with %d after %.2f s\n", status, took);
+	if (status == 0)
+		harness_dump(log);
+	assert_int_not_equal(status, 0);
 	assert_true(took < PROBE);
-	expect_in_log(dup.d.log, "node rank 1 has already joined (127.0.0.1:");
-	expect_in_log(dup.d.log, "two daemons claim it");
+	expect_in_log(log, "node rank 1 has already joined (127.0.0.1:");
+	expect_in_log(log, "two daemons claim it");
 	expect_in_log(n0.d.log, "two daemons claim it");
-	assert_true(harness_daemon_alive(&n1.d));
+	assert_true(harness_daemon_alive(&n1.d) && harness_daemon_alive(&dup.d));
 	char state_now[32];
 	peer_state(&n0.d, 1, state_now, sizeof(state_now));
 	assert_string_equal(state_now, "joined");
 	run_step(&n0, &n1);
+	assert_int_equal(harness_daemon_stop(&dup.d), 0);
 	assert_int_equal(harness_daemon_stop(&n0.d), 0);
 	assert_int_equal(harness_daemon_stop(&n1.d), 0);
 }

@@ -121,18 +121,19 @@ static void other_protocol_version(void **state)
 	(void)state;
 	const char *secret = write_secret("s", "0123456789abcdef0123456789abcdef\n", 0600);
 	for (int with_secret = 0; with_secret < 2; with_secret++) {
-		int port = harness_free_port();
-		char coord[64], file[300];
-		snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", port);
+		struct harness_job job = { .nodes = 2 };
+		char file[300];
 		snprintf(file, sizeof(file), "--cluster-secret-file=%s", secret);
-		const char *v[] = { "--nodes=2", "--node-rank=0", coord, with_secret ? file : NULL, NULL };
+		const char *v[] = { with_secret ? file : NULL, NULL };
 		struct gs_test_daemon d0;
-		harness_daemon_spawn(&d0, v);
+		harness_job_daemon_spawn(&d0, &job, 0, v);
+		int port = job.port;
 		/* 99; 1: the daemons from before the authentication; 2: before
 		 * the cuda backend's keys of each group; 3: before the chunks'
-		 * status; 4: before the pings. */
-		static const uint32_t versions[] = { 99, 1, 2, 3, 4 };
-		for (int k = 0; k < 5; k++)
+		 * status; 4: before the pings; 5: before one node port served
+		 * every job. */
+		static const uint32_t versions[] = { 99, 1, 2, 3, 4, 5 };
+		for (int k = 0; k < 6; k++)
 			for (int auth = 0; auth < 2; auth++) {
 				int fd = tcp_connect(port, 10);
 				if (auth)
@@ -151,6 +152,8 @@ static void other_protocol_version(void **state)
 		expect_in_log(d0.log, "node 1 speaks protocol version 2;");
 		expect_in_log(d0.log, "node 1 speaks protocol version 3;");
 		expect_in_log(d0.log, "node 1 speaks protocol version 4;");
+		/* The lines past the first ten of a window are counted, not
+		 * logged (a stranger may send many). */
 		assert_int_equal(harness_daemon_stop(&d0), 0);
 	}
 }
@@ -179,22 +182,74 @@ static void two_nodes_with_a_secret(void **state)
 	(void)state;
 	char arg[300];
 	snprintf(arg, sizeof(arg), "--cluster-secret-file=%s", write_secret("same", SECRET_A, 0600));
-	struct nodes_case c = { "resnet50.txt", 2, { 1, 1 }, "2", { arg, NULL }, { NULL } };
+	struct nodes_case c = { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 } }, "2",
+				{ arg, NULL }, { NULL } };
 	struct node n[2];
-	spawn_nodes(n, 2, c.local, c.daemon_args, harness_free_port());
+	spawn_nodes(n, &c.job, c.daemon_args);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
+	char log0[200], log1[200];
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "2", NULL, log0);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "2", NULL, log1);
+	assert_int_equal(harness_wait(t0, 120000), 0);
+	assert_int_equal(harness_wait(t1, 120000), 0);
+	expect_in_log(log0, "OK: 2 steps verified");
+	expect_in_log(log1, "OK: 2 steps verified");
 	/* Node 0's own daemon and node 1 both proved themselves. */
 	expect_in_log(n[0].d.log, "authenticated as node 0");
 	expect_in_log(n[0].d.log, "authenticated as node 1");
-	for (unsigned r = 0; r < 2; r++)
+	for (unsigned r = 0; r < 2; r++) {
 		assert_int_equal(count_in_file(n[r].d.log, "is unauthenticated"), 0);
-	run_steps(&c, n);
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+	}
 }
 
-/* Node 1 holds another secret: it exits at once naming the cause, and
- * node 0 logs who it refused and goes on serving the rendezvous, which a
- * node 1 with the right secret then joins. */
+/* The job's trainer on node 1, whose daemon holds another secret (or a
+ * secret where node 0 has none, or none where it has one): its hello is
+ * refused at once, naming the cause; node 0 logs whom it refused and goes
+ * on serving the job's rendezvous, which a node 1 whose daemon has the
+ * right secret then joins. Returns node 1's trainer's log. */
+static void refused_then_joined(const char *const *e0, const char *const *e1,
+				const char *const *right, const char *why)
+{
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
+	struct node n0, n1, back;
+	spawn_node(&n0, &job, 0, e0);
+	spawn_node(&n1, &job, 1, e1);
+	harness_daemon_wait_ready(&n0.d, 30000);
+	harness_daemon_wait_ready(&n1.d, 30000);
+	char log0[200], log1[200];
+	pid_t t0 = spawn_trainer(&n0, 0, harness_layout("resnet50.txt"), "1", NULL, log0);
+	double start = harness_now_s();
+	pid_t t1 = spawn_trainer(&n1, 0, harness_layout("resnet50.txt"), "1", NULL, log1);
+	int status = harness_wait(t1, 20000);
+	double took = harness_now_s() - start;
+	print_message("node 1's trainer exited with %d after %.2f s\n", status, took);
+	if (status == 0)
+		harness_dump(log1);
+	assert_int_not_equal(status, 0);
+	assert_true(took < 5);
+	char said[400];
+	snprintf(said, sizeof(said), "the coordinator refused node 1: %s", why);
+	expect_in_log(log1, said);
+	expect_in_log(n1.d.log, said);
+	expect_in_log(n0.d.log, "rendezvous: refused node 1 from 127.0.0.1:");
+	expect_in_log(n0.d.log, why);
+	assert_true(harness_daemon_alive(&n0.d) && harness_daemon_alive(&n1.d));
+	assert_int_equal(harness_daemon_stop(&n1.d), 0);
+
+	/* The job's node 0 still waits for its node 1. */
+	spawn_node(&back, &job, 1, right);
+	harness_daemon_wait_ready(&back.d, 30000);
+	char log_back[200];
+	pid_t tb = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", NULL, log_back);
+	assert_int_equal(harness_wait(tb, 120000), 0);
+	assert_int_equal(harness_wait(t0, 120000), 0);
+	expect_in_log(log0, "OK: 1 steps verified");
+	assert_int_equal(harness_daemon_stop(&back.d), 0);
+	assert_int_equal(harness_daemon_stop(&n0.d), 0);
+}
+
 static void wrong_cluster_secret(void **state)
 {
 	(void)state;
@@ -202,72 +257,23 @@ static void wrong_cluster_secret(void **state)
 	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("a", SECRET_A, 0600));
 	snprintf(b, sizeof(b), "--cluster-secret-file=%s", write_secret("b", SECRET_B, 0400));
 	const char *ea[] = { a, NULL }, *eb[] = { b, NULL };
-	int port = harness_free_port();
-	struct node n0, n1, back;
-	spawn_node(&n0, 2, 0, 1, ea, port);
-	double t0 = harness_now_s();
-	spawn_node(&n1, 2, 1, 1, eb, port);
-	int status = harness_wait(n1.d.pid, 20000);
-	double took = harness_now_s() - t0;
-	print_message("node 1 with the wrong secret exited with %d after %.2f s\n", status, took);
-	if (status != 1)
-		harness_dump(n1.d.log);
-	assert_int_equal(status, 1);
-	assert_true(took < 5);
-	expect_in_log(n1.d.log, "the coordinator refused node 1: cluster secret differs (check --cluster-secret-file on every node)");
-	expect_in_log(n0.d.log, "rendezvous: refused node 1 from 127.0.0.1:");
-	expect_in_log(n0.d.log, "cluster secret differs");
-	assert_true(harness_daemon_alive(&n0.d));
-	forget_daemon(&n1.d);
-
-	spawn_node(&back, 2, 1, 1, ea, port);
-	harness_daemon_wait_ready(&n0.d, 30000);
-	harness_daemon_wait_ready(&back.d, 30000);
-	assert_int_equal(harness_daemon_stop(&back.d), 0);
-	assert_int_equal(harness_daemon_stop(&n0.d), 0);
+	refused_then_joined(ea, eb, ea,
+			    "cluster secret differs (check --cluster-secret-file on every node)");
 }
 
 /* A secret on one side only is refused on both sides, whichever side has
- * it; the side without one warns at start that its rendezvous is open. */
+ * it; the side without one warns, when the job begins, that its
+ * rendezvous is open. */
 static void cluster_secret_on_one_node_only(void **state)
 {
 	(void)state;
 	char a[300];
 	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("one", SECRET_A, 0600));
 	const char *ea[] = { a, NULL };
-	static const char *const why[2] = {
-		"it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)",
-		"it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)",
-	};
-	for (unsigned holder = 0; holder < 2; holder++) {
-		int port = harness_free_port();
-		struct node n0, n1;
-		spawn_node(&n0, 2, 0, 1, holder == 0 ? ea : NULL, port);
-		double t0 = harness_now_s();
-		spawn_node(&n1, 2, 1, 1, holder == 1 ? ea : NULL, port);
-		int status = harness_wait(n1.d.pid, 20000);
-		double took = harness_now_s() - t0;
-		print_message("secret on node %u only: node 1 exited with %d after %.2f s\n", holder,
-			      status, took);
-		if (status != 1)
-			harness_dump(n1.d.log);
-		assert_int_equal(status, 1);
-		assert_true(took < 5);
-		char said[300];
-		snprintf(said, sizeof(said), "the coordinator refused node 1: %s", why[holder]);
-		expect_in_log(n1.d.log, said);
-		snprintf(said, sizeof(said), ": %s", why[holder]);
-		expect_in_log(n0.d.log, "rendezvous: refused node 1 from 127.0.0.1:");
-		expect_in_log(n0.d.log, said);
-		const char *open_log = holder == 0 ? n1.d.log : n0.d.log;
-		const char *closed_log = holder == 0 ? n0.d.log : n1.d.log;
-		assert_int_equal(count_in_file(open_log, "is unauthenticated: anyone who reaches it can join"), 1);
-		expect_in_log(open_log, "set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node");
-		assert_int_equal(count_in_file(closed_log, "is unauthenticated"), 0);
-		assert_true(harness_daemon_alive(&n0.d));
-		assert_int_equal(harness_daemon_stop(&n0.d), 0);
-		forget_daemon(&n1.d);
-	}
+	refused_then_joined(ea, NULL, ea,
+			    "it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)");
+	refused_then_joined(NULL, ea, NULL,
+			    "it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)");
 }
 
 /* A secret file that others may read, that is too short or missing stops
@@ -290,14 +296,14 @@ static void cluster_secret_file_refused(void **state)
 		{ missing, "cannot open it: No such file or directory", false },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		char coord[64], arg[300];
-		snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", harness_free_port());
+		struct harness_job job = { .nodes = 2 };
+		char arg[300];
 		snprintf(arg, sizeof(arg), "--cluster-secret-file=%s", cases[i].path);
-		const char *v[] = { "--nodes=2", "--node-rank=0", coord, cases[i].env ? NULL : arg, NULL };
+		const char *v[] = { cases[i].env ? NULL : arg, NULL };
 		if (cases[i].env)
 			setenv("GRADSYNC_CLUSTER_SECRET_FILE", cases[i].path, 1);
 		struct gs_test_daemon d;
-		harness_daemon_spawn(&d, v);
+		harness_job_daemon_spawn(&d, &job, 0, v);
 		unsetenv("GRADSYNC_CLUSTER_SECRET_FILE");
 		int status = harness_wait(d.pid, 10000);
 		if (status != 2)
@@ -346,9 +352,16 @@ static void unauthenticated_peers_refused(void **state)
 	char a[300];
 	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("peers", SECRET_A, 0600));
 	const char *ea[] = { a, "--auth-timeout=3", NULL };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	struct node n[2];
-	spawn_node(&n[0], 2, 0, 1, ea, port);
+	spawn_node(&n[0], &job, 0, ea);
+	harness_daemon_wait_ready(&n[0].d, 30000);
+	int port = job.port;
+	/* The job's node 0: its trainer waits for node 1, and its daemon
+	 * serves the job's rendezvous meanwhile. */
+	char log0[200], log1[200];
+	pid_t t0 = spawn_trainer(&n[0], 0, harness_layout("resnet50.txt"), "1", NULL, log0);
+	harness_wait_for_text(n[0].d.log, "serving the rendezvous", 30);
 
 	int fd = tcp_connect(port, 10);
 	send_node_hello(fd, GS_NODE_PROTOCOL_VERSION);
@@ -388,15 +401,26 @@ static void unauthenticated_peers_refused(void **state)
 	raw_expect_error(fd, GS_EREFUSED, "cluster secret differs");
 	close(fd);
 
-	/* Only so many peers may be authenticating at once (4 per node and
-	 * 64): the next takes the place of the oldest, which is told to try
-	 * again (GS_EAGAIN), and is served. */
+	/* Only so many peers of a job may be authenticating at once (4 per
+	 * node and 64): the next takes the place of the oldest, which is told
+	 * to try again (GS_EAGAIN), and is served. */
 	enum { PENDING = 4 * 2 + 64 };
 	int held[PENDING];
-	for (int i = 0; i < PENDING; i++)
+	for (int i = 0; i < PENDING; i++) {
 		held[i] = tcp_connect(port, 10);
+		send_node_auth(held[i], GS_NODE_PROTOCOL_VERSION, true);
+		ch = raw_recv(held[i]);
+		assert_non_null(ch);
+		assert_int_equal(ch->body_case, GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE);
+		gradsync__message__free_unpacked(ch, NULL);
+	}
 	fd = tcp_connect(port, 10);
+	send_node_auth(fd, GS_NODE_PROTOCOL_VERSION, true);
 	raw_expect_error(held[0], GS_EAGAIN, "72 connections were authenticating at once; the oldest made room for a newer one (127.0.0.1:");
+	ch = raw_recv(fd);
+	assert_non_null(ch);
+	assert_int_equal(ch->body_case, GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE);
+	gradsync__message__free_unpacked(ch, NULL);
 	send_node_hello(fd, GS_NODE_PROTOCOL_VERSION);
 	raw_expect_error(fd, GS_EREFUSED, "before authenticating");
 	close(fd);
@@ -405,21 +429,23 @@ static void unauthenticated_peers_refused(void **state)
 
 	/* A peer that says nothing, while the real node 1 joins. */
 	int silent = tcp_connect(port, 20);
-	double t0 = harness_now_s();
-	spawn_node(&n[1], 2, 1, 1, ea, port);
-	for (unsigned r = 0; r < 2; r++)
-		harness_daemon_wait_ready(&n[r].d, 30000);
+	double start = harness_now_s();
+	spawn_node(&n[1], &job, 1, ea);
+	harness_daemon_wait_ready(&n[1].d, 30000);
+	pid_t t1 = spawn_trainer(&n[1], 0, harness_layout("resnet50.txt"), "1", NULL, log1);
 	raw_expect_error(silent, GS_EAGAIN, "did not authenticate within 3 s (--auth-timeout); try again");
-	double took = harness_now_s() - t0;
+	double took = harness_now_s() - start;
 	print_message("the silent peer was dropped after %.2f s\n", took);
 	assert_true(took > 2.5 && took < 6);
 	close(silent);
+	assert_int_equal(harness_wait(t0, 120000), 0);
+	assert_int_equal(harness_wait(t1, 120000), 0);
+	expect_in_log(log0, "OK: 1 steps verified");
+	expect_in_log(log1, "OK: 1 steps verified");
 	expect_in_log(n[0].d.log, "rendezvous: refused a connection from 127.0.0.1:");
 	expect_in_log(n[0].d.log, "rendezvous: refused node 1 from 127.0.0.1:");
-	assert_true(harness_daemon_alive(&n[0].d));
-
-	static const struct nodes_case c = { "resnet50.txt", 2, { 1, 1 }, "1", { NULL }, { NULL } };
-	run_steps(&c, n);
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
 }
 
 int main(void)

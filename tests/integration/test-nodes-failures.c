@@ -46,8 +46,8 @@ static void layout_mismatch_between_nodes(void **state)
 	fclose(out);
 
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	spawn_nodes(n, 2, local, NULL, harness_free_port());
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
+	spawn_nodes(n, &job, NULL);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -67,35 +67,39 @@ static void layout_mismatch_between_nodes(void **state)
 	remove(other);
 }
 
-/* A daemon that believes in three nodes joins a rendezvous of two. */
+static void expect_exit(pid_t pid, int status, const char *log);
+
+/* A job's trainers on node 1 say three nodes where node 0's say two: node
+ * 1's trainer is refused at once naming both counts, and node 0 goes on
+ * serving. */
 static void wrong_world_size(void **state)
 {
 	(void)state;
-	int port = harness_free_port();
-	struct gs_test_daemon d0, d1;
-	char a0[4][64], a1[4][64];
-	snprintf(a0[0], 64, "--nodes=2");
-	snprintf(a0[1], 64, "--node-rank=0");
-	snprintf(a0[2], 64, "--coordinator=127.0.0.1:%d", port);
-	snprintf(a0[3], 64, "--gloo-host=127.0.0.1");
-	snprintf(a1[0], 64, "--nodes=3");
-	snprintf(a1[1], 64, "--node-rank=1");
-	snprintf(a1[2], 64, "--coordinator=127.0.0.1:%d", port);
-	snprintf(a1[3], 64, "--join-timeout=20");
-	const char *v0[] = { a0[0], a0[1], a0[2], a0[3], NULL };
-	const char *v1[] = { a1[0], a1[1], a1[2], a1[3], NULL };
-	harness_daemon_spawn(&d0, v0);
-	double t0 = harness_now_s();
-	harness_daemon_spawn(&d1, v1);
-	int status = harness_wait(d1.pid, 25000);
-	double took = harness_now_s() - t0;
-	print_message("the daemon of the wrong world size exited with %d after %.2f s\n", status, took);
-	assert_int_equal(status, 1);
+	struct harness_job job = { .nodes = 2 };
+	struct harness_job three = { .nodes = 3 };
+	struct node n0, n1;
+	spawn_node(&n0, &job, 0, NULL);
+	three.port = job.port;
+	spawn_node(&n1, &three, 1, NULL);
+	harness_daemon_wait_ready(&n0.d, 30000);
+	harness_daemon_wait_ready(&n1.d, 30000);
+	char log0[200], log1[200];
+	static const char *const hold[] = { "--pause-at-step", "1", "--pause-for", "60", NULL };
+	pid_t t0 = spawn_trainer(&n0, 0, harness_layout("resnet50.txt"), "1", hold, log0);
+	double start = harness_now_s();
+	pid_t t1 = spawn_trainer(&n1, 0, harness_layout("resnet50.txt"), "1", NULL, log1);
+	int status = harness_wait(t1, 25000);
+	double took = harness_now_s() - start;
+	print_message("the trainer of the wrong world size exited with %d after %.2f s\n", status, took);
+	assert_int_not_equal(status, 0);
 	assert_true(took < 15);
-	expect_in_log(d1.log, "node 1 expects 3 nodes but the coordinator (node 0) runs 2");
-	expect_in_log(d0.log, "node 1 expects 3 nodes but the coordinator (node 0) runs 2");
-	assert_true(harness_daemon_alive(&d0));
-	assert_int_equal(harness_daemon_stop(&d0), 0);
+	expect_in_log(log1, "job '': node 1's trainers say node count 3, node 0's say 2");
+	expect_in_log(n0.d.log, "job '': node 1's trainers say node count 3, node 0's say 2");
+	assert_true(harness_daemon_alive(&n0.d) && harness_daemon_alive(&n1.d));
+	kill(t0, SIGKILL);
+	harness_wait(t0, 5000);
+	assert_int_equal(harness_daemon_stop(&n1.d), 0);
+	assert_int_equal(harness_daemon_stop(&n0.d), 0);
 }
 
 static void expect_exit(pid_t pid, int status, const char *log)
@@ -114,8 +118,8 @@ static void trainer_killed_on_other_node(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	spawn_nodes(n, 2, local, NULL, harness_free_port());
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
+	spawn_nodes(n, &job, NULL);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200], log1b[200];
@@ -147,10 +151,9 @@ static void peer_daemon_killed_and_back(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=10", NULL };
-	spawn_nodes(n, 2, local, extra, port);
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200], log1b[200];
@@ -174,7 +177,7 @@ static void peer_daemon_killed_and_back(void **state)
 
 	/* Node 1 comes back: a new daemon with the same rank. */
 	struct node back;
-	spawn_node(&back, 2, 1, 1, extra, port);
+	spawn_node(&back, &job, 1, extra);
 	harness_daemon_wait_ready(&back.d, 30000);
 	static const char *const a1b[] = { "--first-step", "3", NULL };
 	pid_t t1b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", a1b, log1b);
@@ -194,9 +197,9 @@ static void trainer_late_on_other_node(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=2", NULL };
-	spawn_nodes(n, 2, local, extra, harness_free_port());
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -221,11 +224,11 @@ static void group_rebuilt_after_it_failed(void **state)
 {
 	(void)state;
 	struct node n[2];
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const quick[] = { "--peer-timeout=2", "--step-timeout=2", NULL };
 	static const char *const patient[] = { "--peer-timeout=2", NULL };
-	spawn_node(&n[0], 2, 0, 1, quick, port);
-	spawn_node(&n[1], 2, 1, 1, patient, port);
+	spawn_node(&n[0], &job, 0, quick);
+	spawn_node(&n[1], &job, 1, patient);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -260,18 +263,17 @@ static void kill_node0_in_step_2(struct node *n, unsigned nodes, pid_t t0, const
 /* Node 0's daemon, the coordinator, is killed with its trainer while the
  * other nodes wait for it in step 2's collectives: their trainers get the
  * step aborted naming node 0 within seconds and stay connected. A new
- * node-0 daemon on the same port, knowing nothing of the job, is joined by
- * the other daemons, which offer it their layout again; node 0's restarted
- * trainer registers, and step 3 is right on every node (every element
- * checked by the trainers). Without the re-join, the new node 0 never sees
- * the others and never starts serving. */
+ * node-0 daemon on the same port knows nothing of the job until node 0's
+ * restarted trainer begins it there; the other daemons, retrying, then
+ * join it and offer it their layout again, and step 3 is right on every
+ * node (every element checked by the trainers). Without the re-join, the
+ * new node 0 never sees the others and never starts serving. */
 static void coordinator_killed_and_back(unsigned nodes)
 {
 	struct node n[MAX_NODES];
-	const unsigned local[MAX_NODES] = { 1, 1, 1, 1 };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = nodes, .local_size = { 1, 1, 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=30", NULL };
-	spawn_nodes(n, nodes, local, extra, port);
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < nodes; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char logs[MAX_NODES][200], log0b[200];
@@ -290,17 +292,18 @@ static void coordinator_killed_and_back(unsigned nodes)
 		assert_true(harness_daemon_alive(&n[r].d));
 	}
 
-	/* systemd's Restart=on-failure: a new daemon of rank 0, same port. */
+	/* systemd's Restart=on-failure: a new daemon of rank 0, same port,
+	 * and the job's node-0 trainer restarted on it (the job is its). */
 	struct node back;
 	double t0 = harness_now_s();
-	spawn_node(&back, nodes, 0, 1, extra, port);
+	spawn_node(&back, &job, 0, extra);
 	harness_daemon_wait_ready(&back.d, 30000);
+	static const char *const a0b[] = { "--first-step", "3", NULL };
+	pid_t t0b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", a0b, log0b);
 	for (unsigned r = 1; r < nodes; r++)
 		harness_wait_for_text(n[r].d.log, "re-joined the coordinator", 30);
 	print_message("every node re-joined %.3f s after node 0's daemon was started again\n",
 		      harness_now_s() - t0);
-	static const char *const a0b[] = { "--first-step", "3", NULL };
-	pid_t t0b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", a0b, log0b);
 	expect_exit(t0b, 0, log0b);
 	for (unsigned r = 1; r < nodes; r++)
 		expect_exit(t[r], 0, logs[r]);
@@ -332,10 +335,9 @@ static void trainer_registers_while_coordinator_away(void **state)
 {
 	(void)state;
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	int port = harness_free_port();
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=30", NULL };
-	spawn_nodes(n, 2, local, extra, port);
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200], log0b[200], want[120];
@@ -355,7 +357,7 @@ static void trainer_registers_while_coordinator_away(void **state)
 	assert_true(harness_daemon_alive(&n[1].d));
 
 	struct node back;
-	spawn_node(&back, 2, 0, 1, extra, port);
+	spawn_node(&back, &job, 0, extra);
 	harness_daemon_wait_ready(&back.d, 30000);
 	pid_t t0b = spawn_trainer(&back, 0, harness_layout("resnet50.txt"), "1", b, log0b);
 	expect_exit(t0b, 0, log0b);
@@ -373,9 +375,9 @@ static void coordinator_stays_away(void **state)
 	(void)state;
 	enum { STEP_TIMEOUT_S = 3 };
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	static const char *const extra[] = { "--peer-timeout=30", "--step-timeout=3", NULL };
-	spawn_nodes(n, 2, local, extra, harness_free_port());
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	char log0[200], log1[200];
@@ -407,11 +409,12 @@ static void peer_lost_between_chunks(void **state)
 	(void)state;
 	enum { BIG = 1 << 25, FUSION = 1024 }; /* 32,768 chunks */
 	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
 	char fusion[32];
-	snprintf(fusion, sizeof(fusion), "--fusion-buffer=%d", FUSION);
-	const char *const extra[] = { "--peer-timeout=10", fusion, NULL };
-	spawn_nodes(n, 2, local, extra, harness_free_port());
+	snprintf(fusion, sizeof(fusion), "%d", FUSION);
+	job.fusion_buffer = fusion;
+	const char *const extra[] = { "--peer-timeout=10", NULL };
+	spawn_nodes(n, &job, extra);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 
@@ -445,51 +448,67 @@ static void peer_lost_between_chunks(void **state)
 	assert_int_equal(harness_daemon_stop(&n[0].d), 0);
 }
 
-/* Once two nodes have joined, a third daemon claiming node rank 1 is
- * refused, and the job it tried to enter goes on. */
+/* Once two nodes of a job have joined, a third daemon whose trainer
+ * claims node rank 1 is refused, and the job it tried to enter goes on. */
 static void clashing_node_rank(void **state)
 {
 	(void)state;
-	struct node n[2];
-	const unsigned local[2] = { 1, 1 };
-	int port = harness_free_port();
-	spawn_nodes(n, 2, local, NULL, port);
+	struct node n[2], third;
+	struct harness_job job = { .nodes = 2, .local_size = { 1, 1 } };
+	spawn_nodes(n, &job, NULL);
 	for (unsigned r = 0; r < 2; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
-	char coord[64];
-	snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", port);
-	const char *v[] = { "--nodes=2", "--node-rank=1", coord, "--join-timeout=10", NULL };
-	struct gs_test_daemon d;
-	double t0 = harness_now_s();
-	harness_daemon_spawn(&d, v);
-	int status = harness_wait(d.pid, 15000);
-	double took = harness_now_s() - t0;
-	print_message("the second node rank 1 exited with %d after %.2f s\n", status, took);
-	assert_int_equal(status, 1);
-	assert_true(took < 5);
-	expect_in_log(d.log, "node rank 1 has already joined");
+	char logs[2][200], log3[200];
+	pid_t t[2];
+	for (unsigned r = 0; r < 2; r++)
+		t[r] = spawn_trainer(&n[r], 0, harness_layout("resnet50.txt"), "1000", NULL, logs[r]);
+	harness_wait_for_text(logs[0], "step 1:", 60);
+	/* Another daemon, at an address of its own, as node 1 of the job. */
+	static const char *const elsewhere[] = { "--node-address=127.0.0.9", NULL };
+	spawn_node(&third, &job, 1, elsewhere);
+	harness_daemon_wait_ready(&third.d, 30000);
+	double start = harness_now_s();
+	pid_t t3 = spawn_trainer(&third, 0, harness_layout("resnet50.txt"), "1", NULL, log3);
+	int status = harness_wait(t3, 15000);
+	double took = harness_now_s() - start;
+	print_message("the second node rank 1's trainer exited with %d after %.2f s\n", status, took);
+	assert_int_not_equal(status, 0);
+	assert_true(took < 10);
+	expect_in_log(log3, "node rank 1 has already joined");
 	expect_in_log(n[0].d.log, "node rank 1 has already joined");
 	for (unsigned r = 0; r < 2; r++) {
 		assert_true(harness_daemon_alive(&n[r].d));
-		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
+		kill(t[r], SIGKILL);
+		harness_wait(t[r], 5000);
+		assert_false(harness_file_contains(logs[r], "MISMATCH"));
 	}
+	assert_int_equal(harness_daemon_stop(&third.d), 0);
+	for (unsigned r = 0; r < 2; r++)
+		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
 }
 
+/* A job of two nodes whose node 0 never comes: its trainer on node 1 is
+ * told so after --join-timeout, and the daemon goes on serving. */
 static void coordinator_never_appears(void **state)
 {
 	(void)state;
-	char coord[64];
-	snprintf(coord, sizeof(coord), "--coordinator=127.0.0.1:%d", harness_free_port());
-	const char *v[] = { "--nodes=2", "--node-rank=1", coord, "--join-timeout=2", NULL };
-	struct gs_test_daemon d;
-	double t0 = harness_now_s();
-	harness_daemon_spawn(&d, v);
-	int status = harness_wait(d.pid, 15000);
-	double took = harness_now_s() - t0;
-	print_message("gradsyncd gave up after %.2f s with status %d\n", took, status);
-	assert_int_equal(status, 1);
+	struct harness_job job = { .nodes = 2 };
+	static const char *const v[] = { "--join-timeout=2", NULL };
+	struct node n1;
+	spawn_node(&n1, &job, 1, v);
+	harness_daemon_wait_ready(&n1.d, 30000);
+	char log[200];
+	double start = harness_now_s();
+	pid_t t = spawn_trainer(&n1, 0, harness_layout("resnet50.txt"), "1", NULL, log);
+	int status = harness_wait(t, 15000);
+	double took = harness_now_s() - start;
+	print_message("the trainer was told after %.2f s (status %d)\n", took, status);
+	assert_int_not_equal(status, 0);
 	assert_true(took >= 2.0 && took < 6);
-	expect_in_log(d.log, "did not answer within 2 s");
+	expect_in_log(log, "did not answer within 2 s");
+	expect_in_log(n1.d.log, "did not answer within 2 s");
+	assert_true(harness_daemon_alive(&n1.d));
+	assert_int_equal(harness_daemon_stop(&n1.d), 0);
 }
 
 int main(void)

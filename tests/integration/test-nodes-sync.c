@@ -19,8 +19,9 @@
 static void run_case(const struct nodes_case *c)
 {
 	struct node n[MAX_NODES];
-	spawn_nodes(n, c->nodes, c->local, c->daemon_args, harness_free_port());
-	for (unsigned r = 0; r < c->nodes; r++)
+	struct harness_job job = c->job;
+	spawn_nodes(n, &job, c->daemon_args);
+	for (unsigned r = 0; r < job.nodes; r++)
 		harness_daemon_wait_ready(&n[r].d, 30000);
 	run_steps(c, n);
 }
@@ -33,20 +34,25 @@ static void run_case(const struct nodes_case *c)
 		run_case(&c);                                                  \
 	}
 
-CASE(two_nodes_one_trainer_fp16, { "resnet50.txt", 2, { 1, 1 }, "3", { NULL }, { NULL } })
-CASE(two_nodes_two_trainers_fp16, { "resnet50.txt", 2, { 2, 2 }, "2", { NULL }, { NULL } })
-CASE(three_nodes_one_trainer_fp16, { "resnet50.txt", 3, { 1, 1, 1 }, "2", { NULL }, { NULL } })
-CASE(uneven_nodes_one_and_two, { "resnet50.txt", 2, { 1, 2 }, "2", { NULL }, { NULL } })
+CASE(two_nodes_one_trainer_fp16, { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 } }, "3", { NULL }, { NULL } })
+CASE(two_nodes_two_trainers_fp16, { "resnet50.txt", { .nodes = 2, .local_size = { 2, 2 } }, "2", { NULL }, { NULL } })
+CASE(three_nodes_one_trainer_fp16, { "resnet50.txt", { .nodes = 3, .local_size = { 1, 1, 1 } }, "2", { NULL }, { NULL } })
+CASE(uneven_nodes_one_and_two, { "resnet50.txt", { .nodes = 2, .local_size = { 1, 2 } }, "2", { NULL }, { NULL } })
 CASE(two_nodes_bf16_clipping,
-     { "resnet50.txt", 2, { 1, 1 }, "2", { "--wire=bf16", NULL }, { "--clip", "0.5", NULL } })
+     { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 }, .wire = "bf16" }, "2", { NULL },
+       { "--clip", "0.5", NULL } })
 CASE(two_nodes_fp16_sum_clipping,
-     { "resnet50.txt", 2, { 2, 1 }, "2", { "--op=sum", NULL }, { "--clip", "1.0", NULL } })
+     { "resnet50.txt", { .nodes = 2, .local_size = { 2, 1 }, .op = "sum" }, "2", { NULL },
+       { "--clip", "1.0", NULL } })
 CASE(two_nodes_two_trainers_fp32_exact,
-     { "resnet50.txt", 2, { 2, 2 }, "2", { "--wire=fp32", NULL }, { "--pattern", "pow2", "--exact", NULL } })
+     { "resnet50.txt", { .nodes = 2, .local_size = { 2, 2 }, .wire = "fp32" }, "2", { NULL },
+       { "--pattern", "pow2", "--exact", NULL } })
 CASE(two_nodes_fp32_sum_exact,
-     { "resnet50.txt", 2, { 1, 1 }, "2", { "--wire=fp32", "--op=sum", NULL }, { "--pattern", "pow2", "--exact", NULL } })
+     { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 }, .wire = "fp32", .op = "sum" }, "2",
+       { NULL }, { "--pattern", "pow2", "--exact", NULL } })
 CASE(three_nodes_uneven_bf16_sum,
-     { "resnet50.txt", 3, { 1, 2, 1 }, "2", { "--wire=bf16", "--op=sum", NULL }, { NULL } })
+     { "resnet50.txt", { .nodes = 3, .local_size = { 1, 2, 1 }, .wire = "bf16", .op = "sum" }, "2",
+       { NULL }, { NULL } })
 
 int main(void)
 {

@@ -66,10 +66,11 @@ static const struct {
 	{ "block1.conv", 3000 }, { "stem.conv", 1000 },
 };
 #define NTENSORS (sizeof(layout) / sizeof(layout[0]))
-static const char *const daemon_args[] = {
-	"--local-size=4", "--threshold=2048", "--fusion-buffer=1024", "--wire=fp16",
-	"--op=average", "--log-level=info", NULL,
+static struct harness_job job = {
+	.id = "soak", .local_size = { TRAINERS }, .threshold = "2048", .fusion_buffer = "1024",
+	.wire = "fp16", .op = "average",
 };
+static const char *const daemon_args[] = { "--log-level=info", NULL };
 
 static struct gs_test_daemon daemon_;
 static gs_client *trainer[TRAINERS];
@@ -207,21 +208,22 @@ static void flat_over_thousands_of_steps(void **state)
 {
 	(void)state;
 	uint64_t steps = soak_steps();
-	harness_daemon_start(&daemon_, daemon_args);
+	harness_job_daemon_start(&daemon_, &job, 0, daemon_args);
 	struct gs_tensor_spec specs[NTENSORS];
 	for (size_t t = 0; t < NTENSORS; t++)
 		specs[t] = (struct gs_tensor_spec){ layout[t].name, layout[t].count, GS_FLOAT32,
 						    -1, 0 };
+	harness_job_setenv(&job, 0);
 	for (unsigned r = 0; r < TRAINERS; r++) {
 		struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 		o.socket_path = daemon_.socket;
 		o.local_rank = r;
-		o.job_id = "soak";
 		if (gs_connect(&o, &trainer[r]) != GS_OK)
 			fail_msg("connect rank %u: %s", r, gs_last_error(NULL));
 		if (gs_register(trainer[r], specs, NTENSORS) != GS_OK)
 			fail_msg("register rank %u: %s", r, gs_last_error(trainer[r]));
 	}
+	harness_clear_launch_env();
 	print_message("%zu tensors in %zu buckets, %llu steps\n", gs_tensor_count(trainer[0]),
 		      gs_bucket_count(trainer[0]), (unsigned long long)steps);
 

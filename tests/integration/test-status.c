@@ -2,7 +2,8 @@
  * gradsyncctl status against a running daemon: after a known number of
  * steps with known inputs, the figures it reports must match what the test
  * computes itself; a status query must be answered while a bucket is being
- * reduced; and gradsyncctl must say clearly when no daemon runs.
+ * reduced; gradsyncctl must say clearly when no daemon runs; and two jobs
+ * on one daemon show each with its own shape, settings and figures.
  */
 #include <stdarg.h>
 #include <stdbool.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -27,14 +29,20 @@ static const struct gs_tensor_spec layout[] = {
 };
 #define NT 4
 
-static gs_client *trainer(const char *socket, uint32_t rank,
+/* A trainer of this process in job j (its variables set while it
+ * connects; NULL: none, a job of one trainer and the defaults). */
+static gs_client *trainer(const struct harness_job *j, const char *socket, uint32_t rank,
 			  const struct gs_tensor_spec *specs, size_t n)
 {
 	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
 	o.socket_path = socket;
 	o.local_rank = rank;
 	gs_client *c;
-	if (gs_connect(&o, &c) != GS_OK)
+	if (j)
+		harness_job_setenv(j, 0);
+	int r = gs_connect(&o, &c);
+	harness_clear_launch_env();
+	if (r != GS_OK)
 		fail_msg("connect: %s", gs_last_error(NULL));
 	if (gs_register(c, specs, n) != GS_OK)
 		fail_msg("register: %s", gs_last_error(c));
@@ -91,9 +99,10 @@ static void figures_after_known_steps(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	static const char *const args[] = { "--local-size=2", "--threshold=100000", NULL };
-	harness_daemon_start(&d, args);
-	gs_client *c[2] = { trainer(d.socket, 0, layout, NT), trainer(d.socket, 1, layout, NT) };
+	static struct harness_job job = { .local_size = { 2 }, .threshold = "100000" };
+	harness_job_daemon_start(&d, &job, 0, NULL);
+	gs_client *c[2] = { trainer(&job, d.socket, 0, layout, NT),
+			    trainer(&job, d.socket, 1, layout, NT) };
 
 	uint64_t elements = 0, clipped = 0;
 	for (size_t t = 0; t < NT; t++)
@@ -169,7 +178,7 @@ static void status_while_reducing(void **state)
 	harness_daemon_start(&d, NULL);
 	/* 64M elements: the bucket takes far longer than a status round trip. */
 	static const struct gs_tensor_spec big[] = { { "big", 64u << 20, GS_FLOAT32, -1, 0 } };
-	gs_client *c = trainer(d.socket, 0, big, 1);
+	gs_client *c = trainer(NULL, d.socket, 0, big, 1);
 	memset(gs_tensor_data(c, 0), 0, (64u << 20) * sizeof(float));
 	gs_client *ctl;
 	assert_int_equal(gs_control_connect(d.socket, 5000, &ctl), GS_OK);
@@ -210,6 +219,108 @@ static void status_while_reducing(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* A trainer of job `id` whose first trainer defines it: local_size
+ * trainers, this threshold. */
+static gs_client *job_trainer(const char *socket, const char *id, uint32_t rank,
+			      uint32_t local_size, uint64_t threshold)
+{
+	static const struct gs_tensor_spec small[] = {
+		{ "w", 3000, GS_FLOAT32, -1, 0 },
+		{ "b", 100, GS_FLOAT32, -1, 0 },
+	};
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	o.socket_path = socket;
+	o.job_id = id;
+	o.local_rank = rank;
+	o.local_size = local_size;
+	o.threshold = threshold;
+	gs_client *c;
+	if (gs_connect(&o, &c) != GS_OK)
+		fail_msg("connect to job %s: %s", id, gs_last_error(NULL));
+	if (gs_register(c, small, 2) != GS_OK)
+		fail_msg("register in job %s: %s", id, gs_last_error(c));
+	return c;
+}
+
+static void steps(gs_client **c, size_t n, int count)
+{
+	struct gs_step_options o = GS_STEP_OPTIONS_INIT;
+	const uint32_t order[2] = { 0, 1 };
+	for (int s = 0; s < count; s++) {
+		for (size_t r = 0; r < n; r++) {
+			assert_int_equal(gs_step_begin(c[r], &o), GS_OK);
+			assert_int_equal(gs_mark_ready(c[r], order, 2), GS_OK);
+		}
+		for (size_t r = 0; r < n; r++) {
+			struct gs_step_result res;
+			assert_int_equal(gs_step_wait(c[r], 30000, &res), GS_OK);
+		}
+	}
+}
+
+static const struct gs_job_status *find_job(const struct gs_status *st, const char *id)
+{
+	for (size_t i = 0; i < st->job_count; i++)
+		if (strcmp(st->jobs[i].job_id, id) == 0)
+			return &st->jobs[i];
+	fail_msg("no job '%s' in the status", id);
+	return NULL;
+}
+
+/* Two jobs on one daemon, each with its own shape, settings and steps:
+ * gs_status lists both, each with its own figures, and totals the node. */
+static void two_jobs(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, NULL);
+	gs_client *a[2] = { job_trainer(d.socket, "a", 0, 2, 1000),
+			    job_trainer(d.socket, "a", 1, 2, 1000) };
+	gs_client *b[1] = { job_trainer(d.socket, "b", 0, 1, GS_FROM_ENV_U64) };
+	steps(a, 2, 1);
+	steps(b, 1, 2);
+
+	gs_client *ctl;
+	assert_int_equal(gs_control_connect(d.socket, 5000, &ctl), GS_OK);
+	struct gs_status *st;
+	assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
+	assert_int_equal(st->job_count, 2);
+	assert_int_equal(st->max_jobs, 16);
+	assert_int_equal(st->steps_completed, 3);
+	const struct gs_job_status *ja = find_job(st, "a"), *jb = find_job(st, "b");
+	assert_false(ja->hidden);
+	assert_int_equal(ja->owner_uid, getuid());
+	assert_int_equal(ja->local_size, 2);
+	assert_int_equal(ja->world_size, 2);
+	assert_int_equal(ja->nodes, 1);
+	assert_int_equal(ja->node_rank, 0);
+	assert_string_equal(ja->coordinator, "");
+	assert_string_equal(ja->backend, "host");
+	assert_int_equal(ja->threshold, 1000);
+	assert_int_equal(ja->wire_dtype, GS_WIRE_DTYPE_FP16);
+	assert_int_equal(ja->trainers_connected, 2);
+	assert_int_equal(ja->trainer_count, 2);
+	assert_int_equal(ja->trainers[0].tensors + ja->trainers[1].tensors, 4);
+	assert_int_equal(ja->trainers[0].local_rank + ja->trainers[1].local_rank, 1);
+	assert_int_equal(ja->steps_completed, 1);
+	assert_int_equal(ja->current_step, 1);
+	/* The plan: 3000 > 1000 goes alone, then 100. */
+	assert_int_equal(ja->buckets, 2);
+	assert_true(ja->last_step_ns > 0 && ja->age_ns > 0);
+	assert_int_equal(jb->local_size, 1);
+	assert_int_equal(jb->threshold, 2097152);
+	assert_int_equal(jb->trainer_count, 1);
+	assert_int_equal(jb->steps_completed, 2);
+	assert_int_equal(jb->buckets, 1);
+	gs_status_free(st);
+	gs_close(ctl);
+
+	gs_close(a[0]);
+	gs_close(a[1]);
+	gs_close(b[0]);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 static void ctl_without_daemon(void **state)
 {
 	(void)state;
@@ -231,6 +342,7 @@ int main(void)
 		cmocka_unit_test(figures_after_known_steps),
 		cmocka_unit_test(status_while_reducing),
 		cmocka_unit_test(ctl_without_daemon),
+		cmocka_unit_test(two_jobs),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

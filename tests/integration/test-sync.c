@@ -18,25 +18,21 @@
 
 struct sync_case {
 	const char *layout;
-	unsigned trainers;
+	struct harness_job job; /* local_size[0]: the trainers */
 	const char *steps;
-	const char *daemon_args[6];
 	const char *trainer_args[6];
 };
 
 static void run_case(const struct sync_case *c)
 {
-	char local_size[32];
-	snprintf(local_size, sizeof(local_size), "--local-size=%u", c->trainers);
-	const char *dargs[8] = { local_size };
-	for (size_t i = 0; c->daemon_args[i]; i++)
-		dargs[i + 1] = c->daemon_args[i];
+	struct harness_job job = c->job;
+	const unsigned trainers = job.local_size[0];
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, dargs);
+	harness_job_daemon_start(&d, &job, 0, NULL);
 
 	pid_t pids[8];
 	char logs[8][200];
-	for (unsigned r = 0; r < c->trainers; r++) {
+	for (unsigned r = 0; r < trainers; r++) {
 		char rank[16];
 		snprintf(rank, sizeof(rank), "%u", r);
 		snprintf(logs[r], sizeof(logs[r]), "%s/trainer-%u.log", d.dir, r);
@@ -47,10 +43,10 @@ static void run_case(const struct sync_case *c)
 		size_t n = 9;
 		for (size_t i = 0; c->trainer_args[i]; i++)
 			argv[n++] = c->trainer_args[i];
-		pids[r] = harness_spawn(argv, logs[r]);
+		pids[r] = harness_job_spawn(&job, 0, argv, logs[r]);
 	}
 	int failed = 0;
-	for (unsigned r = 0; r < c->trainers; r++) {
+	for (unsigned r = 0; r < trainers; r++) {
 		int status = harness_wait(pids[r], 240000);
 		if (status != 0) {
 			harness_dump(logs[r]);
@@ -71,25 +67,36 @@ static void run_case(const struct sync_case *c)
 		run_case(&c);                                                  \
 	}
 
-CASE(one_trainer_fp16, { "resnet50.txt", 1, "3", { NULL }, { NULL } })
-CASE(two_trainers_fp16, { "resnet50.txt", 2, "3", { NULL }, { "--bucket-events", NULL } })
-CASE(four_trainers_fp16, { "resnet50.txt", 4, "2", { NULL }, { NULL } })
+CASE(one_trainer_fp16,
+     { "resnet50.txt", { .local_size = { 1 } }, "3", { NULL } })
+CASE(two_trainers_fp16,
+     { "resnet50.txt", { .local_size = { 2 } }, "3", { "--bucket-events", NULL } })
+CASE(four_trainers_fp16,
+     { "resnet50.txt", { .local_size = { 4 } }, "2", { NULL } })
 CASE(two_trainers_fp32_exact,
-     { "resnet50.txt", 2, "2", { "--wire=fp32", NULL }, { "--pattern", "pow2", "--exact", NULL } })
+     { "resnet50.txt", { .local_size = { 2 }, .wire = "fp32" }, "2",
+       { "--pattern", "pow2", "--exact", NULL } })
 CASE(four_trainers_fp32_exact,
-     { "resnet50.txt", 4, "2", { "--wire=fp32", NULL }, { "--pattern", "pow2", "--exact", NULL } })
-CASE(two_trainers_bf16, { "resnet50.txt", 2, "2", { "--wire=bf16", NULL }, { NULL } })
-CASE(two_trainers_sum, { "resnet50.txt", 2, "2", { "--op=sum", NULL }, { NULL } })
+     { "resnet50.txt", { .local_size = { 4 }, .wire = "fp32" }, "2",
+       { "--pattern", "pow2", "--exact", NULL } })
+CASE(two_trainers_bf16,
+     { "resnet50.txt", { .local_size = { 2 }, .wire = "bf16" }, "2", { NULL } })
+CASE(two_trainers_sum,
+     { "resnet50.txt", { .local_size = { 2 }, .op = "sum" }, "2", { NULL } })
 CASE(two_trainers_sum_fp32_exact,
-     { "resnet50.txt", 2, "2", { "--op=sum", "--wire=fp32", NULL }, { "--pattern", "pow2", "--exact", NULL } })
-CASE(two_trainers_clipping, { "resnet50.txt", 2, "2", { NULL }, { "--clip", "1.0", NULL } })
+     { "resnet50.txt", { .local_size = { 2 }, .op = "sum", .wire = "fp32" }, "2",
+       { "--pattern", "pow2", "--exact", NULL } })
+CASE(two_trainers_clipping,
+     { "resnet50.txt", { .local_size = { 2 } }, "2", { "--clip", "1.0", NULL } })
 CASE(two_trainers_clipping_bf16,
-     { "resnet50.txt", 2, "2", { "--wire=bf16", NULL }, { "--clip", "0.5", NULL } })
-CASE(overflow_reports_nonfinite, { "resnet50.txt", 2, "2", { NULL }, { "--pattern", "overflow", NULL } })
+     { "resnet50.txt", { .local_size = { 2 }, .wire = "bf16" }, "2", { "--clip", "0.5", NULL } })
+CASE(overflow_reports_nonfinite,
+     { "resnet50.txt", { .local_size = { 2 } }, "2", { "--pattern", "overflow", NULL } })
 CASE(three_trainers_predivide_after,
-     { "resnet50.txt", 3, "2", { "--predivide=1", NULL }, { NULL } })
+     { "resnet50.txt", { .local_size = { 3 }, .predivide = "1" }, "2", { NULL } })
 CASE(buckets_larger_than_fusion_buffer,
-     { "resnet50.txt", 2, "2", { "--fusion-buffer=65536", "--threshold=100000", NULL }, { NULL } })
+     { "resnet50.txt", { .local_size = { 2 }, .fusion_buffer = "65536", .threshold = "100000" },
+       "2", { NULL } })
 
 int main(void)
 {

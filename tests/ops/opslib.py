@@ -88,17 +88,123 @@ def daemon_env(extra=None, drop=()):
     return env
 
 
+# ---- the job ---------------------------------------------------------------------
+
+# The launcher variables libgradsync reads (client/launch.c): a trainer is
+# given its job's and nothing else a shell may have exported.
+LAUNCH_VARS = (
+    "GRADSYNC_JOB_ID", "GRADSYNC_LOCAL_RANK", "GRADSYNC_LOCAL_SIZE", "GRADSYNC_NODES",
+    "GRADSYNC_NODE_RANK", "GRADSYNC_COORDINATOR", "GRADSYNC_THRESHOLD", "GRADSYNC_WIRE",
+    "GRADSYNC_OP", "GRADSYNC_PREDIVIDE", "GRADSYNC_FUSION_BUFFER",
+    "TORCHELASTIC_RUN_ID", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE", "GROUP_RANK",
+    "MASTER_ADDR", "SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE",
+    "SLURM_NNODES", "SLURM_NODEID",
+)
+
+
+def node_host(node):
+    """The loopback address of node `node`'s daemon: 127.0.0.<node + 1>."""
+    return f"127.0.0.{node + 1}"
+
+
+class Job:
+    """A job as its trainers carry it, in libgradsync's environment
+    (GRADSYNC_*): described once by a test, given to every Trainer. Its
+    first trainer defines it; a field left None takes the default (local
+    size 1, nodes 1, threshold 2097152, wire fp16, op average, predivide
+    world, fusion buffer 4194304). local_size is every node's trainer
+    count, or a list of them; coordinator, the host of node 0's daemon,
+    defaults to its address with several nodes; port is where the daemons
+    reach each other (--node-port; node 0's rendezvous), picked when None."""
+
+    def __init__(self, job_id=None, local_size=None, nodes=None, coordinator=None, port=None,
+                 threshold=None, wire=None, op=None, predivide=None, fusion_buffer=None):
+        self.job_id, self.local_size, self.nodes = job_id, local_size, nodes
+        self.coordinator, self.port = coordinator, port
+        self.threshold, self.wire, self.op = threshold, wire, op
+        self.predivide, self.fusion_buffer = predivide, fusion_buffer
+
+    def local_size_of(self, node):
+        if isinstance(self.local_size, (list, tuple)):
+            return self.local_size[node]
+        return self.local_size
+
+    def coordinator_host(self):
+        if self.coordinator is not None:
+            return self.coordinator
+        return node_host(0) if self.nodes and self.nodes > 1 else None
+
+    def node_port(self):
+        if self.port is None:
+            self.port = free_port()
+        return self.port
+
+    def env(self, node=0):
+        """The variables (name: value) of a trainer of node `node`: only
+        the fields the job sets."""
+        env = {}
+        fields = [("GRADSYNC_JOB_ID", self.job_id),
+                  ("GRADSYNC_LOCAL_SIZE", self.local_size_of(node)),
+                  ("GRADSYNC_NODES", self.nodes),
+                  ("GRADSYNC_NODE_RANK", node if self.nodes else None),
+                  ("GRADSYNC_COORDINATOR", self.coordinator_host()),
+                  ("GRADSYNC_THRESHOLD", self.threshold), ("GRADSYNC_WIRE", self.wire),
+                  ("GRADSYNC_OP", self.op), ("GRADSYNC_PREDIVIDE", self.predivide),
+                  ("GRADSYNC_FUSION_BUFFER", self.fusion_buffer)]
+        for name, value in fields:
+            if value is not None:
+                env[name] = str(value)
+        return env
+
+
+def node_flags(job, node=0):
+    """The daemon's flags of a node of a job of several nodes: where the
+    others reach it."""
+    return [f"--node-address={node_host(node)}", f"--node-port={job.node_port()}"]
+
+
+def daemon_job_flags(job, node=0):
+    """The flags of node `node`'s daemon of the job: the node port of a job
+    of several nodes; else none (--node-port=0: tests run side by side, and
+    one default port would be taken by the first). The job itself is its
+    trainers' to give."""
+    if job is not None and job.nodes and job.nodes > 1:
+        return node_flags(job, node)
+    return ["--node-port=0"]
+
+
+def trainer_env(job, node=0):
+    """This process's environment without any launcher's variables, and
+    the job's of node `node` (None: none, a job of one trainer)."""
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS}
+    if job is not None:
+        env.update(job.env(node))
+    return env
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class Daemon:
     """gradsyncd on a socket of its own; no configuration file unless the
-    test names one."""
+    test names one. job: the job its trainers are given, node: this
+    daemon's node of it; args come after the job's flags."""
 
-    def __init__(self, args=(), env=None, config="", wait=True, tmp=None):
+    def __init__(self, args=(), env=None, config="", wait=True, tmp=None, job=None, node=0):
         self.dir = tmp or tempfile.mkdtemp(prefix="gs-ops-")
         self.socket = os.path.join(self.dir, "gs.sock")
         self.log = os.path.join(self.dir, "gradsyncd.log")
         argv = [DAEMON, f"--socket={self.socket}"]
         if config is not None:
             argv.append(f"--config={config}")
+        if not any(str(a).startswith("--node-port") for a in args):
+            argv += daemon_job_flags(job, node)
         argv += list(args)
         self.proc = spawn(argv, self.log, env=daemon_env(env))
         if wait:
@@ -149,10 +255,11 @@ def status(sock):
 
 
 class Trainer:
-    """An ops-trainer process (see ops-trainer.c)."""
+    """An ops-trainer process (see ops-trainer.c) of node `node` of job,
+    given the job in its environment."""
 
     def __init__(self, sock, rank, counts, steps=1, clip=0, nan=False, abandon_at=0,
-                 hold=False, log_dir=None):
+                 hold=False, log_dir=None, job=None, node=0):
         argv = [TRAINER, "--socket", sock, "--rank", str(rank),
                 "--counts", ",".join(map(str, counts)), "--steps", str(steps)]
         if clip:
@@ -165,7 +272,8 @@ class Trainer:
             argv.append("--hold")
         self.log = os.path.join(log_dir or tempfile.gettempdir(),
                                 f"trainer-{rank}-{os.getpid()}-{id(self)}.log")
-        self.proc = spawn(argv, self.log, stdin=subprocess.PIPE if hold else subprocess.DEVNULL)
+        self.proc = spawn(argv, self.log, env=trainer_env(job, node),
+                          stdin=subprocess.PIPE if hold else subprocess.DEVNULL)
 
     def text(self):
         with open(self.log, errors="replace") as f:

@@ -10,30 +10,20 @@ import shutil
 import subprocess
 import tempfile
 
-from opslib import (BUILD, DAEMON, Daemon, Skip, check, check_eq, daemon_env, run, status)
+from opslib import (BUILD, DAEMON, Daemon, Skip, Trainer, check, check_eq, daemon_env, run)
 
 # The allowed ranges as the documentation states them, written here rather
 # than read from gradsyncd, with values outside them.
 RANGES = {
     "config": ("a text of 0 to 255 bytes", ["/" + "c" * 300]),
     "socket": ("a text of 1 to 107 bytes", ["", "/tmp/" + "s" * 110]),
-    "local-size": ("an integer in [1, 64]", ["0", "65", "-1", "two", "1.5"]),
-    "threshold": ("an integer in [0, 4294967296]", ["4294967297", "-5", "1e6"]),
-    "wire": ("one of fp16 bf16 fp32", ["fp8", "FP16", ""]),
-    "op": ("one of average sum", ["max", ""]),
-    "predivide": ("'world' or a number in [1, 1e6]", ["0.5", "1000001", "nan", "worlds"]),
-    "fusion-buffer": ("an integer in [1024, 1073741824]", ["1023", "1073741825"]),
     "backend": ("one of auto host cuda", ["gpu"]),
     "log-level": ("one of error warning info debug", ["verbose", "7"]),
     "max-frame": ("an integer in [4096, 1073741824]", ["4095"]),
     "max-tensors": ("an integer in [1, 16777216]", ["0", "16777217"]),
     "max-bytes": ("an integer in [4, 70368744177664]", ["3", "70368744177665"]),
     "allow-hugetlb": ("one of no yes", ["true", "1", ""]),
-    "nodes": ("an integer in [1, 1024]", ["0", "1025"]),
-    "node-rank": ("an integer in [0, 1023]", ["1024", "x"]),
-    "coordinator": ("a text of 3 to 255 bytes", ["h:", "h" * 256]),
     "cluster-secret-file": ("a text of 0 to 255 bytes", ["/" + "k" * 300]),
-    "gloo-host": ("a text of 0 to 255 bytes", ["g" * 256]),
     "join-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
     "peer-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
     "auth-timeout": ("an integer in [1, 300]", ["0", "301"]),
@@ -42,8 +32,15 @@ RANGES = {
     "group": ("a text of 0 to 63 bytes", ["g" * 64]),
     "allow-uids": ("a text of 0 to 255 bytes", ["1," * 128]),
     "max-clients": ("an integer in [1, 65536]", ["0", "65537"]),
+    "node-address": ("a text of 0 to 255 bytes", ["a" * 256]),
+    "node-port": ("an integer in [0, 65535]", ["65536", "-1", "port"]),
+    "max-jobs": ("an integer in [1, 1024]", ["0", "1025"]),
+    "max-trainers": ("an integer in [1, 4096]", ["0", "4097"]),
+    "max-nodes": ("an integer in [1, 1024]", ["0", "1025"]),
+    "max-fusion-buffer": ("an integer in [1024, 1073741824]", ["1023", "1073741825"]),
+    "job-linger": ("an integer in [0, 86400]", ["86401", "-1"]),
+    "gpus": ("a text of 0 to 255 bytes", ["0" * 256]),
 }
-
 
 def help_settings():
     """(name, range text, default) of every setting gradsyncd --help lists."""
@@ -98,22 +95,22 @@ def env_name(name):
 def test_precedence_and_sources():
     d = tempfile.mkdtemp(prefix="gs-conf-")
     conf = write(os.path.join(d, "gradsyncd.conf"),
-                 "# a comment\n; another\n\nlocal-size = 3\nthreshold=1000\n"
-                 "   wire   =   bf16   \ncoordinator = \"10.0.0.7:29511\"\n")
-    rows = print_config(["--wire=fp32"], {"GRADSYNC_THRESHOLD": "2000"}, config=conf)
-    check_eq(rows["local-size"], ("3", f"file {conf}:4"), "local-size from the file")
-    check_eq(rows["threshold"], ("2000", "environment"), "the environment beats the file")
-    check_eq(rows["wire"], ("fp32", "command line"), "a flag beats the file")
-    check_eq(rows["coordinator"], ("10.0.0.7:29511", f"file {conf}:7"), "a quoted value")
-    check_eq(rows["op"], ("average", "default"), "op untouched")
+                 "# a comment\n; another\n\nmax-tensors = 300\nstep-timeout=100\n"
+                 "   log-level   =   warning   \ngroup = \"gs ops: quoted\"\n")
+    rows = print_config(["--log-level=error"], {"GRADSYNC_STEP_TIMEOUT": "200"}, config=conf)
+    check_eq(rows["max-tensors"], ("300", f"file {conf}:4"), "max-tensors from the file")
+    check_eq(rows["step-timeout"], ("200", "environment"), "the environment beats the file")
+    check_eq(rows["log-level"], ("error", "command line"), "a flag beats the file")
+    check_eq(rows["group"], ("gs ops: quoted", f"file {conf}:7"), "a quoted value")
+    check_eq(rows["max-clients"], ("256", "default"), "max-clients untouched")
     check_eq(rows["config"], (conf, "command line"), "the file's own source")
     # GRADSYNC_CONFIG names the file; --config beats it.
-    other = write(os.path.join(d, "other.conf"), "local-size = 5\n")
+    other = write(os.path.join(d, "other.conf"), "max-tensors = 500\n")
     rows = print_config(env={"GRADSYNC_CONFIG": other}, config=None)
-    check_eq(rows["local-size"], ("5", f"file {other}:1"), "GRADSYNC_CONFIG's file")
+    check_eq(rows["max-tensors"], ("500", f"file {other}:1"), "GRADSYNC_CONFIG's file")
     check_eq(rows["config"], (other, "environment"), "GRADSYNC_CONFIG's source")
     rows = print_config(env={"GRADSYNC_CONFIG": other}, config=conf)
-    check_eq(rows["local-size"], ("3", f"file {conf}:4"), "--config beats GRADSYNC_CONFIG")
+    check_eq(rows["max-tensors"], ("300", f"file {conf}:4"), "--config beats GRADSYNC_CONFIG")
     # Every setting --help lists is shown, from its default without a file.
     rows = print_config()
     for name, _, default in help_settings():
@@ -133,15 +130,17 @@ def test_default_file_may_be_absent():
 
 def test_daemon_runs_with_the_file():
     d = tempfile.mkdtemp(prefix="gs-conf-")
-    conf = write(os.path.join(d, "gradsyncd.conf"),
-                 "local-size = 2\nwire = bf16\nthreshold = 4096\nop = sum\n")
+    conf = write(os.path.join(d, "gradsyncd.conf"), "max-tensors = 2\nlog-level = debug\n")
     g = Daemon(config=conf, tmp=d)
     try:
-        s = status(g.socket)
-        check_eq(s["local_size"], 2, "local size from the file")
-        check_eq(s["settings"]["wire_dtype"], "bf16", "wire from the file")
-        check_eq(s["settings"]["threshold"], 4096, "threshold from the file")
-        check_eq(s["settings"]["op"], "sum", "op from the file")
+        # A trainer of three tensors meets the file's limit of two...
+        t = Trainer(g.socket, 0, [10, 20, 30], log_dir=d)
+        check(t.proc.wait(30) != 0, "a trainer of 3 tensors is refused")
+        check("more than 2 tensors (--max-tensors)" in t.text(),
+              f"max-tensors from the file: {t.text()}")
+        # ...and its leaving is logged at the file's level.
+        g.stop()
+        check(" debug: " in g.log_text(), "log-level from the file: debug lines in the log")
     finally:
         g.cleanup()
 
@@ -149,11 +148,12 @@ def test_daemon_runs_with_the_file():
 def test_every_invalid_value_refused_from_every_source():
     d = tempfile.mkdtemp(prefix="gs-conf-")
     listed = help_settings()
-    check(len(listed) >= len(RANGES) - 1, "gradsyncd --help lists the settings")
+    known = dict(RANGES)
+    check(len(listed) >= len(known) - 1, "gradsyncd --help lists the settings")
     cases = 0
     for name, rng, _ in listed:
-        if name in RANGES:
-            want, bad = RANGES[name]
+        if name in known:
+            want, bad = known[name]
             check_eq(rng, want, f"--help's range of {name}")
         else:
             want, bad = rng, derived_bad(rng)
@@ -176,30 +176,16 @@ def test_every_invalid_value_refused_from_every_source():
     shutil.rmtree(d)
 
 
-def test_coordinator_split_at_start():
-    """With several nodes, --coordinator must split into host and port the
-    way the rendezvous splits it (common/hostport.c), or gradsyncd exits 2
-    before it joins anything."""
-    for value in ["host:", ":29500", "[]:29500", "nocolon", "h:" + "1" * 40]:
-        r = gsd(["--nodes=2", "--node-rank=1", f"--coordinator={value}"])
-        check_eq(r.returncode, 2, f"exit status for --coordinator={value!r} (stderr: {r.stderr})")
-        check("--coordinator" in r.stderr and "HOST:PORT" in r.stderr,
-              f"the message names --coordinator and HOST:PORT for {value!r}: {r.stderr}")
-    for value in ["10.0.0.7:29511", "[::1]:29500", "node-0:1"]:
-        rows = print_config(["--nodes=2", "--node-rank=1", f"--coordinator={value}"])
-        check_eq(rows["coordinator"][0], value, f"--coordinator={value!r} accepted")
-
-
 def test_file_errors_name_file_and_line():
     d = tempfile.mkdtemp(prefix="gs-conf-")
     cases = [
-        ("local-size = 2\nno-such-setting = 1\n", ":2: unknown setting 'no-such-setting'"),
-        ("local-size 2\n", ":1: 'local-size 2' is not 'key = value'"),
-        ("wire = fp16\n\nwire = bf16\n", ":3: 'wire' is already set on line 1"),
-        ("coordinator = \"10.0.0.1:1\n", ":1: the value of 'coordinator' has an opening quote"),
+        ("max-tensors = 2\nno-such-setting = 1\n", ":2: unknown setting 'no-such-setting'"),
+        ("max-tensors 2\n", ":1: 'max-tensors 2' is not 'key = value'"),
+        ("log-level = info\n\nlog-level = debug\n", ":3: 'log-level' is already set on line 1"),
+        ("group = \"gradsync\n", ":1: the value of 'group' has an opening quote"),
         ("config = /etc/other.conf\n", ":1: 'config' names the file to read"),
-        ("Local-Size = 2\n", ":1: 'Local-Size' is not a setting's name"),
-        ("wire = fp16 # faster\n", "invalid value 'fp16 # faster' for --wire"),
+        ("Max-Tensors = 2\n", ":1: 'Max-Tensors' is not a setting's name"),
+        ("log-level = info # quieter\n", "invalid value 'info # quieter' for --log-level"),
     ]
     for text, want in cases:
         conf = write(os.path.join(d, "g.conf"), text)
@@ -266,6 +252,5 @@ def test_man_pages_document_every_setting():
 if __name__ == "__main__":
     run([test_precedence_and_sources, test_default_file_may_be_absent,
          test_daemon_runs_with_the_file, test_every_invalid_value_refused_from_every_source,
-         test_coordinator_split_at_start,
          test_file_errors_name_file_and_line, test_example_documents_every_setting,
          test_man_pages_document_every_setting])

@@ -11,6 +11,7 @@ import shutil
 import socket
 import tempfile
 
+import opslib
 from opslib import (Daemon, Skip, Trainer, check, check_eq, clipped, ctl, plan, run, status,
                     wait_for)
 
@@ -18,7 +19,8 @@ COUNTS = [500, 700, 3000, 200, 900, 100, 64]
 THRESHOLD = 1000
 STEPS = 3
 CLIP = 1.0
-ARGS = ["--local-size=2", f"--threshold={THRESHOLD}", "--fusion-buffer=1024"]
+# The job of every test here: two trainers, given it in their environment.
+JOB = opslib.Job(local_size=2, threshold=THRESHOLD, fusion_buffer=1024)
 
 
 # ---- the exposition format, parsed here -----------------------------------------
@@ -129,9 +131,9 @@ class Job:
     connected."""
 
     def __init__(self):
-        self.d = Daemon(ARGS)
+        self.d = Daemon(job=JOB)
         self.trainers = [Trainer(self.d.socket, r, COUNTS, steps=STEPS, clip=CLIP, nan=True,
-                                 hold=True, log_dir=self.d.dir) for r in range(2)]
+                                 hold=True, log_dir=self.d.dir, job=JOB) for r in range(2)]
         for t in self.trainers:
             t.wait_line("HOLDING")
         self.buckets = plan(COUNTS, THRESHOLD)
@@ -205,7 +207,10 @@ def test_metrics_after_known_steps_and_an_abort():
         check_eq(value(fam, "gradsync_trainers"), 2, "trainers")
         check_eq(value(fam, "gradsync_peer_up", node="0"), 1, "this node is up")
         check_eq(value(fam, "gradsync_peer_trainers", node="0"), 2, "this node's trainers")
-        check_eq(value(fam, "gradsync_info", backend="host", wire="fp16", op="average"), 1, "info")
+        check_eq(value(fam, "gradsync_info", backend="host"), 1, "info")
+        check_eq(value(fam, "gradsync_job_info", backend="host", wire="fp16", op="average"), 1,
+                 "the job's info")
+        check_eq(value(fam, "gradsync_jobs"), 1, "jobs")
         for phase in ["wait_for_gradients", "queue", "pack", "allreduce", "unpack"]:
             v = value(fam, "gradsync_bucket_phase_seconds_total", phase=phase)
             check(v >= 0 and math.isfinite(v), f"{phase} seconds")
@@ -214,11 +219,11 @@ def test_metrics_after_known_steps_and_an_abort():
 
         # A new job whose step is aborted: rank 1 marks everything, rank 0
         # marks one tensor and exits.
-        d = Daemon(ARGS)
+        d = Daemon(job=JOB)
         job.d = d
-        t1 = Trainer(d.socket, 1, COUNTS, steps=1, log_dir=d.dir)
+        t1 = Trainer(d.socket, 1, COUNTS, steps=1, log_dir=d.dir, job=JOB)
         t1.wait_line("MARKED 1")
-        t0 = Trainer(d.socket, 0, COUNTS, steps=1, abandon_at=1, log_dir=d.dir)
+        t0 = Trainer(d.socket, 0, COUNTS, steps=1, abandon_at=1, log_dir=d.dir, job=JOB)
         t0.wait_line("ABANDON 1")
         check_eq(t1.wait()[0]["status"], "ABORTED", "the step of the trainer left alone")
         t0.wait()

@@ -13,7 +13,7 @@ import socket
 import tempfile
 import time
 
-from opslib import (HAVE_GLOO, Daemon, Skip, Trainer, check, check_eq, ctl, run, wait_for)
+from opslib import (HAVE_GLOO, Daemon, Job, Skip, Trainer, check, check_eq, ctl, run, wait_for)
 
 
 class Listener:
@@ -63,7 +63,8 @@ class Listener:
 
 def test_ready_status_stopping():
     n = Listener()
-    d = Daemon(["--local-size=1"], env={"NOTIFY_SOCKET": n.address}, wait=False)
+    job = Job(local_size=1)
+    d = Daemon(env={"NOTIFY_SOCKET": n.address}, wait=False, job=job)
     try:
         answered = []
 
@@ -76,11 +77,12 @@ def test_ready_status_stopping():
         check_eq(answered, [0], "gradsyncctl status at the moment of READY=1")
         check(any(m.startswith("READY=1\nSTATUS=idle") for m in n.messages),
               f"READY=1 comes with a status line: {n.messages}")
-        Trainer(d.socket, 0, [1000, 3000, 20], steps=2, log_dir=d.dir).wait()
+        Trainer(d.socket, 0, [1000, 3000, 20], steps=2, log_dir=d.dir, job=job).wait()
         line = n.wait_for("STATUS=", 10)
         while "2 steps done" not in line:
             line = n.wait_for("STATUS=", 10)
-        check(re.match(r"STATUS=(idle|job '.*').*2 steps done, 0 aborted", line), line)
+        check(re.match(r"STATUS=(idle, no job|1 job, 0 trainers); 2 steps done, 0 aborted", line),
+              line)
         d.proc.send_signal(signal.SIGTERM)
         n.wait_for("STOPPING=1", 20)
         check_eq(d.proc.wait(20), 0, "exit status after SIGTERM")
@@ -116,38 +118,28 @@ def test_failed_start_is_never_ready():
         d.cleanup()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def test_ready_waits_for_the_other_nodes():
+def test_ready_needs_no_other_node():
+    """gradsyncd is ready once its socket and its node port listen: jobs,
+    and the other nodes of each, come later with their trainers. A job of
+    two nodes then runs between two daemons that were both ready alone."""
     if not HAVE_GLOO:
         raise Skip("this build has no Gloo: one node only")
-    port = free_port()
-    common = ["--nodes=2", f"--coordinator=127.0.0.1:{port}", "--gloo-host=127.0.0.1",
-              "--join-timeout=60"]
+    job = Job(nodes=2)
     n0, n1 = Listener(), Listener()
-    d0 = Daemon(common + ["--node-rank=0"], env={"NOTIFY_SOCKET": n0.address}, wait=False)
+    d0 = Daemon(env={"NOTIFY_SOCKET": n0.address}, wait=False, job=job, node=0)
     d1 = None
     try:
-        # Alone, node 0 keeps systemd waiting without a READY=1.
-        deadline = time.monotonic() + 3
-        while time.monotonic() < deadline:
-            n0.receive(0.5)
-        keys = n0.keys()
-        check("READY" not in keys, f"no READY=1 before the other node joins: {n0.messages}")
-        check("EXTEND_TIMEOUT_USEC" in keys, f"the start timeout is extended: {n0.messages}")
-        check(any(m.startswith("STATUS=joining") for m in n0.messages), "a joining status")
-        ctl(d0.socket, "status", check_rc=3)
-        d1 = Daemon(common + ["--node-rank=1"], env={"NOTIFY_SOCKET": n1.address}, wait=False)
-        n0.wait_for("READY=1", 60)
-        n1.wait_for("READY=1", 60)
+        n0.wait_for("READY=1", 30)
+        check(any(m.startswith("READY=1\nSTATUS=idle, no job") for m in n0.messages),
+              f"ready and idle, alone: {n0.messages}")
+        d1 = Daemon(env={"NOTIFY_SOCKET": n1.address}, wait=False, job=job, node=1)
+        n1.wait_for("READY=1", 30)
+        trainers = [Trainer(d.socket, 0, [1000, 20], steps=1, log_dir=d.dir, job=job, node=r)
+                    for r, d in enumerate((d0, d1))]
+        for t in trainers:
+            t.wait()
         s = ctl(d1.socket, "status", "--json")
-        check('"nodes":2' in s.stdout, "node 1 answers as one of 2 nodes")
+        check('"nodes":2' in s.stdout, f"node 1 answers as one of 2 nodes: {s.stdout}")
     finally:
         for d in (d1, d0):
             if d:
@@ -185,4 +177,4 @@ def test_journal_priority_prefixes():
 
 if __name__ == "__main__":
     run([test_ready_status_stopping, test_abstract_notify_socket, test_failed_start_is_never_ready,
-         test_ready_waits_for_the_other_nodes, test_journal_priority_prefixes])
+         test_ready_needs_no_other_node, test_journal_priority_prefixes])

@@ -11,17 +11,18 @@ import shutil
 import tempfile
 import time
 
-from opslib import (Daemon, Skip, Trainer, check, check_eq, ctl, plan, run)
+from opslib import (Daemon, Job, Skip, Trainer, check, check_eq, ctl, plan, run)
 
 COUNTS = [500, 700, 3000, 200, 900, 100, 64]
 THRESHOLD = 1000
 FUSION = 1024
-ARGS = ["--local-size=2", f"--threshold={THRESHOLD}", f"--fusion-buffer={FUSION}"]
+# The job of every test here: two trainers, given it in their environment.
+JOB = Job(local_size=2, threshold=THRESHOLD, fusion_buffer=FUSION)
 EPS = 1.0  # microseconds: wall-clock ts near 1.7e15 are doubles 0.25 apart
 
 
 def job(d, steps):
-    ts = [Trainer(d.socket, r, COUNTS, steps=steps, log_dir=d.dir) for r in range(2)]
+    ts = [Trainer(d.socket, r, COUNTS, steps=steps, log_dir=d.dir, job=JOB) for r in range(2)]
     for t in ts:
         t.wait()
 
@@ -81,7 +82,7 @@ def check_trace(events, steps, t0, t1):
 
 
 def test_trace_of_known_steps():
-    d = Daemon(ARGS)
+    d = Daemon(job=JOB)
     try:
         path = os.path.join(d.dir, "steps.json")
         job(d, 1)  # before the trace: not in it
@@ -114,7 +115,7 @@ def test_trace_of_known_steps():
 
 
 def test_trace_completed_at_shutdown():
-    d = Daemon(ARGS)
+    d = Daemon(job=JOB)
     try:
         path = os.path.join(d.dir, "t.json")
         t0 = time.time() * 1e6
@@ -127,7 +128,7 @@ def test_trace_completed_at_shutdown():
 
 
 def test_bad_files_refused():
-    d = Daemon(ARGS)
+    d = Daemon(job=JOB)
     try:
         for path, why in [(os.path.join(d.dir, "no", "such", "dir.json"), "No such file"),
                           (d.dir, "Is a directory"), ("/dev/null", "not a regular file")]:
@@ -141,7 +142,7 @@ def test_bad_files_refused():
 def test_file_is_the_callers():
     if os.getuid() != 0 or not shutil.which("setpriv"):
         raise Skip("needs root and setpriv to run gradsyncctl as another user")
-    d = Daemon(ARGS + ["--allow-uids=65534"])
+    d = Daemon(["--allow-uids=65534"], job=JOB)
     try:
         os.chmod(d.dir, 0o755)
         os.chmod(d.socket, 0o666)

@@ -5,17 +5,80 @@ independent NumPy model of what a reduce must give.
 Paths come from the environment meson sets (see meson.build).
 """
 import os
+import socket
 import subprocess
 import sys
 
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.environ["GS_SOURCE_ROOT"], "tests", "ops"))
-from opslib import (HAVE_GLOO, Daemon, Skip, check, check_eq, run, spawn,  # noqa: E402,F401
+import opslib  # noqa: E402
+from opslib import (HAVE_GLOO, Daemon, Skip, check, check_eq, spawn,  # noqa: E402,F401
                     wait_for)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")
+LOOPBACK = "127.0.0.1"
+
+
+# The job variables libgradsync reads (client/launch.c), cleared before
+# each test so that one test's job never leaks into the next.
+JOB_VARS = ("GRADSYNC_JOB_ID", "GRADSYNC_LOCAL_RANK", "GRADSYNC_LOCAL_SIZE", "GRADSYNC_NODES",
+            "GRADSYNC_NODE_RANK", "GRADSYNC_COORDINATOR", "GRADSYNC_THRESHOLD", "GRADSYNC_WIRE",
+            "GRADSYNC_OP", "GRADSYNC_PREDIVIDE", "GRADSYNC_FUSION_BUFFER")
+
+
+def set_job(local_size=1, **settings):
+    """The job of the trainers a test starts, in this process and the
+    processes it starts: GRADSYNC_LOCAL_SIZE and the settings given
+    (threshold=1000, wire="bf16", fusion_buffer=4096, ...), as a launcher
+    would set them. gradsyncd takes the job from its first trainer."""
+    for k in JOB_VARS:
+        os.environ.pop(k, None)
+    os.environ["GRADSYNC_LOCAL_SIZE"] = str(local_size)
+    for k, v in settings.items():
+        os.environ["GRADSYNC_" + k.upper()] = str(v)
+
+
+def run(tests):
+    """opslib's runner, each test beginning with no job in the environment."""
+    def fresh(t):
+        def test():
+            for k in JOB_VARS:
+                os.environ.pop(k, None)
+            t()
+        test.__name__ = t.__name__
+        return test
+    opslib.run([fresh(t) for t in tests])
+
+
+def free_ports(n):
+    """n different TCP ports on loopback that nothing listens on now."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def free_port():
+    return free_ports(1)[0]
+
+
+def job_daemon(local_size, settings=(), nodes=1, node_rank=0, node_port=None):
+    """gradsyncd as node `node_rank` of a job of `local_size` trainers on
+    each of `nodes` nodes: with several nodes, each daemon listens for the
+    others at its own loopback address (127.0.0.1 for node 0, 127.0.0.2
+    for node 1, ...) on `node_port`, and the caller calls wait_ready() on
+    each once all are started. The daemon takes no job: the trainers say it
+    (local_size and settings, (("threshold", 4096), ("wire", "fp16")), are
+    theirs to give, here through their launcher's environment)."""
+    args = [f"--node-address=127.0.0.{node_rank + 1}", f"--node-port={node_port}"] \
+        if nodes > 1 else []
+    return Daemon(args, wait=nodes == 1)
 
 
 class TrainerProc:

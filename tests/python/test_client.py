@@ -6,6 +6,7 @@ control calls agree with what the trainers did.
 Each trainer is a process of its own (numpy_trainer.py); the test process
 is one more trainer, or a control client, where a case needs one.
 """
+import contextlib
 import os
 import select
 import signal
@@ -15,15 +16,15 @@ import numpy as np
 
 import gradsync
 from numpy_trainer import inputs
-from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, reduce_reference,
-                   run, same_bits)
+from pylib import (Daemon, TrainerProc, check, check_eq, describe_diff, job_daemon, set_job,
+                   reduce_reference, run, same_bits)
 
 # Sizes chosen so that, with --threshold 1000, the plan has small fused
 # buckets, a tensor above the threshold in the middle of a pending group,
 # and a tensor larger than the 4096-element fusion buffer (chunked).
 COUNTS = [300, 500, 7, 1200, 260, 9000, 40, 3]
 THRESHOLD = 1000
-DAEMON_ARGS = ["--threshold=1000", "--fusion-buffer=4096", "--step-timeout=60"]
+DAEMON_ARGS = ["--step-timeout=60"]
 
 
 def scales(info):
@@ -35,8 +36,8 @@ def scales(info):
 
 
 def sync_and_check(wire, op, trainers=3, steps=3, clips=None, nan=False):
-    d = Daemon(DAEMON_ARGS + [f"--local-size={trainers}", f"--wire={wire}",
-                              f"--op={op}"])
+    set_job(trainers, threshold=THRESHOLD, fusion_buffer=4096, wire=wire, op=op)
+    d = Daemon(DAEMON_ARGS)
     try:
         clips = clips or [None] * trainers
         procs = []
@@ -95,7 +96,8 @@ def test_clipping_and_nonfinite_counts():
 
 
 def one_trainer_daemon(*args):
-    return Daemon(["--local-size=1"] + list(args))
+    set_job(1)
+    return Daemon(list(args))
 
 
 def test_step_in_process_with_poll_and_fileno():
@@ -177,8 +179,74 @@ def test_errors_carry_code_and_message():
         d.cleanup()
 
 
+@contextlib.contextmanager
+def environment(**values):
+    """The process's environment, which libgradsync reads, with `values`
+    set for the block."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_job_from_environment_and_arguments():
+    """Client() leaves each field of the job and each of its settings to
+    libgradsync, which derives it from the environment; an argument
+    overrides its variable and is sent as the job's. gradsyncd refuses a
+    trainer whose view, from either, differs from its job's, naming both
+    values; a value the C struct cannot carry is refused before."""
+    settings = (("threshold", 1000), ("wire", "bf16"), ("op", "sum"))
+    d = job_daemon(2, settings)
+    refused = lambda what, **kw: expect_error(  # noqa: E731
+        gradsync.RefusedError, -16, lambda: gradsync.Client(d.socket, **kw),
+        f"this trainer says {what}")
+    try:
+        # The job's first trainer, all from the environment.
+        with environment(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2",
+                         **{f"GRADSYNC_{k.upper()}": str(v) for k, v in settings}):
+            first = gradsync.Client(d.socket)
+        i = first.info
+        check_eq((i.global_rank, i.local_size, i.threshold, i.wire_dtype, i.op),
+                 (1, 2, 1000, "bf16", "sum"), "the job from the environment")
+        with environment(LOCAL_RANK="1", GRADSYNC_THRESHOLD="999"):
+            with gradsync.Client(d.socket, local_rank=0, threshold=1000) as c:
+                check_eq(c.info.global_rank, 0, "local_rank=0 over LOCAL_RANK=1")
+            refused("threshold 999, the job has 1000", local_rank=0)
+        refused("threshold 1001, the job has 1000", threshold=1001)
+        with environment(GRADSYNC_WIRE="fp16"):
+            refused("wire dtype fp16, the job has bf16")
+            refused("threshold 1, the job has 1000", threshold=1, wire="bf16")
+        with environment(LOCAL_WORLD_SIZE="3"):
+            refused("local size 3, the job has 2")
+        refused("op average, the job has sum", op="average")
+        refused("predivide 2, the job has world", predivide=2)
+        refused("fusion buffer 8192, the job has 4194304", fusion_buffer=8192)
+        refused("node count 2, the job has 1", nodes=2, node_rank=1)
+        with environment(LOCAL_RANK="x"):
+            expect_error(gradsync.InvalidArgumentError, -1, lambda: gradsync.Client(d.socket),
+                         "LOCAL_RANK (torchrun)", "'x'")
+        for name, value in [("local_rank", -1), ("threshold", 2 ** 64), ("nodes", True),
+                            ("wire", "fp8"), ("op", "max"), ("predivide", -1),
+                            ("fusion_buffer", 0)]:
+            expect_error(gradsync.InvalidArgumentError, -1,
+                         lambda: gradsync.Client(d.socket, **{name: value}), name)
+        with gradsync.Control(d.socket) as ctl:
+            check_eq([t["local_rank"] for t in ctl.status()["trainers"]], [1],
+                     "trainers left after the refusals")
+        first.close()
+    finally:
+        d.cleanup()
+
+
 def test_layout_mismatch_names_the_tensor():
-    d = Daemon(["--local-size=2"])
+    set_job(2)
+    d = Daemon([])
     try:
         other = TrainerProc(d, 0, [100, 50], 1)
         other.wait_text("registered")
@@ -192,7 +260,8 @@ def test_layout_mismatch_names_the_tensor():
 
 
 def test_abort_when_a_trainer_dies():
-    d = Daemon(["--local-size=2"])
+    set_job(2)
+    d = Daemon([])
     try:
         other = TrainerProc(d, 0, [100, 200, 300, 400], 1, "--hold-at", "1")
         with gradsync.Client(d.socket, local_rank=1) as c:
@@ -216,7 +285,8 @@ def test_abort_when_a_trainer_dies():
 
 
 def test_control_agrees_with_trainers():
-    d = Daemon(["--local-size=2"])
+    set_job(2)
+    d = Daemon([])
     try:
         procs = [TrainerProc(d, r, [1000, 10], 4) for r in range(2)]
         for p in procs:
@@ -297,7 +367,7 @@ def test_reconnect_after_daemon_restart():
             expect_error(gradsync.DisconnectedError, -4, lambda: c.wait(timeout=30))
             check(time.monotonic() - t0 < 5, "the disconnection took more than 5 s to show")
             os.unlink(d.socket)
-            d2 = Daemon(["--local-size=1"], tmp=d.dir)
+            d2 = Daemon([], tmp=d.dir)
             c.reconnect(timeout=10)
             g[0][:] = x
             with c.step() as s:
@@ -335,6 +405,7 @@ if __name__ == "__main__":
     run([test_fp16_average_equals_reference, test_bf16_sum_equals_reference,
          test_fp32_average_equals_reference, test_clipping_and_nonfinite_counts,
          test_step_in_process_with_poll_and_fileno, test_errors_carry_code_and_message,
+         test_job_from_environment_and_arguments,
          test_layout_mismatch_names_the_tensor, test_abort_when_a_trainer_dies,
          test_control_agrees_with_trainers, test_caller_memfd_is_adopted,
          test_reconnect_after_daemon_restart,

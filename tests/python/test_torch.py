@@ -22,7 +22,8 @@ import tempfile
 
 import numpy as np
 
-from pylib import HAVE_GLOO, Daemon, Skip, check, run, spawn
+from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run, set_job,
+                   spawn)
 from torch_trainer import LR, MOMENTUM, THRESHOLD
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,16 +31,17 @@ STEPS = 30
 WORLD = 2
 
 
-def train(mode, tmp, *extra, rank_args=lambda r: []):
+def train(mode, tmp, *extra, rank_args=lambda r: [], rank_env=lambda r: {}):
     """Runs WORLD trainers of `mode` (rank r with the arguments extra and
-    rank_args(r)); returns their saved results."""
+    rank_args(r), and the variables rank_env(r) added to the environment);
+    returns their saved results."""
     procs, outs, logs = [], [], []
     for r in range(WORLD):
         out = os.path.join(tmp, f"{mode}-{r}.npz")
         log = os.path.join(tmp, f"{mode}-{r}.log")
         argv = [sys.executable, os.path.join(HERE, "torch_trainer.py"), mode, str(r),
                 str(STEPS), out] + list(extra) + rank_args(r)
-        procs.append(spawn(argv, log))
+        procs.append(spawn(argv, log, env={**os.environ, **rank_env(r)}))
         outs.append(out)
         logs.append(log)
     results = []
@@ -51,7 +53,8 @@ def train(mode, tmp, *extra, rank_args=lambda r: []):
 
 
 def gradsync_run(mode, wire):
-    d = Daemon([f"--local-size={WORLD}", f"--threshold={THRESHOLD}", f"--wire={wire}"])
+    set_job(WORLD, threshold=THRESHOLD, wire=wire)
+    d = Daemon([])
     try:
         return train(mode, d.dir, "--socket", d.socket, "--wire", wire)
     finally:
@@ -124,22 +127,22 @@ def test_two_nodes_equal_one_node():
     """GradSync with one trainer on each of two gradsyncd joined on
     loopback (the Gloo path between nodes) gives bit for bit the weights
     of two trainers on one node: the same fp16 sum of the same values."""
-    import socket
     if not HAVE_GLOO:
         raise Skip("gradsyncd is built without Gloo")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    common = ["--nodes=2", f"--coordinator=127.0.0.1:{port}", "--gloo-host=127.0.0.1",
-              "--local-size=1", f"--threshold={THRESHOLD}", "--wire=fp16"]
-    nodes = [Daemon(common + [f"--node-rank={r}"], wait=False) for r in range(2)]
+    port = free_port()
+    settings = (("threshold", THRESHOLD), ("wire", "fp16"))
+    nodes = [job_daemon(1, settings, 2, r, port) for r in range(2)]
     try:
         for n in nodes:
             n.wait_ready(60)
         # Each node's only trainer is its local rank 0; the data is still
-        # that of global rank r.
+        # that of global rank r. The trainers say the job's shape, which
+        # gradsyncd checks.
         two = train("gradsync", nodes[0].dir, "--wire", "fp16", "--local-rank", "0",
-                    rank_args=lambda r: ["--socket", nodes[r].socket])
+                    rank_args=lambda r: ["--socket", nodes[r].socket],
+                    rank_env=lambda r: {"GRADSYNC_NODES": "2", "GRADSYNC_NODE_RANK": str(r),
+                                        "GRADSYNC_LOCAL_SIZE": "1",
+                                        "GRADSYNC_COORDINATOR": LOOPBACK})
     finally:
         for n in nodes:
             n.cleanup()
@@ -162,7 +165,8 @@ def test_loss_scaler_figures():
     """Clipped counts equal the local gradients'; an infinite loss on one
     rank shows as non-finite values on every rank, which all skip it."""
     inf_at = 3
-    d = Daemon([f"--local-size={WORLD}", f"--threshold={THRESHOLD}"])
+    set_job(WORLD, threshold=THRESHOLD)
+    d = Daemon([])
     try:
         res = train("figures", d.dir, "--socket", d.socket, "--clip", "0.01",
                     "--inf-at", str(inf_at))
@@ -184,12 +188,14 @@ def test_in_process_semantics():
     """One trainer in this process (a world of one, so the result is the
     local gradient rounded through fp16, which torch computes on its own):
     the reduced gradients, an unused parameter, no_sync accumulation, and
-    the errors for settings or dtypes the daemon cannot take."""
+    the refusal of a threshold that is not the job's, and the error for a
+    dtype the daemon cannot take."""
     import torch
     import gradsync
     import gradsync.torch as gst
     torch.manual_seed(0)
-    d = Daemon(["--local-size=1", f"--threshold={THRESHOLD}"])
+    set_job(1, threshold=THRESHOLD)
+    d = Daemon([])
     try:
         model = torch.nn.ModuleDict({"used": torch.nn.Linear(16, 8),
                                      "unused": torch.nn.Linear(4, 4)})
@@ -200,19 +206,15 @@ def test_in_process_semantics():
             loss = sum(twin["used"](b).square().sum() for b in batches)
             return torch.autograd.grad(loss, list(twin["used"].parameters()))
 
-        try:
-            gst.GradSync(model, threshold=THRESHOLD + 1, socket_path=d.socket)
-            raise AssertionError("a threshold other than the daemon's was accepted")
-        except gradsync.InvalidArgumentError as e:
-            check(str(THRESHOLD) in e.message and str(THRESHOLD + 1) in e.message,
-                  f"the message does not name both thresholds: {e.message}")
-        try:
-            gst.GradSync(copy.deepcopy(model).double(), threshold=None, socket_path=d.socket)
-            raise AssertionError("float64 parameters were accepted")
-        except gradsync.DtypeError as e:
-            check("float64" in e.message, f"the message does not name the dtype: {e.message}")
-
+        # The job's first trainer defines it; another that says otherwise
+        # is refused while it runs.
         sync = gst.GradSync(model, threshold=THRESHOLD, socket_path=d.socket)
+        try:
+            gst.GradSync(copy.deepcopy(model), threshold=THRESHOLD + 1, socket_path=d.socket)
+            raise AssertionError("a threshold other than the job's was accepted")
+        except gradsync.RefusedError as e:
+            check(f"threshold {THRESHOLD + 1}, the job has {THRESHOLD}" in e.message,
+                  f"the message does not name both thresholds: {e.message}")
         want = [g.half().float() for g in local_grads(x[0])]
         model["used"](x[0]).square().sum().backward()
         r = sync.wait()
@@ -232,6 +234,13 @@ def test_in_process_semantics():
             check(torch.allclose(p.grad, w, rtol=2 ** -10, atol=0),
                   "no_sync did not accumulate both backward passes")
         sync.close()
+        # The job lingers: a trainer of the same job (the threshold from
+        # the environment) takes its place, and its dtype is refused.
+        try:
+            gst.GradSync(copy.deepcopy(model).double(), threshold=None, socket_path=d.socket)
+            raise AssertionError("float64 parameters were accepted")
+        except gradsync.DtypeError as e:
+            check("float64" in e.message, f"the message does not name the dtype: {e.message}")
     finally:
         d.cleanup()
 

@@ -1,6 +1,8 @@
 /*
- * A trainer's view of its job against the job's settings, without a
- * daemon: which fields are compared, when, and the words of a difference.
+ * A job's settings from its trainers, without a daemon: what a first
+ * trainer's Hello defines (defaults, limits, the coordinator's address),
+ * which fields of a later trainer's are compared, when, and the words of
+ * a difference.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -81,46 +83,46 @@ static void each_difference_is_named(void **state)
 
 	h.local_size = 8;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says local size 8, the job has 4 (gradsyncd's --local-size)");
+			    "job 'j': this trainer says local size 8, the job has 4 (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	h.nodes = 3;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says node count 3, the job has 2 (gradsyncd's --nodes)");
+			    "job 'j': this trainer says node count 3, the job has 2 (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	v.value = 0; /* 0 is a value: a node rank, sent */
 	h.node_rank = &v;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says node rank 0, the job has 1 (gradsyncd's --node-rank)");
+			    "job 'j': this trainer says node rank 0, the job has 1 (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	h.coordinator = "fe80::2";
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says coordinator 'fe80::2', the job has 'fe80::1' (gradsyncd's --coordinator)");
+			    "job 'j': this trainer says coordinator 'fe80::2', the job has 'fe80::1' (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	v.value = 0;
 	h.threshold = &v;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says threshold 0, the job has 65536 (gradsyncd's --threshold)");
+			    "job 'j': this trainer says threshold 0, the job has 65536 (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	h.wire_dtype = GRADSYNC__WIRE_DTYPE__WIRE_FP32;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says wire dtype fp32, the job has bf16 (gradsyncd's --wire)");
+			    "job 'j': this trainer says wire dtype fp32, the job has bf16 (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	h.wire_dtype = (Gradsync__WireDtype)77; /* a raw client's: named, not indexed */
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says wire dtype unknown, the job has bf16 (gradsyncd's --wire)");
+			    "job 'j': this trainer says wire dtype unknown, the job has bf16 (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	h.op = GRADSYNC__REDUCE_OP__OP_SUM;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says op sum, the job has average (gradsyncd's --op)");
+			    "job 'j': this trainer says op sum, the job has average (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	pre.value = 2;
 	h.predivide_factor = &pre;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says predivide 2, the job has world (gradsyncd's --predivide)");
+			    "job 'j': this trainer says predivide 2, the job has world (set by its first trainer)");
 	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
 	h.fusion_buffer_elements = 1024;
 	assert_string_equal(verdict(&s, &h),
-			    "job 'j': this trainer says fusion buffer 1024, the job has 8192 (gradsyncd's --fusion-buffer)");
+			    "job 'j': this trainer says fusion buffer 1024, the job has 8192 (set by its first trainer)");
 }
 
 /* A job of one node has no coordinator to agree on. */
@@ -137,6 +139,130 @@ static void one_node_skips_the_coordinator(void **state)
 	assert_string_equal(verdict(&s, &h), "");
 }
 
+static void node(struct gs_settings *s)
+{
+	memset(s, 0, sizeof(*s));
+	s->node_port = 29450;
+	s->max_nodes = 8;
+	s->max_fusion_elements = 1u << 23;
+	snprintf(s->node_address, sizeof(s->node_address), "10.0.0.7");
+}
+
+/* The first trainer's unset fields take the defaults. */
+static void a_bare_hello_defines_the_defaults(void **state)
+{
+	(void)state;
+	struct gs_settings n, js;
+	node(&n);
+	char err[400] = "";
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	assert_int_equal(gs_job_settings_from_hello(&n, "x", &h, &js, err, sizeof(err)), 0);
+	assert_string_equal(js.job_id, "x");
+	assert_int_equal(js.local_size, 1);
+	assert_int_equal(js.nodes, 1);
+	assert_int_equal(js.node_rank, 0);
+	assert_int_equal(js.threshold, 2097152);
+	assert_int_equal(js.wire, 1);  /* fp16 */
+	assert_int_equal(js.op, 1);    /* average */
+	assert_true(js.predivide == 0);
+	assert_int_equal(js.fusion_elements, 4194304);
+	assert_string_equal(js.coordinator, "");
+	assert_string_equal(js.gloo_host, "10.0.0.7");
+	assert_int_equal(js.node_port, 29450); /* the node's settings come along */
+}
+
+/* What the first trainer says is the job's; its coordinator is reached
+ * on the node port, an IPv6 literal in brackets. */
+static void the_first_hello_defines_the_job(void **state)
+{
+	(void)state;
+	struct gs_settings n, js;
+	node(&n);
+	char err[400] = "";
+	Gradsync__UInt64Value rank = GRADSYNC__UINT64_VALUE__INIT, thr = GRADSYNC__UINT64_VALUE__INIT;
+	Gradsync__DoubleValue pre = GRADSYNC__DOUBLE_VALUE__INIT;
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	rank.value = 2;
+	thr.value = 1000;
+	pre.value = 4;
+	h.local_rank = 3;
+	h.local_size = 4;
+	h.nodes = 3;
+	h.node_rank = &rank;
+	h.coordinator = "node0.example";
+	h.threshold = &thr;
+	h.wire_dtype = GRADSYNC__WIRE_DTYPE__WIRE_BF16;
+	h.op = GRADSYNC__REDUCE_OP__OP_SUM;
+	h.predivide_factor = &pre;
+	h.fusion_buffer_elements = 65536;
+	assert_int_equal(gs_job_settings_from_hello(&n, "x", &h, &js, err, sizeof(err)), 0);
+	assert_int_equal(js.local_size, 4);
+	assert_int_equal(js.nodes, 3);
+	assert_int_equal(js.node_rank, 2);
+	assert_string_equal(js.coordinator, "node0.example:29450");
+	assert_int_equal(js.threshold, 1000);
+	assert_int_equal(js.wire, 2);
+	assert_int_equal(js.op, 2);
+	assert_true(js.predivide == 4);
+	assert_int_equal(js.fusion_elements, 65536);
+	h.coordinator = "[fe80::1]";
+	assert_int_equal(gs_job_settings_from_hello(&n, "x", &h, &js, err, sizeof(err)), 0);
+	assert_string_equal(js.coordinator, "[fe80::1]:29450");
+	h.coordinator = "fe80::1";
+	assert_int_equal(gs_job_settings_from_hello(&n, "x", &h, &js, err, sizeof(err)), 0);
+	assert_string_equal(js.coordinator, "[fe80::1]:29450");
+}
+
+static const char *refusal(const Gradsync__Hello *h)
+{
+	static char err[400];
+	struct gs_settings n, js;
+	node(&n);
+	err[0] = '\0';
+	assert_int_equal(gs_job_settings_from_hello(&n, "x", h, &js, err, sizeof(err)), -1);
+	return err;
+}
+
+/* Out of the node's limits, or a job that cannot be: refused, named. */
+static void limits_are_named(void **state)
+{
+	(void)state;
+	Gradsync__UInt64Value rank = GRADSYNC__UINT64_VALUE__INIT;
+	Gradsync__Hello h = GRADSYNC__HELLO__INIT;
+	h.fusion_buffer_elements = (1u << 23) + 1;
+	assert_non_null(strstr(refusal(&h), "fusion buffer 8388609 elements is outside this node's [1024, 8388608] (--max-fusion-buffer)"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.local_size = 2;
+	h.local_rank = 2;
+	assert_non_null(strstr(refusal(&h), "local rank 2 is out of range for local size 2"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.nodes = 2;
+	rank.value = 2;
+	h.node_rank = &rank;
+	assert_non_null(strstr(refusal(&h), "node rank 2 of 2 nodes is out of range"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.nodes = 2;
+	assert_non_null(strstr(refusal(&h), "a job of several nodes needs its coordinator"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.nodes = 9;
+	assert_non_null(strstr(refusal(&h), "9 nodes are more than this node serves a job of (--max-nodes 8)"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.nodes = 2;
+	h.coordinator = "n0";
+	struct gs_settings n, js;
+	node(&n);
+	n.node_port = 0;
+	char err[400] = "";
+	assert_int_equal(gs_job_settings_from_hello(&n, "x", &h, &js, err, sizeof(err)), -1);
+	assert_non_null(strstr(err, "this daemon serves jobs of one node only (--node-port 0)"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.local_size = 65;
+	assert_non_null(strstr(refusal(&h), "local size 65 is more than 64"));
+	h = (Gradsync__Hello)GRADSYNC__HELLO__INIT;
+	h.wire_dtype = (Gradsync__WireDtype)9;
+	assert_non_null(strstr(refusal(&h), "wire dtype 9 or op 1 is unknown"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -144,6 +270,9 @@ int main(void)
 		cmocka_unit_test(agreeing_fields_pass),
 		cmocka_unit_test(each_difference_is_named),
 		cmocka_unit_test(one_node_skips_the_coordinator),
+		cmocka_unit_test(a_bare_hello_defines_the_defaults),
+		cmocka_unit_test(the_first_hello_defines_the_job),
+		cmocka_unit_test(limits_are_named),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /*
  * The CUDA backend: setting up each local rank's GPU (stream, fusion
- * buffer, counters) and tearing it all down. The rest is in the files
- * cuda_private.h names.
+ * buffer, counters) once its trainer's first buffer says which it is, and
+ * tearing it all down. The rest is in the files cuda_private.h names.
  */
 #include "backend/cuda/backend_cuda.h"
 
@@ -53,6 +53,8 @@ static void cuda_destroy(struct gs_backend *b)
 	}
 	for (unsigned r = 0; r < cb->n; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
+		if (!rk->bound)
+			continue;
 		cudaSetDevice(rk->device);
 		cudaFree(rk->fusion);
 		cudaFree(rk->counters);
@@ -76,16 +78,20 @@ static const struct gs_backend_ops cuda_ops = {
 	.destroy = cuda_destroy,
 };
 
-static int setup_rank(struct cuda_backend *cb, unsigned r, char *why, size_t n)
+int cuda_bind_rank(struct cuda_backend *cb, unsigned r, int device, char *why, size_t n)
 {
 	struct cuda_rank *rk = &cb->rank[r];
 	struct cudaDeviceProp p;
-	rk->device = (int)r;
-	cudaError_t e = cudaSetDevice(rk->device);
+	cudaError_t e = cudaSetDevice(device);
 	if (e == cudaSuccess)
-		e = cudaGetDeviceProperties(&p, rk->device);
+		e = cudaGetDeviceProperties(&p, device);
 	if (e == cudaSuccess)
-		e = cudaDeviceGetPCIBusId(rk->pci, sizeof(rk->pci), rk->device);
+		e = cudaDeviceGetPCIBusId(rk->pci, sizeof(rk->pci), device);
+	if (e == cudaSuccess && p.major < MIN_CC_MAJOR) {
+		snprintf(why, n, "it is on GPU %s (%s), of compute capability %d.%d: the kernels of this build need %d.0 or later",
+			 rk->pci, p.name, p.major, p.minor, MIN_CC_MAJOR);
+		return GS_EBUFFER;
+	}
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&rk->stream, cudaStreamNonBlocking);
 	if (e == cudaSuccess)
@@ -93,13 +99,20 @@ static int setup_rank(struct cuda_backend *cb, unsigned r, char *why, size_t n)
 	if (e == cudaSuccess)
 		e = cudaMalloc((void **)&rk->counters, 2 * sizeof(*rk->counters));
 	if (e != cudaSuccess) {
-		snprintf(why, n, "setting up GPU %u: %s (%s)", r, cudaGetErrorString(e),
-			 cudaGetErrorName(e));
+		snprintf(why, n, "setting up GPU %s (device %d here) for local rank %u: %s (%s)",
+			 rk->pci, device, r, cudaGetErrorString(e), cudaGetErrorName(e));
 		cudaGetLastError();
+		cudaFree(rk->fusion);
+		if (rk->stream)
+			cudaStreamDestroy(rk->stream);
+		rk->fusion = NULL;
+		rk->stream = NULL;
 		return GS_ESYSTEM;
 	}
-	gs_info("cuda: local rank %u on GPU %d, %s (%s, compute capability %d.%d), fusion buffer of %llu MiB",
-		r, rk->device, p.name, rk->pci, p.major, p.minor,
+	rk->device = device;
+	rk->bound = true;
+	gs_info("cuda: local rank %u on GPU %s (device %d here, %s, compute capability %d.%d), fusion buffer of %llu MiB",
+		r, rk->pci, device, p.name, p.major, p.minor,
 		(unsigned long long)(cb->base.fusion_elements * sizeof(float) >> 20));
 	return GS_OK;
 }
@@ -107,7 +120,7 @@ static int setup_rank(struct cuda_backend *cb, unsigned r, char *why, size_t n)
 struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_t n)
 {
 	if (o->local_size == 0 || o->local_size > MAX_RANKS) {
-		snprintf(why, n, "--local-size %u is out of range", o->local_size);
+		snprintf(why, n, "local size %u is out of range", o->local_size);
 		return NULL;
 	}
 	struct cuda_backend *cb = calloc(1, sizeof(*cb));
@@ -122,10 +135,11 @@ struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_
 	cb->base.fusion_elements = o->fusion_elements;
 	cb->n = o->local_size;
 	cb->timeout_ms = o->peer_timeout_ms;
-	for (unsigned r = 0; r < cb->n; r++) {
-		if (setup_rank(cb, r, why, n) != GS_OK)
-			goto err;
-	}
+	cb->join_timeout_ms = o->join_timeout_ms;
+	cb->nodes = o->nodes;
+	snprintf(cb->gpus, sizeof(cb->gpus), "%s", o->gpus ? o->gpus : "");
+	if (cuda_parse_gpus(o->gpus, cb->allowed, why, n) != GS_OK)
+		goto err;
 	cudaError_t e = cudaHostAlloc((void **)&cb->host_counters,
 				      2 * cb->n * sizeof(*cb->host_counters), cudaHostAllocPortable);
 	if (e != cudaSuccess) {

@@ -1,7 +1,8 @@
 /*
- * The CUDA backend: local rank r reduces on the node's GPU r, with a
- * stream, a fusion buffer and (once joined) an NCCL communicator of its
- * own, all driven from the worker thread. Trainers hand over CUDA IPC
+ * The CUDA backend: each local rank reduces on the GPU that holds its
+ * tensors, found by the PCI bus id its trainer sends (the trainer's own
+ * device numbering means nothing here), with a stream, a fusion buffer
+ * and an NCCL communicator of its own, all driven from the worker thread. Trainers hand over CUDA IPC
  * handles of their gradients' base allocations, opened once each, and a
  * pair of IPC events: the daemon's stream waits on the trainer's "ready"
  * event before packing and records its "done" event after unpacking, so
@@ -22,18 +23,27 @@ struct gs_cuda_options {
 	uint64_t fusion_elements;
 	int peer_timeout_ms; /* one all-reduce may take this long, then the
 				communicators are aborted */
-	uint32_t nodes;      /* of the job: one makes its communicators at once */
+	uint32_t nodes;      /* of the job: one makes its communicators alone */
 	int join_timeout_ms; /* the longest making communicators may take */
+	/* The GPUs trainers' tensors may be on: PCI bus ids, comma-separated
+	 * ("0000:3b:00.0,0000:5e:00.0"; any form cudaDeviceGetByPCIBusId
+	 * takes), each one this daemon sees; NULL, or a list naming none (""):
+	 * every GPU it sees. */
+	const char *gpus;
 };
 
-/* Whether this node can run the CUDA backend with one GPU per local rank.
- * When it cannot, why says so: the driver is missing or too old, no
- * device is visible, too few devices, a device too old for the kernels. */
-bool gs_cuda_usable(unsigned local_size, char *why, size_t n);
+/* Whether this node can run the CUDA backend: at least one GPU it sees
+ * (of those gpus names, as in gs_cuda_options; NULL: any) is usable. When
+ * none is, why says so: the driver is missing or too old, no device is
+ * visible, gpus names one it does not see, every one is too old for the
+ * kernels. */
+bool gs_cuda_usable(const char *gpus, char *why, size_t n);
 
-/* Sets up every local rank's GPU (stream, fusion buffer) and, on a node
- * alone (nodes 1), its NCCL communicators; with several nodes they come
- * with the group (the backend's join_group). NULL with the reason in why. */
+/* The backend, no GPU set up yet: each local rank's is bound when its
+ * trainer's first CUDA buffer comes, and the NCCL communicators are made
+ * at the first bucket, once every rank's is known (alone: nodes 1; with
+ * several nodes, of the group the backend's join_group joined). NULL with
+ * the reason in why (gpus names a GPU this daemon does not see). */
 struct gs_backend *gs_backend_cuda_open(const struct gs_cuda_options *o, char *why, size_t n);
 
 #endif

@@ -130,7 +130,7 @@ static int reserve_stage(struct cuda_backend *cb, unsigned r, size_t bytes)
 	rk->stage_bytes = 0;
 	cudaError_t e = cudaMalloc(&rk->stage, bytes);
 	if (e != cudaSuccess)
-		return cuda_error(cb, "allocating the staging buffer of a bucket larger than --fusion-buffer",
+		return cuda_error(cb, "allocating the staging buffer of a bucket larger than the fusion buffer",
 				  r, e);
 	rk->stage_bytes = bytes;
 	gs_info("cuda: local rank %u stages buckets larger than the fusion buffer in %zu MiB", r,
@@ -299,11 +299,18 @@ static int run_bucket(struct cuda_backend *cb, const struct gs_bucket_io *io)
 int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
 {
 	struct cuda_backend *cb = cuda(b);
-	/* Alone, communicators lost to a failure (or to a failed attempt to
-	 * make them again) are made again here. */
-	bool alone = cb->world == cb->n;
-	if (alone && (cb->broken || !cb->connected) && cuda_reconnect_alone(cb) != GS_OK)
-		return GS_ESYSTEM;
+	for (unsigned r = 0; r < cb->n; r++) {
+		if (!cb->rank[r].bound) {
+			snprintf(b->error, sizeof(b->error),
+				 "local rank %u has no GPU yet: its trainer registered no CUDA tensors", r);
+			return GS_ESTATE;
+		}
+	}
+	/* The communicators are made here, the first time and again after a
+	 * failure alone; with several nodes, once per group. */
+	int rc = cuda_make_comms(cb);
+	if (rc != GS_OK)
+		return rc == GS_ETIMEDOUT ? rc : GS_ESYSTEM;
 	if (cb->broken) {
 		snprintf(b->error, sizeof(b->error),
 			 "NCCL communicators aborted after: %.150s; they are made again when the nodes regroup",
@@ -318,7 +325,7 @@ int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
 	/* NCCL pairs collectives by their order: a node that left this
 	 * bucket's all-reduce out (a failed launch, a trainer not ready)
 	 * would meet its peers in the wrong one. */
-	int rc = run_bucket(cb, io);
+	rc = run_bucket(cb, io);
 	if (rc != GS_OK)
 		cuda_abort_comms(cb, b->error);
 	return rc;

@@ -1,8 +1,8 @@
 /*
- * The NCCL communicators: one per local GPU, made in one group call and
- * non-blocking (so a stuck collective can be aborted), from a unique id
- * node 0 makes; aborted when the group of nodes is dropped, made again
- * with the next one, and alone, made again after a failure.
+ * The NCCL communicators: one per local rank, on its GPU, made in one
+ * group call and non-blocking (so a stuck collective can be aborted), from
+ * a unique id node 0 makes; aborted when the group of nodes is dropped,
+ * made again with the next one, and alone, made again after a failure.
  */
 #include <stdio.h>
 #include <string.h>
@@ -76,28 +76,36 @@ void cuda_disconnect(struct gs_backend *b)
 	}
 	cb->connected = false;
 	cb->broken = false;
+	cb->have_uid = false; /* the group's: it is gone */
 }
 
-/* Alone (one node), the communicators an all-reduce failure aborted are
- * rebuilt at the next bucket with a fresh unique id, once the streams
- * have drained the aborted work: the daemon need not be restarted. */
-int cuda_reconnect_alone(struct cuda_backend *cb)
+/* Alone (one node), the communicators are made at the first bucket, and
+ * those an all-reduce failure aborted are rebuilt at the next bucket with
+ * a fresh unique id, once the streams have drained the aborted work: the
+ * daemon need not be restarted. */
+int cuda_connect_alone(struct cuda_backend *cb)
 {
 	char why[sizeof(cb->base.error)];
-	int rc = cuda_wait_streams(cb, "draining the aborted all-reduce");
+	bool again = cb->broken;
+	int rc = again ? cuda_wait_streams(cb, "draining the aborted all-reduce") : GS_OK;
 	if (rc == GS_OK) {
-		gs_warn("cuda: rebuilding the NCCL communicators aborted after: %s", cb->broken_why);
+		if (again)
+			gs_warn("cuda: rebuilding the NCCL communicators aborted after: %s",
+				cb->broken_why);
 		uint8_t uid[GS_NCCL_UID_BYTES];
 		rc = cuda_nccl_uid(uid, why, sizeof(why));
 		if (rc == GS_OK)
-			rc = cuda_connect(&cb->base, uid, 0, cb->n, cb->timeout_ms, -1, why,
+			rc = cuda_connect(&cb->base, uid, 0, cb->n, cb->join_timeout_ms, -1, why,
 					  sizeof(why));
 	} else {
 		snprintf(why, sizeof(why), "%s", cb->base.error);
 	}
-	if (rc != GS_OK)
+	if (rc != GS_OK && again)
 		snprintf(cb->base.error, sizeof(cb->base.error),
 			 "cannot rebuild the NCCL communicators aborted after: %.80s: %.110s",
 			 cb->broken_why, why);
+	else if (rc != GS_OK)
+		snprintf(cb->base.error, sizeof(cb->base.error),
+			 "cannot make the NCCL communicators: %.200s", why);
 	return rc;
 }

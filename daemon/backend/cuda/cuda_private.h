@@ -5,6 +5,11 @@
  * closes trainers' handles (loop thread), comms.c makes and aborts the
  * NCCL communicators, wait.c waits on streams and communicators within
  * bounds and words their errors, usable.c says whether a GPU is usable.
+ *
+ * A local rank's GPU is bound when its first CUDA buffer comes (loop
+ * thread): the GPU that buffer's PCI bus id names, where its stream,
+ * fusion buffer and counters are then made. The worker reads a rank's
+ * state only in buckets, which need every rank's trainer, so after that.
  * Not for use outside daemon/backend/cuda/.
  */
 #ifndef GS_CUDA_PRIVATE_H
@@ -26,6 +31,7 @@
 #include "backend/cuda/table.h"
 
 #define MAX_RANKS 64
+#define MAX_DEVICES 64 /* visible to the daemon: --gpus names these */
 #define GS_NCCL_UID_BYTES 128 /* NCCL_UNIQUE_ID_BYTES */
 /* Kernels are built for sm_80 and sm_90 (plus PTX): Ampere or later. */
 #define MIN_CC_MAJOR 8
@@ -47,7 +53,8 @@ struct cuda_import {
 };
 
 struct cuda_rank {
-	int device;
+	bool bound;  /* its GPU is known and set up (the fields below) */
+	int device;  /* the daemon's ordinal of it */
 	char pci[32];
 	cudaStream_t stream;
 	ncclComm_t comm;
@@ -70,6 +77,17 @@ struct cuda_backend {
 	unsigned long long *host_counters; /* pinned: 2 per rank */
 	struct gs_cuda_bucket_plan plan;
 	int timeout_ms;
+	int join_timeout_ms;
+	uint32_t nodes;
+	bool allowed[MAX_DEVICES]; /* the GPUs --gpus names, or all */
+	char gpus[256];            /* --gpus as given, for messages; "" all */
+	/* The group's NCCL unique id and this node's place in it, from
+	 * join_group: the communicators are made of it at the next bucket,
+	 * once every local rank's GPU is known (have_uid then goes). */
+	bool have_uid;
+	uint8_t uid[GS_NCCL_UID_BYTES];
+	uint32_t uid_rank_base, uid_world;
+	uint64_t generation;
 	uint32_t world; /* global ranks of the communicators */
 	bool connected;
 	bool broken;
@@ -83,13 +101,24 @@ static inline struct cuda_backend *cuda(struct gs_backend *b)
 	return (struct cuda_backend *)b;
 }
 
-/* backend_cuda.c: sets up every local rank's GPU (stream, fusion buffer);
- * communicators come with cuda_connect. NULL with the reason in why. */
+/* backend_cuda.c: the backend, no GPU bound yet (the allow-list checked);
+ * NULL with the reason in why. */
 struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_t n);
+/* Binds local rank r to the daemon's device `device` (loop thread) and
+ * sets up its stream, fusion buffer and counters there. GS_OK, or a
+ * GS_E* code with the reason in why. */
+int cuda_bind_rank(struct cuda_backend *cb, unsigned r, int device, char *why, size_t n);
 
 /* start.c: the backend's join_group: node 0's NCCL unique id shared
- * through the group's store (key "nccl/uid"), then the communicators. */
+ * through the group's store (key "nccl/uid") and kept for the next
+ * bucket, which makes the communicators. */
 int cuda_join_group(struct gs_backend *b, const struct gs_group_join *g, char *why, size_t n);
+/* At a bucket (worker thread), every local rank's GPU bound: the
+ * communicators of the group joined last, or alone of this node's ranks,
+ * when there are none yet. GS_OK when there are (or none can be made
+ * until the nodes regroup: the bucket then says so); else the reason is in
+ * cb->base.error. */
+int cuda_make_comms(struct cuda_backend *cb);
 
 /* bucket.c: the backend's reduce_bucket. */
 int cuda_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io);
@@ -115,9 +144,14 @@ int cuda_connect(struct gs_backend *b, const uint8_t uid[GS_NCCL_UID_BYTES], uin
  * or they are to be made again): buckets fail with GS_ESTATE until
  * cuda_connect. */
 void cuda_disconnect(struct gs_backend *b);
-/* Alone (one node), communicators aborted after a failure made again
- * with a fresh unique id once the streams have drained. */
-int cuda_reconnect_alone(struct cuda_backend *cb);
+/* Alone (one node), the communicators made with a fresh unique id: the
+ * first time, or again after a failure aborted them, once the streams
+ * have drained. */
+int cuda_connect_alone(struct cuda_backend *cb);
+
+/* usable.c: which of the daemon's devices gpus (gs_cuda_options) names.
+ * GS_OK, or GS_EINVAL with why when it names a GPU the daemon does not see. */
+int cuda_parse_gpus(const char *gpus, bool allowed[MAX_DEVICES], char *why, size_t n);
 
 /* wait.c */
 uint64_t cuda_now_ms(void);

@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "backend/cuda/cuda_private.h"
 #include "errors.h"
@@ -21,6 +20,20 @@ static struct cuda_import *find_handle(struct cuda_backend *cb, const uint8_t *h
 	return NULL;
 }
 
+/* Another local rank bound to device, or -1. */
+static int rank_on(const struct cuda_backend *cb, int device)
+{
+	for (unsigned r = 0; r < cb->n; r++)
+		if (cb->rank[r].bound && cb->rank[r].device == device)
+			return (int)r;
+	return -1;
+}
+
+/* The GPU the buffer's PCI bus id names, as this daemon numbers them (the
+ * trainer's own numbering may differ: CUDA_VISIBLE_DEVICES), must be one
+ * it may use, and the local rank's: its first buffer binds the rank to it,
+ * a GPU no other rank has, as NCCL takes one rank of a communicator per
+ * GPU. */
 static int check_device(struct cuda_backend *cb, const struct gs_buffer_desc *d, char *err,
 			size_t n)
 {
@@ -28,12 +41,41 @@ static int check_device(struct cuda_backend *cb, const struct gs_buffer_desc *d,
 		snprintf(err, n, "local rank %u has no GPU here", d->rank);
 		return GS_EINVAL;
 	}
+	if (!d->pci_bus_id[0]) {
+		snprintf(err, n, "it names no PCI bus id, by which gradsyncd finds the GPU that holds it (the trainer's device %d means nothing here)",
+			 (int)d->device);
+		return GS_EBUFFER;
+	}
+	int dev = -1;
+	if (cudaDeviceGetByPCIBusId(&dev, d->pci_bus_id) != cudaSuccess || dev < 0 ||
+	    dev >= MAX_DEVICES) {
+		cudaGetLastError();
+		const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+		snprintf(err, n, "it is on GPU %s, which this gradsyncd does not see%s%s%s",
+			 d->pci_bus_id, vis ? " (its CUDA_VISIBLE_DEVICES=" : "", vis ? vis : "",
+			 vis ? ")" : "");
+		return GS_EBUFFER;
+	}
+	if (!cb->allowed[dev]) {
+		snprintf(err, n, "it is on GPU %s, which is not one this gradsyncd may use (--gpus %s)",
+			 d->pci_bus_id, cb->gpus);
+		return GS_EBUFFER;
+	}
 	const struct cuda_rank *rk = &cb->rank[d->rank];
-	if (!d->pci_bus_id[0] || !strcasecmp(d->pci_bus_id, rk->pci))
+	if (rk->bound && rk->device == dev)
 		return GS_OK;
-	snprintf(err, n, "it is on GPU %s (the trainer's device %d), but local rank %u reduces on GPU %s (device %d here): run local rank r on the node's GPU r",
-		 d->pci_bus_id, (int)d->device, d->rank, rk->pci, rk->device);
-	return GS_EBUFFER;
+	if (rk->bound) {
+		snprintf(err, n, "it is on GPU %s, but local rank %u reduces on GPU %s, where its first buffer was: a local rank's tensors must all be on that one GPU",
+			 d->pci_bus_id, d->rank, rk->pci);
+		return GS_EBUFFER;
+	}
+	int other = rank_on(cb, dev);
+	if (other >= 0) {
+		snprintf(err, n, "local ranks %d and %u are both on GPU %s, but NCCL takes one rank of a communicator per GPU: run each local rank on a GPU of its own",
+			 other, d->rank, cb->rank[other].pci);
+		return GS_EBUFFER;
+	}
+	return cuda_bind_rank(cb, d->rank, dev, err, n);
 }
 
 /* The allocation must be at least as large as the trainer says, or a

@@ -1,0 +1,295 @@
+/*
+ * The node port: one TCP listener (--node-address, --node-port) for the
+ * rendezvous of every job whose node 0 this daemon is. A connection's
+ * first message, its NodeAuth, names the job; the connection then goes
+ * to that job's rendezvous server, which authenticates it. A job whose
+ * node 0 has no trainer here yet is answered "try again": the other
+ * nodes retry until their --join-timeout.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "cluster/liveness.h"
+#include "cluster/rendezvous.h"
+#include "cluster/rendezvous_server.h"
+#include "errors.h"
+#include "node_protocol.h"
+#include "serve/conn.h"
+#include "serve/server.h"
+#include "support/log.h"
+#include "support/settings.h"
+
+/* Connections that have not yet named their job, at once: past it the
+ * oldest makes room, so that strangers who hold connections open can
+ * delay a node but not keep it out. */
+#define LOBBY_MAX 256
+
+/* A connection that has not yet named its job: its deadline
+ * (--auth-timeout), in the order it came. */
+struct lobby_peer {
+	struct gs_node_port *port;
+	struct gs_conn *conn;
+	struct lobby_peer *prev, *next;
+	struct sockaddr_storage from;
+	uv_timer_t timer;
+};
+
+struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const char *job_id)
+{
+	for (struct gs_rdv_server *s = np->served; s; s = s->next_on_port)
+		if (strcmp(s->settings->job_id, job_id) == 0)
+			return s;
+	return NULL;
+}
+
+static void free_lobby_peer(uv_handle_t *h)
+{
+	free(h->data);
+}
+
+/* The connection leaves the lobby (it named its job, or it closed): the
+ * record goes once its timer has closed. */
+static void leave(struct lobby_peer *lp)
+{
+	struct gs_node_port *np = lp->port;
+	if (lp->prev)
+		lp->prev->next = lp->next;
+	else
+		np->oldest = lp->next;
+	if (lp->next)
+		lp->next->prev = lp->prev;
+	else
+		np->newest = lp->prev;
+	np->lobby--;
+	lp->conn->owner = NULL;
+	uv_timer_stop(&lp->timer);
+	uv_close((uv_handle_t *)&lp->timer, free_lobby_peer);
+}
+
+static void lobby_refuse(struct lobby_peer *lp, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Logs why (grouped: strangers may be many), tells the peer the same
+ * words and closes the connection. */
+static void lobby_refuse(struct lobby_peer *lp, int code, const char *fmt, ...)
+{
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	struct gs_conn *c = lp->conn;
+	gs_log_grouped(&lp->port->quiet, GS_LOG_WARN, "rendezvous: refused a connection from %s: %s",
+		       c->addr, msg);
+	gs_conn_end(c, code, msg);
+}
+
+static void lobby_closed(struct gs_conn *c)
+{
+	if (c->owner)
+		leave(c->owner);
+}
+
+static void on_lobby_timeout(uv_timer_t *t)
+{
+	struct lobby_peer *lp = t->data;
+	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
+	lobby_refuse(lp, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
+		     (unsigned long long)lp->port->settings->auth_timeout);
+}
+
+static void lobby_dispatch(struct gs_conn *c, const Gradsync__Message *m)
+{
+	struct lobby_peer *lp = c->owner;
+	if (!lp)
+		return; /* refused, closing */
+	/* Another protocol version is named as such, whatever it sent. */
+	uint32_t version = m->body_case == GRADSYNC__MESSAGE__BODY_NODE_AUTH ? m->node_auth->protocol_version
+			 : m->body_case == GRADSYNC__MESSAGE__BODY_NODE_HELLO ? m->node_hello->protocol_version
+			 : GS_NODE_PROTOCOL_VERSION;
+	uint32_t rank = m->body_case == GRADSYNC__MESSAGE__BODY_NODE_AUTH ? m->node_auth->node_rank
+		      : m->body_case == GRADSYNC__MESSAGE__BODY_NODE_HELLO ? m->node_hello->node_rank : 0;
+	if (version != GS_NODE_PROTOCOL_VERSION) {
+		lobby_refuse(lp, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
+			     rank, version, GS_NODE_PROTOCOL_VERSION);
+		return;
+	}
+	if (m->body_case != GRADSYNC__MESSAGE__BODY_NODE_AUTH) {
+		lobby_refuse(lp, GS_EREFUSED, "message %d before authenticating: the rendezvous serves nothing until a node has named its job and proven it holds the cluster secret (NodeAuth, NodeProof)",
+			     (int)m->body_case);
+		return;
+	}
+	struct gs_node_port *np = lp->port;
+	const char *id = m->node_auth->job_id ? m->node_auth->job_id : "";
+	struct gs_rdv_server *s = gs_node_port_find(np, id);
+	if (!s) {
+		/* Its node 0's trainers may not have come yet. */
+		lobby_refuse(lp, GS_EAGAIN, "no job '%.63s' has its node 0 on this daemon (yet); try again",
+			     id);
+		return;
+	}
+	struct sockaddr_storage from = lp->from;
+	leave(lp);
+	struct rdv_peer *p = rdv_adopt(s, c, &from);
+	if (p)
+		rdv_authenticate(s, p, m);
+}
+
+static void format_addr(const struct sockaddr_storage *a, char *out, size_t n)
+{
+	char host[48], port[8]; /* INET6_ADDRSTRLEN, "65535" */
+	if (getnameinfo((const struct sockaddr *)a, sizeof(*a), host, sizeof(host), port,
+			sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+		snprintf(out, n, "an unknown address");
+	else if (a->ss_family == AF_INET6)
+		snprintf(out, n, "[%s]:%s", host, port);
+	else
+		snprintf(out, n, "%s:%s", host, port);
+}
+
+static void admit(struct gs_node_port *np, int fd, const struct sockaddr_storage *a)
+{
+	char addr[64];
+	format_addr(a, addr, sizeof(addr));
+	if (np->lobby >= LOBBY_MAX)
+		lobby_refuse(np->oldest, GS_EAGAIN, "%u connections had not named their job; the oldest made room for a newer one (%s); try again",
+			     np->lobby, addr);
+	struct lobby_peer *lp = calloc(1, sizeof(*lp));
+	if (!lp) {
+		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
+		return;
+	}
+	if (gs_tcp_liveness(fd, np->settings->peer_timeout) < 0)
+		gs_debug("node port: cannot set TCP keepalive on the connection from %s", addr);
+	struct gs_conn *c = gs_conn_create(np->server->conns, fd, AUTH_MAX_FRAME, lobby_dispatch,
+					   lobby_closed);
+	if (!c) {
+		free(lp);
+		return;
+	}
+	lp->port = np;
+	lp->conn = c;
+	lp->from = *a;
+	c->owner = lp;
+	c->role = GS_CONN_NODE;
+	c->log_group = &np->quiet;
+	snprintf(c->addr, sizeof(c->addr), "%s", addr);
+	uv_timer_init(np->loop, &lp->timer);
+	lp->timer.data = lp;
+	uv_timer_start(&lp->timer, on_lobby_timeout, np->settings->auth_timeout * 1000, 0);
+	lp->prev = np->newest;
+	if (np->newest)
+		np->newest->next = lp;
+	else
+		np->oldest = lp;
+	np->newest = lp;
+	np->lobby++;
+	gs_debug("rendezvous: connection from %s", addr);
+}
+
+static void on_accept(uv_poll_t *p, int status, int events)
+{
+	struct gs_node_port *np = p->data;
+	(void)events;
+	if (status < 0)
+		return;
+	for (int i = 0; i < 16; i++) {
+		struct sockaddr_storage a;
+		/* Out of descriptors, a node is told to come back later. */
+		int fd = gs_server_accept(np->server, np->fd, &a, GS_EAGAIN);
+		if (fd == -EMFILE) {
+			/* Not even the reserve: on_tick listens again. */
+			uv_poll_stop(&np->poll);
+			np->paused = true;
+		}
+		if (fd < 0)
+			return;
+		admit(np, fd, &a);
+	}
+}
+
+/* Every window of the log limit: the count of lines held back, and
+ * listening again after descriptors ran out. */
+static void on_tick(uv_timer_t *t)
+{
+	struct gs_node_port *np = t->data;
+	gs_log_group_flush(&np->quiet, GS_LOG_WARN);
+	if (np->paused) {
+		np->paused = false;
+		uv_poll_start(&np->poll, UV_READABLE, on_accept);
+	}
+}
+
+static int listen_on(const char *host, uint32_t port)
+{
+	char service[16];
+	snprintf(service, sizeof(service), "%u", port);
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE };
+	struct addrinfo *res;
+	int rc = getaddrinfo(host[0] ? host : NULL, service, &hints, &res);
+	if (rc != 0) {
+		gs_error("--node-address '%s' --node-port %u: %s", host, port, gai_strerror(rc));
+		return -EINVAL;
+	}
+	int fd = -1, err = 0;
+	for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+		fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0) {
+			err = errno;
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		if (bind(fd, a->ai_addr, a->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+			err = errno;
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		gs_error("cannot listen for other nodes on --node-address '%s' --node-port %u: %s",
+			 host[0] ? host : "(every address)", port, strerror(err));
+	return fd < 0 ? -err : fd;
+}
+
+int gs_node_port_start(struct gs_node_port *np, uv_loop_t *loop,
+		       const struct gs_settings *settings, struct gs_server *server)
+{
+	memset(np, 0, sizeof(*np));
+	np->loop = loop;
+	np->settings = settings;
+	np->server = server;
+	np->quiet.what = "connections to the node port";
+	np->fd = listen_on(settings->node_address, settings->node_port);
+	if (np->fd < 0)
+		return np->fd;
+	uv_poll_init(loop, &np->poll, np->fd);
+	np->poll.data = np;
+	uv_poll_start(&np->poll, UV_READABLE, on_accept);
+	uv_timer_init(loop, &np->tick);
+	np->tick.data = np;
+	uv_timer_start(&np->tick, on_tick, GS_LOG_GROUP_WINDOW_MS, GS_LOG_GROUP_WINDOW_MS);
+	gs_info("listening for other nodes on %s port %u",
+		settings->node_address[0] ? settings->node_address : "every address",
+		settings->node_port);
+	return 0;
+}
+
+void gs_node_port_close(struct gs_node_port *np)
+{
+	if (!np->poll.loop)
+		return;
+	uv_poll_stop(&np->poll);
+	close(np->fd);
+	np->fd = -1;
+	uv_close((uv_handle_t *)&np->poll, NULL);
+	uv_close((uv_handle_t *)&np->tick, NULL);
+	gs_log_group_flush(&np->quiet, GS_LOG_WARN);
+}
