@@ -71,13 +71,14 @@ static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Grads
 static void handle_proof(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeProof *pr)
 {
 	const struct gs_settings *set = s->settings;
-	if (!gs_auth_check(set->cluster_secret, set->cluster_secret_len, GS_AUTH_NODE, p->rank,
+	if (!gs_auth_check(set->cluster_secret, set->cluster_secret_len, GS_AUTH_NODE, set->job_id, p->rank,
 			   p->node_nonce, p->nonce, pr->mac.data, pr->mac.len)) {
 		rdv_refuse(p, GS_EREFUSED, "cluster secret differs (check --cluster-secret-file on every node)");
 		return;
 	}
 	uint8_t mac[GS_AUTH_MAC];
-	if (gs_auth_mac(set->cluster_secret, set->cluster_secret_len, GS_AUTH_COORDINATOR, p->rank,
+	if (gs_auth_mac(set->cluster_secret, set->cluster_secret_len, GS_AUTH_COORDINATOR, set->job_id,
+			p->rank,
 			p->node_nonce, p->nonce, mac) < 0) {
 		rdv_refuse(p, GS_ESYSTEM, "the coordinator cannot compute its proof (libcrypto failed)");
 		return;

@@ -397,7 +397,7 @@ static int send_proof(struct gs_rdv_client *c, const struct gs_settings *s,
 		      const uint8_t *nn, const uint8_t *cn, int64_t deadline)
 {
 	uint8_t mac[GS_AUTH_MAC];
-	if (gs_auth_mac(s->cluster_secret, s->cluster_secret_len, GS_AUTH_NODE, s->node_rank,
+	if (gs_auth_mac(s->cluster_secret, s->cluster_secret_len, GS_AUTH_NODE, s->job_id, s->node_rank,
 			nn, cn, mac) < 0)
 		return GS_ESYSTEM;
 	Gradsync__NodeProof p = GRADSYNC__NODE_PROOF__INIT;
@@ -466,7 +466,7 @@ static int authenticate(struct gs_rdv_client *c, const struct gs_settings *s, in
 	rc = expect(c, GRADSYNC__MESSAGE__BODY_NODE_PROOF, deadline, &m, err, n);
 	if (rc != GS_OK)
 		return rc;
-	bool ok = gs_auth_check(s->cluster_secret, s->cluster_secret_len, GS_AUTH_COORDINATOR,
+	bool ok = gs_auth_check(s->cluster_secret, s->cluster_secret_len, GS_AUTH_COORDINATOR, s->job_id,
 				s->node_rank, nn, cn, m->node_proof->mac.data, m->node_proof->mac.len);
 	gradsync__message__free_unpacked(m, NULL);
 	if (!ok) {

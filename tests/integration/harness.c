@@ -186,15 +186,41 @@ bool harness_have_gloo(void)
 	return !v || strcmp(v, "0") != 0;
 }
 
-int harness_free_port(void)
+/* Whether nothing is bound to port on any address (a bind to the
+ * wildcard address fails if anything is). */
+static bool port_free(int port)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
-	assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
-	assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-	close(fd);
-	return ntohs(a.sin_port);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	bool ok = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Below the kernel's ephemeral range (ip_local_port_range), so that no
+ * connection's own end takes the port between this pick and the daemon's
+ * bind: the daemons of a job all bind the node port, on several addresses. */
+int harness_free_port(void)
+{
+	int low = 32768, high = 60999;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	if (f) {
+		if (fscanf(f, "%d %d", &low, &high) != 2)
+			low = 32768;
+		fclose(f);
+	}
+	int from = low > 12000 ? 10000 : 1024, span = (low > 12000 ? low : 10000) - from;
+	static unsigned seed;
+	if (!seed)
+		seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+	for (int tries = 0; tries < 1000; tries++) {
+		int port = from + (int)(rand_r(&seed) % (unsigned)span);
+		if (port_free(port))
+			return port;
+	}
+	fail_msg("no free TCP port below %d", low);
+	return -1;
 }
 
 bool harness_daemon_alive(const struct gs_test_daemon *d)

@@ -7,6 +7,7 @@ GS_OPS_TRAINER, GS_BUILD_ROOT, GS_SOURCE_ROOT, GS_HAVE_GLOO.
 """
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -183,12 +184,26 @@ def trainer_env(job, node=0):
 
 
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A TCP port nothing is bound to, below the kernel's ephemeral range
+    (so that no connection's own end takes it before a daemon binds it:
+    the daemons of a job all bind the node port, on several addresses)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    start = 10000 if low > 12000 else 1024
+    for _ in range(1000):
+        port = random.randrange(start, max(start + 1, low))
+        s = socket.socket()
+        try:
+            s.bind(("", port))
+            return port
+        except OSError:
+            continue
+        finally:
+            s.close()
+    raise AssertionError(f"no free TCP port below {low}")
 
 
 class Daemon:

@@ -53,15 +53,12 @@ def run(tests):
 
 
 def free_ports(n):
-    """n different TCP ports on loopback that nothing listens on now."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind((LOOPBACK, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """n different TCP ports nothing is bound to now, below the kernel's
+    ephemeral range (opslib.free_port)."""
+    ports = set()
+    while len(ports) < n:
+        ports.add(opslib.free_port())
+    return sorted(ports)
 
 
 def free_port():

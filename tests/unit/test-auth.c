@@ -4,8 +4,9 @@
  * file's checks: mode, length, the trailing newline.
  *
  *   python3 -c "import hmac, hashlib, struct; key = b'0123456789abcdef' * 2;
- *     m = b'gradsync rendezvous auth v1\0' + bytes([DIR]) +
- *         struct.pack('<I', RANK) + bytes(range(32)) + bytes(range(32, 64));
+ *     m = b'gradsync rendezvous auth v2\0' + bytes([DIR]) +
+ *         struct.pack('<I', RANK) + JOB.encode().ljust(64, b'\0') +
+ *         bytes(range(32)) + bytes(range(32, 64));
  *     print(hmac.new(key, m, hashlib.sha256).hexdigest())"
  */
 #include <errno.h>
@@ -28,12 +29,15 @@ static const uint8_t key[] = "0123456789abcdef0123456789abcdef";
 static const struct {
 	enum gs_auth_dir dir;
 	uint32_t rank;
+	const char *job;
 	const char *hex;
 } vectors[] = {
-	{ GS_AUTH_NODE, 1, "a7fd0a813bcd742b853c88737231c0d83ebd6453dad75412dd2b4257ab1a4e67" },
-	{ GS_AUTH_NODE, 7, "a018f759a6956f85e735a05389f2e06d4e3671648142dd42aff59d88f8930d44" },
-	{ GS_AUTH_COORDINATOR, 1, "d9e99c384628a009686c244d87d5810ae337b1611f15bad5bdb6c3c694aa6e6d" },
-	{ GS_AUTH_COORDINATOR, 7, "06debff34fa6a261b61e406d0ab735d528b37e6fb07235e7d103dca6cbc6c371" },
+	{ GS_AUTH_NODE, 1, "", "39ac714450d41f5e0c015b510e0d4359a9a20c37a566b5131c5653a03aa67676" },
+	{ GS_AUTH_NODE, 7, "", "7bdcd59f38badbd33c0e05fa37c7b5e1578b96aae2b226d7aeedcd52e782c86c" },
+	{ GS_AUTH_COORDINATOR, 1, "", "45acbbe22ca8ba85b3d48c0dca90bc2cfe85904c4c98648f9dd5a281aa8d5e91" },
+	{ GS_AUTH_COORDINATOR, 7, "", "913a518c43da7231fbaa16f0a4f46e653b5df136ac5e57bc863b7291521a5374" },
+	{ GS_AUTH_NODE, 1, "job-a", "f912bb2403ca344f98e33e9c40e3ccc6c2a422a13847b1f352836403ede00cd0" },
+	{ GS_AUTH_COORDINATOR, 7, "job-a", "ba2d4824c85b863ca6faf5b1e6f78e4a6d705e7aec1f966bbcbbd934a6cf3782" },
 };
 
 static void nonces(uint8_t nn[GS_AUTH_NONCE], uint8_t cn[GS_AUTH_NONCE])
@@ -57,32 +61,35 @@ static void mac_matches_reference(void **state)
 	char text[2 * GS_AUTH_MAC + 1];
 	nonces(nn, cn);
 	for (size_t i = 0; i < sizeof(vectors) / sizeof(vectors[0]); i++) {
-		assert_int_equal(gs_auth_mac(key, KEYLEN, vectors[i].dir, vectors[i].rank, nn, cn, mac), 0);
+		assert_int_equal(gs_auth_mac(key, KEYLEN, vectors[i].dir, vectors[i].job, vectors[i].rank, nn, cn,
+					     mac), 0);
 		hex(mac, sizeof(mac), text);
 		assert_string_equal(text, vectors[i].hex);
-		assert_true(gs_auth_check(key, KEYLEN, vectors[i].dir, vectors[i].rank, nn, cn, mac,
+		assert_true(gs_auth_check(key, KEYLEN, vectors[i].dir, vectors[i].job, vectors[i].rank, nn, cn, mac,
 					  sizeof(mac)));
 	}
 }
 
-/* A proof is good for its own secret, direction, rank and nonces only. */
+/* A proof is good for its own secret, direction, job, rank and nonces only. */
 static void check_refuses_any_other_proof(void **state)
 {
 	(void)state;
 	uint8_t nn[GS_AUTH_NONCE], cn[GS_AUTH_NONCE], mac[GS_AUTH_MAC];
 	nonces(nn, cn);
-	assert_int_equal(gs_auth_mac(key, KEYLEN, GS_AUTH_NODE, 1, nn, cn, mac), 0);
-	assert_true(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, 1, nn, cn, mac, sizeof(mac)));
+	assert_int_equal(gs_auth_mac(key, KEYLEN, GS_AUTH_NODE, "j", 1, nn, cn, mac), 0);
+	assert_true(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "j", 1, nn, cn, mac, sizeof(mac)));
 	uint8_t other[] = "0123456789abcdef0123456789abcdeF";
-	assert_false(gs_auth_check(other, KEYLEN, GS_AUTH_NODE, 1, nn, cn, mac, sizeof(mac)));
-	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_COORDINATOR, 1, nn, cn, mac, sizeof(mac)));
-	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, 2, nn, cn, mac, sizeof(mac)));
-	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, 1, cn, nn, mac, sizeof(mac)));
-	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, 1, nn, cn, mac, sizeof(mac) - 1));
-	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, 1, nn, cn, mac, 0));
+	assert_false(gs_auth_check(other, KEYLEN, GS_AUTH_NODE, "j", 1, nn, cn, mac, sizeof(mac)));
+	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "k", 1, nn, cn, mac, sizeof(mac)));
+	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "j\x01", 1, nn, cn, mac, sizeof(mac)));
+	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_COORDINATOR, "j", 1, nn, cn, mac, sizeof(mac)));
+	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "j", 2, nn, cn, mac, sizeof(mac)));
+	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "j", 1, cn, nn, mac, sizeof(mac)));
+	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "j", 1, nn, cn, mac, sizeof(mac) - 1));
+	assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "j", 1, nn, cn, mac, 0));
 	for (size_t i = 0; i < sizeof(mac); i++) {
 		mac[i] ^= 0x01;
-		assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, 1, nn, cn, mac, sizeof(mac)));
+		assert_false(gs_auth_check(key, KEYLEN, GS_AUTH_NODE, "j", 1, nn, cn, mac, sizeof(mac)));
 		mac[i] ^= 0x01;
 	}
 }
