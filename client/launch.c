@@ -425,6 +425,80 @@ static int derive_settings(const struct gs_connect_options *o, struct gs_launch_
 	return r;
 }
 
+/* Slurm's SLURM_TASKS_PER_NODE, which srun sets with or without
+ * --ntasks-per-node: "2(x3),1" is 2 tasks on each of the first three
+ * nodes and 1 on the fourth. This node's count (node SLURM_NODEID; with
+ * no node id, the count all nodes share). Returns 1 when it gave one, 0
+ * when it gives none, or the error. */
+static int slurm_tasks_per_node(uint32_t *out, char *source)
+{
+	const char *v = env("SLURM_TASKS_PER_NODE");
+	if (!v)
+		return 0;
+	const char *src = "SLURM_TASKS_PER_NODE (Slurm)";
+	const char *id_text = env("SLURM_NODEID");
+	uint64_t node = UINT64_MAX, at = 0, found = 0, first = 0;
+	bool uniform = true;
+	if (id_text && parse_u64("node rank", "SLURM_NODEID (Slurm)", id_text, 0,
+				 GS_MAX_NODES - 1, &node) != GS_OK)
+		return GS_EINVAL;
+	for (const char *p = v; *p;) {
+		char *end;
+		if (*p < '0' || *p > '9')
+			break;
+		uint64_t count = strtoull(p, &end, 10), repeat = 1;
+		p = end;
+		if (p[0] == '(' && p[1] == 'x') {
+			if (p[2] < '0' || p[2] > '9')
+				break;
+			repeat = strtoull(p + 2, &end, 10);
+			if (*end != ')' || repeat == 0)
+				break;
+			p = end + 1;
+		}
+		if (count == 0 || count > GS_MAX_LOCAL_SIZE)
+			return bad_value("local size", src, v, "a node's count is out of range: expected 1 to " STR(GS_MAX_LOCAL_SIZE));
+		if (!first)
+			first = count;
+		uniform = uniform && count == first;
+		if (node >= at && node - at < repeat)
+			found = count;
+		at += repeat;
+		if (*p == ',' && p[1])
+			p++;
+		else if (*p)
+			break;
+		else
+			goto parsed;
+	}
+	return bad_value("local size", src, v, "not Slurm's form: counts N or N(xM), comma separated");
+parsed:
+	if (node == UINT64_MAX)
+		found = uniform ? first : 0;
+	if (!found)
+		return 0;
+	set_source(source, "SLURM_TASKS_PER_NODE", "Slurm");
+	*out = (uint32_t)found;
+	return 1;
+}
+
+/* The options, GRADSYNC_LOCAL_SIZE, torchrun's LOCAL_WORLD_SIZE, Slurm's
+ * SLURM_NTASKS_PER_NODE, else Slurm's SLURM_TASKS_PER_NODE (which srun
+ * sets without --ntasks-per-node), else 1. */
+static int derive_local_size(uint32_t opt, uint32_t *out, char *source)
+{
+	bool named = opt != GS_FROM_ENV;
+	for (size_t i = 0; !named && i < sizeof(local_size_field.vars) / sizeof(local_size_field.vars[0]) &&
+			   local_size_field.vars[i].name; i++)
+		named = env(local_size_field.vars[i].name) != NULL;
+	if (!named) {
+		int r = slurm_tasks_per_node(out, source);
+		if (r != 0)
+			return r < 0 ? r : GS_OK;
+	}
+	return derive_number(&local_size_field, opt, 1, out, source);
+}
+
 int gs__launch_derive(const struct gs_connect_options *o, struct gs_launch_info *li)
 {
 	memset(li, 0, sizeof(*li));
@@ -434,8 +508,7 @@ int gs__launch_derive(const struct gs_connect_options *o, struct gs_launch_info 
 		r = derive_number(&local_rank_field, o->local_rank, 0, &li->local_rank,
 				  li->local_rank_source);
 	if (r == GS_OK)
-		r = derive_number(&local_size_field, o->local_size, 1, &li->local_size,
-				  li->local_size_source);
+		r = derive_local_size(o->local_size, &li->local_size, li->local_size_source);
 	if (r == GS_OK)
 		r = derive_nodes(o->nodes, &li->nodes, li->nodes_source);
 	if (r == GS_OK)

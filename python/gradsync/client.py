@@ -260,7 +260,8 @@ class Client(_Connection):
     ($TORCHELASTIC_RUN_ID, $LOCAL_RANK, $LOCAL_WORLD_SIZE,
     $WORLD_SIZE / $LOCAL_WORLD_SIZE, $GROUP_RANK, $MASTER_ADDR), then
     Slurm's ($SLURM_JOB_ID.$SLURM_STEP_ID, $SLURM_LOCALID,
-    $SLURM_NTASKS_PER_NODE, $SLURM_NNODES, $SLURM_NODEID, $MASTER_ADDR),
+    $SLURM_NTASKS_PER_NODE or $SLURM_TASKS_PER_NODE, $SLURM_NNODES,
+    $SLURM_NODEID, $MASTER_ADDR),
     else the library's default (job id "", local rank 0, sizes 1, node
     rank 0; a setting no source gives is the job's, unchecked). A value
     given here is sent as the job's and checked by gradsyncd, which refuses

@@ -11,7 +11,7 @@ against its job.
   --nproc-per-node 2 --rdzv-backend static`, as on two machines;
 - srun: the four workers started with the variables srun gives each task
   (SLURM_JOB_ID, SLURM_STEP_ID, SLURM_PROCID, SLURM_LOCALID,
-  SLURM_NTASKS, SLURM_NTASKS_PER_NODE, SLURM_NNODES, SLURM_NODEID) and
+  SLURM_NTASKS, SLURM_TASKS_PER_NODE, SLURM_NNODES, SLURM_NODEID) and
   MASTER_ADDR and MASTER_PORT as PyTorch's Slurm recipes export them.
 
 In both:
@@ -84,7 +84,10 @@ def srun(daemons, master_port, outdir):
             log = os.path.join(outdir, f"task{rank}.log")
             env = node_env(d.socket, SLURM_JOB_ID="4242", SLURM_STEP_ID="0",
                            SLURM_PROCID=str(rank), SLURM_LOCALID=str(local),
-                           SLURM_NTASKS=str(WORLD), SLURM_NTASKS_PER_NODE=str(PER_NODE),
+                           SLURM_NTASKS=str(WORLD),
+                           # srun sets this one whether or not --ntasks-per-node
+                           # was given (which alone sets SLURM_NTASKS_PER_NODE).
+                           SLURM_TASKS_PER_NODE=f"{PER_NODE}(x{NODES})",
                            SLURM_NNODES=str(NODES), SLURM_NODEID=str(n),
                            MASTER_ADDR=LOOPBACK, MASTER_PORT=str(master_port))
             out.append((spawn([sys.executable, TRAINER, str(STEPS), outdir], log, env=env),
