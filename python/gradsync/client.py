@@ -71,6 +71,63 @@ class SessionInfo:
 
 
 @dataclass(frozen=True)
+class LaunchInfo:
+    """What a trainer started here would say its job is, and where each
+    field came from ("GRADSYNC_LOCAL_SIZE", "LOCAL_RANK (torchrun)",
+    "gs_connect_options", "default"; a setting no source gives is None,
+    from "unset"): ``gradsync.launch_info()``, gradsyncctl launch-env's
+    dry run, to debug a launch script."""
+
+    job_id: str
+    job_id_source: str
+    local_rank: int
+    local_rank_source: str
+    local_size: int
+    local_size_source: str
+    nodes: int
+    nodes_source: str
+    node_rank: int
+    node_rank_source: str
+    coordinator: str
+    coordinator_source: str
+    threshold: Optional[int]
+    threshold_source: str
+    wire: Optional[str]
+    wire_source: str
+    op: Optional[str]
+    op_source: str
+    predivide: Union[float, str, None]  # "world", a factor, or None
+    predivide_source: str
+    fusion_buffer: Optional[int]
+    fusion_buffer_source: str
+
+    @classmethod
+    def _from_c(cls, c: _lib.LaunchInfo) -> "LaunchInfo":
+        def unset(source: bytes) -> bool:
+            return _lib.text(source) == "unset"
+        predivide: Union[float, str, None] = None
+        if not unset(c.predivide_source):
+            predivide = "world" if c.predivide_factor == 0 else c.predivide_factor
+        return cls(
+            job_id=_lib.text(c.job_id), job_id_source=_lib.text(c.job_id_source),
+            local_rank=c.local_rank, local_rank_source=_lib.text(c.local_rank_source),
+            local_size=c.local_size, local_size_source=_lib.text(c.local_size_source),
+            nodes=c.nodes, nodes_source=_lib.text(c.nodes_source),
+            node_rank=c.node_rank, node_rank_source=_lib.text(c.node_rank_source),
+            coordinator=_lib.text(c.coordinator),
+            coordinator_source=_lib.text(c.coordinator_source),
+            threshold=None if unset(c.threshold_source) else c.threshold,
+            threshold_source=_lib.text(c.threshold_source),
+            wire=None if unset(c.wire_dtype_source) else _lib.WIRE_DTYPES.get(c.wire_dtype),
+            wire_source=_lib.text(c.wire_dtype_source),
+            op=None if unset(c.op_source) else _lib.REDUCE_OPS.get(c.op),
+            op_source=_lib.text(c.op_source),
+            predivide=predivide, predivide_source=_lib.text(c.predivide_source),
+            fusion_buffer=None if unset(c.fusion_buffer_source) else c.fusion_buffer_elements,
+            fusion_buffer_source=_lib.text(c.fusion_buffer_source))
+
+
+@dataclass(frozen=True)
 class StepResult:
     """One finished step's figures. ``nonfinite`` counts inf/NaN values in
     the reduced result (a loss scaler skips the step when it is not 0);
@@ -239,6 +296,50 @@ def _fusion_buffer(value: Optional[int]) -> int:
     return _number("fusion_buffer", value, _lib.FROM_ENV_U64)
 
 
+def _connect_options(socket_path: Optional[str], local_rank: Optional[int],
+                     job_id: Optional[str], timeout: Optional[float],
+                     local_size: Optional[int], nodes: Optional[int],
+                     node_rank: Optional[int], coordinator: Optional[str],
+                     threshold: Optional[int], wire: Optional[str], op: Optional[str],
+                     predivide: Union[float, str, None],
+                     fusion_buffer: Optional[int]) -> _lib.ConnectOptions:
+    """gs_connect_options: what is given, and GS_FROM_ENV (or its kind of
+    unset) for what is left to the environment."""
+    u32 = _lib.FROM_ENV
+    return _lib.ConnectOptions(
+        size=ctypes.sizeof(_lib.ConnectOptions), socket_path=_str(socket_path or None),
+        local_rank=_number("local_rank", local_rank, u32), job_id=_str(job_id),
+        timeout_ms=_timeout_ms(timeout),
+        local_size=_number("local_size", local_size, u32),
+        nodes=_number("nodes", nodes, u32), node_rank=_number("node_rank", node_rank, u32),
+        coordinator=_str(coordinator),
+        threshold=_number("threshold", threshold, _lib.FROM_ENV_U64),
+        wire_dtype=_choice("wire", wire, _lib.WIRE_DTYPES),
+        op=_choice("op", op, _lib.REDUCE_OPS), predivide_factor=_predivide(predivide),
+        fusion_buffer_elements=_fusion_buffer(fusion_buffer))
+
+
+def launch_info(local_rank: Optional[int] = None, job_id: Optional[str] = None, *,
+                local_size: Optional[int] = None, nodes: Optional[int] = None,
+                node_rank: Optional[int] = None, coordinator: Optional[str] = None,
+                threshold: Optional[int] = None, wire: Optional[str] = None,
+                op: Optional[str] = None, predivide: Union[float, str, None] = None,
+                fusion_buffer: Optional[int] = None) -> LaunchInfo:
+    """The job a ``Client`` made here with these arguments would say it is
+    in, each field with its source, connecting to nothing (libgradsync's
+    gs_launch_info_get). A bad value, given or derived, raises
+    InvalidArgumentError naming the field, the variable and its value."""
+    lib = _lib.lib()
+    opts = _connect_options(None, local_rank, job_id, None, local_size, nodes, node_rank,
+                            coordinator, threshold, wire, op, predivide, fusion_buffer)
+    out = _lib.LaunchInfo()
+    out.size = ctypes.sizeof(_lib.LaunchInfo)
+    rc = lib.gs_launch_info_get(ctypes.byref(opts), ctypes.byref(out))
+    if rc < 0:
+        raise _connect_error(rc, "launch_info")
+    return LaunchInfo._from_c(out)
+
+
 def _str(value: Optional[str]) -> Optional[bytes]:
     return value.encode() if value is not None else None
 
@@ -279,18 +380,9 @@ class Client(_Connection):
                  op: Optional[str] = None, predivide: Union[float, str, None] = None,
                  fusion_buffer: Optional[int] = None):
         lib = _lib.lib()
-        u32 = _lib.FROM_ENV
-        opts = _lib.ConnectOptions(
-            size=ctypes.sizeof(_lib.ConnectOptions), socket_path=_str(socket_path or None),
-            local_rank=_number("local_rank", local_rank, u32), job_id=_str(job_id),
-            timeout_ms=_timeout_ms(timeout),
-            local_size=_number("local_size", local_size, u32),
-            nodes=_number("nodes", nodes, u32), node_rank=_number("node_rank", node_rank, u32),
-            coordinator=_str(coordinator),
-            threshold=_number("threshold", threshold, _lib.FROM_ENV_U64),
-            wire_dtype=_choice("wire", wire, _lib.WIRE_DTYPES),
-            op=_choice("op", op, _lib.REDUCE_OPS), predivide_factor=_predivide(predivide),
-            fusion_buffer_elements=_fusion_buffer(fusion_buffer))
+        opts = _connect_options(socket_path, local_rank, job_id, timeout, local_size, nodes,
+                                node_rank, coordinator, threshold, wire, op, predivide,
+                                fusion_buffer)
         ptr = ctypes.c_void_p()
         rc = lib.gs_connect(ctypes.byref(opts), ctypes.byref(ptr))
         if rc < 0:

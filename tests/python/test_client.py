@@ -244,6 +244,30 @@ def test_job_from_environment_and_arguments():
         d.cleanup()
 
 
+def test_launch_info_is_a_dry_run():
+    """gradsync.launch_info() says what a trainer started here would derive,
+    and from where, without a daemon: torchrun's variables, a GRADSYNC_*
+    setting, an argument over both, and a bad value named."""
+    with environment(LOCAL_RANK="1", LOCAL_WORLD_SIZE="2", WORLD_SIZE="4", GROUP_RANK="1",
+                     MASTER_ADDR="node0", TORCHELASTIC_RUN_ID="run9",
+                     GRADSYNC_WIRE="bf16"):
+        li = gradsync.launch_info()
+        check_eq((li.job_id, li.local_rank, li.local_size, li.nodes, li.node_rank,
+                  li.coordinator, li.wire, li.threshold),
+                 ("run9", 1, 2, 2, 1, "node0", "bf16", None), "the derived job")
+        check_eq((li.job_id_source, li.local_size_source, li.nodes_source, li.wire_source,
+                  li.threshold_source),
+                 ("TORCHELASTIC_RUN_ID (torchrun)", "LOCAL_WORLD_SIZE (torchrun)",
+                  "WORLD_SIZE / LOCAL_WORLD_SIZE (torchrun)", "GRADSYNC_WIRE", "unset"),
+                 "the sources")
+        li = gradsync.launch_info(local_rank=0, threshold=4096, predivide="world")
+        check_eq((li.local_rank, li.local_rank_source, li.threshold, li.predivide),
+                 (0, "gs_connect_options", 4096, "world"), "arguments over the environment")
+    with environment(LOCAL_RANK="x"):
+        expect_error(gradsync.InvalidArgumentError, -1, gradsync.launch_info,
+                     "LOCAL_RANK (torchrun)", "'x'")
+
+
 def test_layout_mismatch_names_the_tensor():
     set_job(2)
     d = Daemon([])
@@ -405,7 +429,7 @@ if __name__ == "__main__":
     run([test_fp16_average_equals_reference, test_bf16_sum_equals_reference,
          test_fp32_average_equals_reference, test_clipping_and_nonfinite_counts,
          test_step_in_process_with_poll_and_fileno, test_errors_carry_code_and_message,
-         test_job_from_environment_and_arguments,
+         test_job_from_environment_and_arguments, test_launch_info_is_a_dry_run,
          test_layout_mismatch_names_the_tensor, test_abort_when_a_trainer_dies,
          test_control_agrees_with_trainers, test_caller_memfd_is_adopted,
          test_reconnect_after_daemon_restart,
