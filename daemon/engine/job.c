@@ -240,6 +240,7 @@ static void finish_step(struct gs_job *j)
 	uv_timer_stop(&j->stall_timer);
 	if (ok) {
 		gs_stats_record_step(st, duration);
+		st->last_step_end_ns = gs_now_ns();
 		st->bytes_reduced += j->step_wire_bytes;
 		st->nonfinite += j->step_nonfinite;
 	} else {

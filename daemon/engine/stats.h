@@ -18,6 +18,7 @@ struct gs_stats {
 	uint64_t steps_completed;
 	uint64_t steps_aborted;
 	uint64_t last_step_ns;
+	uint64_t last_step_end_ns;           /* when it ended (gs_now_ns), 0: none yet */
 	uint64_t history[GS_STEP_HISTORY]; /* recent step times, for the median */
 	uint64_t bytes_reduced;
 	uint64_t elements_clipped;

@@ -34,9 +34,11 @@ unsigned gs_jobs_trainers(const struct gs_jobs *t)
 	return n;
 }
 
+/* Adds one job's figures to the node's: its recent step times join the
+ * node's window of them (in the order they came, the job's last), and the
+ * last step is whichever job's ended last. */
 static void add_stats(struct gs_stats *to, const struct gs_stats *s)
 {
-	to->steps_completed += s->steps_completed;
 	to->steps_aborted += s->steps_aborted;
 	to->bytes_reduced += s->bytes_reduced;
 	to->elements_clipped += s->elements_clipped;
@@ -44,9 +46,15 @@ static void add_stats(struct gs_stats *to, const struct gs_stats *s)
 	to->step_ns_sum += s->step_ns_sum;
 	for (size_t i = 0; i < GS_STEP_BUCKETS; i++)
 		to->step_le[i] += s->step_le[i];
-	if (s->last_step_ns > to->last_step_ns) {
+	uint64_t kept = s->steps_completed < GS_STEP_HISTORY ? s->steps_completed : GS_STEP_HISTORY;
+	/* Steps older than the job's window count, but have no time to add
+	 * (and then the window's entries fill the node's whole window). */
+	to->steps_completed += s->steps_completed - kept;
+	for (uint64_t i = s->steps_completed - kept; i < s->steps_completed; i++)
+		to->history[to->steps_completed++ % GS_STEP_HISTORY] = s->history[i % GS_STEP_HISTORY];
+	if (s->last_step_end_ns > to->last_step_end_ns) {
+		to->last_step_end_ns = s->last_step_end_ns;
 		to->last_step_ns = s->last_step_ns;
-		memcpy(to->history, s->history, sizeof(to->history));
 	}
 }
 
