@@ -348,7 +348,9 @@ static bool lingering_mismatch(const struct gs_job_entry *e, const struct gs_cli
 		gs_info("%s: the lingering job's group goes", why);
 		return true;
 	}
-	if (c->uid != e->job.owner) {
+	/* Who may take it up is who may join a running job. */
+	if (c->uid != e->job.owner && c->uid != 0 &&
+	    e->settings.job_access != GS_JOB_ACCESS_ANY) {
 		gs_info("job '%s': a trainer of uid %u, not the lingering job's owner, begins it anew",
 			e->settings.job_id, (unsigned)c->uid);
 		return true;
