@@ -167,8 +167,12 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 		gs_client_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
 		return NULL;
 	}
-	if (!gs_job_active(j))
+	/* The job's first trainer's user owns it for its life, lingering
+	 * between trainers included. */
+	if (!j->has_owner) {
 		j->owner = uid;
+		j->has_owner = true;
+	}
 	if (j->attached == 0)
 		snprintf(j->id, sizeof(j->id), "%s", id);
 	j->slots[h->local_rank] = t;

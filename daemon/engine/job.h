@@ -77,6 +77,7 @@ struct gs_job {
 	/* The user whose trainer began the job: only that user (and root)
 	 * may join it or see more of it than that it exists. */
 	uid_t owner;
+	bool has_owner;
 	struct gs_departure departed[GS_MAX_LOCAL];
 
 	/* The layout, fixed by the first trainer to register. */
