@@ -9,7 +9,8 @@
 #       10.77.0.<K+1>/24 on its eth0, the bridge in gsnc-NAME-sw; RATE (tc's
 #       units, default 10gbit) shapes both directions of every node's link
 #       with tbf, DELAY (default 25us) delays them with netem where the kernel
-#       has it. Prints each node's address and CPU.
+#       has it (from node to node is two links: a round trip is 4 x DELAY).
+#       Prints each node's address and CPU.
 #   netcluster.sh exec NAME K CMD...   CMD in node K's namespace, on its CPU
 #   netcluster.sh cpus NAME K          node K's CPU (core K % C of the C we may use)
 #   netcluster.sh addr K               node K's address
@@ -40,7 +41,7 @@ addr() { echo "10.77.0.$(($1 + 1))"; }
 # The CPUs this script may use, as a list, from the kernel's own list
 # ("0-3,6"); node K gets the (K % C)th of the C of them.
 cpus() {
-  local list spans=() out=() span lo hi
+  local list spans=() out=() span lo hi c
   list=$(awk '/^Cpus_allowed_list:/ { print $2 }' /proc/self/status)
   IFS=, read -ra spans <<<"$list"
   for span in "${spans[@]}"; do
@@ -74,14 +75,15 @@ down() {
 
 # Shapes the egress of DEV in namespace NS: tbf for the rate, under netem
 # for the delay when there is one. tbf's burst (256 KiB) holds a GSO
-# packet whole and is under 1% of a second at any rate worth asking for.
+# packet whole; it is all that passes ahead of the rate (10 ms at
+# 200mbit). Its queue holds 20 ms of the rate before it drops.
 shape() {
   local ns=$1 dev=$2 parent=root
   if [ -n "$delay" ]; then
     tc -n "$ns" qdisc add dev "$dev" root handle 1: netem delay "$delay" limit 10000
     parent="parent 1:1"
   fi
-  # shellcheck disable=SC2086
+  # shellcheck disable=SC2086 # $parent is "root" or "parent 1:1"
   tc -n "$ns" qdisc add dev "$dev" $parent handle 10: tbf rate "$rate" burst 256kb latency 20ms
 }
 
@@ -119,6 +121,7 @@ up() {
   tc -n "$sw" qdisc add dev lo root tbf rate 1gbit burst 64kb latency 1ms 2>/dev/null ||
     skip "no tbf qdisc in this kernel (CONFIG_NET_SCH_TBF)"
   tc -n "$sw" qdisc del dev lo root
+  # A kernel with netem as a module loads it when tc asks for it.
   if [ "$delay" = 0 ] || [ "$delay" = 0us ]; then
     delay=
   elif ! tc -n "$sw" qdisc add dev lo root netem delay 1us 2>/dev/null; then

@@ -71,6 +71,45 @@ def test_shaped_rate():
     check(1.7 < ratio < 2.3, f"200mbit carried {ratio:.2f} times 100mbit's goodput")
 
 
+RTT = """
+import socket, time
+best = 1e9
+for _ in range(20):  # a refused connect is one round trip: SYN out, RST back
+    t = time.monotonic()
+    try:
+        socket.create_connection(("10.77.0.2", 9), timeout=2).close()
+    except ConnectionRefusedError:
+        best = min(best, time.monotonic() - t)
+print(best)
+"""
+
+
+def test_delay():
+    """A round trip between two nodes crosses four delayed egresses (node
+    0's eth0, node 1's port on the bridge, and back), so it takes at least
+    4 x DELAY. Without netem an explicit --delay is refused (77) naming it,
+    leaving nothing."""
+    name = BASE + "h"
+    try:
+        p = subprocess.run([NETCLUSTER, "up", name, "2", "--delay", "5ms"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode == 77 and "netem" in p.stderr:
+            print(f"refused: {p.stderr.strip()}")
+            check(namespaces(name) == [], f"namespaces left: {namespaces(name)}")
+            with Cluster("i", 2, "--delay", "0") as c:
+                rtt = float(c.exec(0, sys.executable, "-c", RTT).stdout)
+            print(f"the links' own round trip: {rtt * 1e6:.0f} us")
+            return
+        check(p.returncode == 0, f"up --delay 5ms: exit {p.returncode}: {p.stderr}")
+        out = subprocess.run([NETCLUSTER, "exec", name, "0", sys.executable, "-c", RTT],
+                             capture_output=True, text=True, timeout=60)
+        rtt = float(out.stdout)
+        print(f"round trip {rtt * 1e3:.2f} ms with --delay 5ms on each egress")
+        check(0.020 <= rtt < 0.030, f"round trip {rtt * 1e3:.2f} ms, expected 20 ms and up to 10 more")
+    finally:
+        nc("down", name, check_rc=None)
+
+
 # ---- pinning -------------------------------------------------------------------
 
 def test_pinning():
@@ -173,5 +212,5 @@ def test_skip_without_root():
 
 
 if __name__ == "__main__":
-    run([test_shaped_rate, test_pinning, test_teardown, test_teardown_after_failure,
+    run([test_shaped_rate, test_delay, test_pinning, test_teardown, test_teardown_after_failure,
          test_skip_without_root])
