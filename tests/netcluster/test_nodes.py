@@ -2,14 +2,15 @@
 reaching the other over its shaped link: a job of 2 nodes x 1 trainer whose
 every element the verifying trainers check, then node 1's link cut in the
 middle of a step: node 0's trainer has the step aborted, naming node 1,
-within --peer-timeout and a slack, and node 0's daemon answers status
-throughout. Skipped (77) where namespaces cannot be made or without Gloo.
+within --peer-timeout and a slack, node 0's daemon answers status
+throughout, and both daemons then stop cleanly. Skipped (77) where namespaces cannot be made or without Gloo.
 
 Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
 GS_HAVE_GLOO, GS_SOURCE_ROOT.
 """
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -108,7 +109,7 @@ def run_job_and_cut(c, n):
     # marked, so that node 0's step 2 is in flight (it waits for node 1)
     # when node 1's link goes down.
     p0, log0 = n.trainer(0, "cut", 2, "--expect-abort-at", "2")
-    _, log1 = n.trainer(1, "cut", 3, "--pause-at-step", "2", "--pause-after", "5")
+    p1, log1 = n.trainer(1, "cut", 3, "--pause-at-step", "2", "--pause-after", "5")
     wait_for(lambda: "PAUSED in step 2" in text(log1), 30, "node 1's trainer to pause")
     wait_for(lambda: (job_status(n.socks[0], "cut") or {}).get("current_step") == 2
              and job_status(n.socks[0], "cut")["state"] == "in step",
@@ -135,6 +136,15 @@ def run_job_and_cut(c, n):
     peers = wait_for(lambda: (job_status(n.socks[0], "cut") or {}).get("peers"), 5,
                      "node 0's status of the job")
     check(peers[1]["state"] == "lost", f"node 0 shows node 1 as {peers[1]}")
+
+    # Both daemons stop cleanly (under the sanitizers, with their checks),
+    # node 1's with its link still down.
+    p1.kill()
+    p1.wait(timeout=10)
+    for d in n.daemons:
+        d.send_signal(signal.SIGTERM)
+    for k, d in enumerate(n.daemons):
+        check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
 
 
 if __name__ == "__main__":
