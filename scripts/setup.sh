@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev
   systemd groff-base python3 python3-venv
   gnuplot-nox
+  iproute2  # ip netns, tc: scripts/netcluster.sh
 )
 
 missing=()

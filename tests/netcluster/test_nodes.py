@@ -1,0 +1,151 @@
+"""Two gradsyncd in two network namespaces of scripts/netcluster.sh, each
+reaching the other over its shaped link: a job of 2 nodes x 1 trainer whose
+every element the verifying trainers check, then node 1's link cut in the
+middle of a step: node 0's trainer has the step aborted, naming node 1,
+within --peer-timeout and a slack, node 0's daemon answers status
+throughout, and both daemons then stop cleanly. Skipped (77) where namespaces cannot be made or without Gloo.
+
+Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
+GS_HAVE_GLOO, GS_SOURCE_ROOT.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SOURCE = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(SOURCE, "tests", "ops"))
+from opslib import LAUNCH_VARS, Skip, check, daemon_env, run, spawn, wait_for  # noqa: E402
+from cluster import Cluster  # noqa: E402
+
+DAEMON = os.environ.get("GS_DAEMON", "")
+TRAINER = os.environ.get("GS_TRAINER", "")
+CTL = os.environ.get("GS_CTL", "")
+LAYOUT = os.path.join(os.environ.get("GS_LAYOUTS", ""), "resnet50.txt")
+PORT = 29470  # each node has its own namespace, so no other test's port
+PEER_TIMEOUT = 2
+SLACK = 3
+
+
+def text(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def status(sock):
+    """node 0's status, or None when it does not answer within 2 s."""
+    try:
+        p = subprocess.run([CTL, "--socket", sock, "--timeout", "2000", "status", "--json"],
+                           capture_output=True, text=True, timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
+    return json.loads(p.stdout) if p.returncode == 0 else None
+
+
+def job_status(sock, job):
+    st = status(sock)
+    return next((j for j in (st or {}).get("jobs", []) if j["job_id"] == job), None)
+
+
+class Nodes:
+    """A daemon on each node of cluster c, on sockets in tmp."""
+
+    def __init__(self, c, tmp):
+        self.c, self.tmp = c, tmp
+        self.socks = [os.path.join(tmp, f"n{k}.sock") for k in range(2)]
+        self.daemons = []
+        for k in range(2):
+            argv = c.argv(k, DAEMON, f"--socket={self.socks[k]}",
+                          f"--node-address=10.77.0.{k + 1}", f"--node-port={PORT}",
+                          "--config=", f"--peer-timeout={PEER_TIMEOUT}")
+            self.daemons.append(spawn(argv, os.path.join(tmp, f"daemon-{k}.log"),
+                                      env=daemon_env()))
+        for k in range(2):
+            wait_for(lambda: status(self.socks[k]), 20, f"node {k}'s daemon")
+
+    def trainer(self, k, job, steps, *extra):
+        env = {key: v for key, v in os.environ.items() if key not in LAUNCH_VARS}
+        env.update(GRADSYNC_NODES="2", GRADSYNC_NODE_RANK=str(k),
+                   GRADSYNC_COORDINATOR="10.77.0.1", GRADSYNC_LOCAL_SIZE="1",
+                   GRADSYNC_JOB_ID=job)
+        log = os.path.join(self.tmp, f"{job}-trainer-{k}.log")
+        argv = self.c.argv(k, TRAINER, "--socket", self.socks[k], "--layout", LAYOUT,
+                           "--steps", str(steps), *extra)
+        return spawn(argv, log, env=env), log
+
+
+def test_job_and_link_cut():
+    if not (DAEMON and TRAINER and CTL):
+        raise Skip("GS_DAEMON, GS_TRAINER and GS_CTL are meson's: run it through meson test")
+    if os.environ.get("GS_HAVE_GLOO") != "1":
+        raise Skip("several nodes need Gloo")
+    with Cluster("g", 2, "--rate", "1gbit") as c, \
+            tempfile.TemporaryDirectory(prefix="gsnc-") as tmp:
+        os.chmod(tmp, 0o755)
+        n = Nodes(c, tmp)
+        try:
+            run_job_and_cut(c, n)
+        except BaseException:
+            for k in range(2):  # the daemons' side, before tmp goes
+                print(f"--- node {k}'s daemon:\n"
+                      + text(os.path.join(tmp, f"daemon-{k}.log"))[-4000:])
+            raise
+
+
+def run_job_and_cut(c, n):
+    # A job of two nodes, every element of two steps checked.
+    t = [n.trainer(k, "verified", 2) for k in range(2)]
+    for k, (p, log) in enumerate(t):
+        rc = p.wait(timeout=60)
+        check(rc == 0 and "OK: 2 steps verified" in text(log),
+              f"node {k}'s trainer exited {rc}: {text(log)}")
+    print(text(t[0][1]).strip())
+
+    # Another job: node 1's trainer stops in step 2 with a few tensors
+    # marked, so that node 0's step 2 is in flight (it waits for node 1)
+    # when node 1's link goes down.
+    p0, log0 = n.trainer(0, "cut", 2, "--expect-abort-at", "2")
+    p1, log1 = n.trainer(1, "cut", 3, "--pause-at-step", "2", "--pause-after", "5")
+    wait_for(lambda: "PAUSED in step 2" in text(log1), 30, "node 1's trainer to pause")
+    wait_for(lambda: (job_status(n.socks[0], "cut") or {}).get("current_step") == 2
+             and job_status(n.socks[0], "cut")["state"] == "in step",
+             30, "node 0 in step 2")
+    cut = time.monotonic()
+    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n1", "link", "set", "eth0", "down"],
+                   check=True, timeout=10)
+    slowest = 0.0
+    while "ABORTED step 2 as expected" not in text(log0):
+        check(time.monotonic() - cut < PEER_TIMEOUT + SLACK,
+              f"no abort {PEER_TIMEOUT + SLACK} s after the cut: {text(log0)}")
+        t0 = time.monotonic()
+        check(status(n.socks[0]) is not None, "node 0's daemon did not answer status")
+        slowest = max(slowest, time.monotonic() - t0)
+        time.sleep(0.1)
+    took = time.monotonic() - cut
+    print(f"node 0's step aborted {took:.2f} s after the cut (--peer-timeout "
+          f"{PEER_TIMEOUT} s); status answered within {slowest:.2f} s throughout")
+    line = next(x for x in text(log0).splitlines() if x.startswith("ABORTED"))
+    print(line)
+    check("node 1 went away" in line, f"the abort does not name node 1: {line}")
+    check(p0.wait(timeout=30) == 0, f"node 0's trainer: {text(log0)}")
+    check(n.daemons[0].poll() is None, "node 0's daemon exited")
+    peers = wait_for(lambda: (job_status(n.socks[0], "cut") or {}).get("peers"), 5,
+                     "node 0's status of the job")
+    check(peers[1]["state"] == "lost", f"node 0 shows node 1 as {peers[1]}")
+
+    # Both daemons stop cleanly (under the sanitizers, with their checks),
+    # node 1's with its link still down.
+    p1.kill()
+    p1.wait(timeout=10)
+    for d in n.daemons:
+        d.send_signal(signal.SIGTERM)
+    for k, d in enumerate(n.daemons):
+        check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
+
+
+if __name__ == "__main__":
+    run([test_job_and_link_cut])
