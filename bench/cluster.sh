@@ -133,10 +133,12 @@ say "note: this 2-core machine carries at most ~9.5 Gbit/s between namespaces un
 say "      at rates above that the CPUs bind, not the shaping"
 IFS=, read -ra rate_list <<<"$rates"
 IFS=, read -ra layout_list <<<"$layouts"
+for layout in "${layout_list[@]}"; do
+  [ -f "layouts/$layout.txt" ] || { echo "cluster.sh: no layouts/$layout.txt" >&2; exit 2; }
+done
 for rate in "${rate_list[@]}"; do
   "$nc" up "$name" 2 --rate "$rate" 2>&1 | sed 's/^/  /'
   for layout in "${layout_list[@]}"; do
-    [ -f "layouts/$layout.txt" ] || { echo "cluster.sh: no layouts/$layout.txt" >&2; exit 2; }
     say "$layout at $rate: gradsync"
     run_gradsync "$layout" "$rate"
     say "$layout at $rate: Gloo fp32 then fp16 buckets"
