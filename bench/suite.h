@@ -85,6 +85,14 @@ int sync_gradsync(const struct bench_config *c, const struct layout_file *l,
 int sync_gloo(const struct bench_config *c, const struct layout_file *l,
 	      struct sync_result out[GLOO_SYSTEMS]);
 
+/* One rank of that baseline in this process, for ranks started elsewhere
+ * (in other network namespaces: bench/gloo-rank.c): rank `rank` of
+ * `world`, its Gloo device on `host`, meeting the others through the file
+ * store in directory `store`. Step times (ms) go to
+ * times[(system * world + rank) * c->steps + step]. Returns 0 or 1. */
+int sync_gloo_rank(const struct bench_config *c, const struct layout_file *l, const char *store,
+		   const char *host, unsigned rank, unsigned world, double *times);
+
 struct kernel_result {
 	char name[48];
 	struct bench_stats st; /* ms per call */

@@ -39,6 +39,7 @@ struct gloo_run {
 	const struct bench_config *c;
 	const struct layout_file *l;
 	const char *store;
+	const char *host; /* where this rank's Gloo device listens */
 	unsigned world;
 	struct ddp_bucket *buckets;
 	size_t nbuckets;
@@ -128,7 +129,7 @@ static int rank_main(struct gloo_run *run, unsigned rank)
 	struct gs_gloo_store_ops store = file_store(run->store);
 	int rc = offs && grads && buf ? GS_OK : GS_ENOMEM;
 	if (rc == GS_OK)
-		rc = gs_gloo_create(&store, (int)rank, (int)run->world, "127.0.0.1",
+		rc = gs_gloo_create(&store, (int)rank, (int)run->world, run->host,
 				    GLOO_TIMEOUT_MS, &g, err, sizeof(err));
 	if (rc == GS_OK) {
 		for (size_t t = 1; t < l->n; t++)
@@ -203,7 +204,8 @@ static void collect(const struct gloo_run *run, struct sync_result out[GLOO_SYST
 int sync_gloo(const struct bench_config *c, const struct layout_file *l,
 	      struct sync_result out[GLOO_SYSTEMS])
 {
-	struct gloo_run run = {.c = c, .l = l, .world = c->nodes * c->trainers};
+	struct gloo_run run = {
+	    .c = c, .l = l, .host = "127.0.0.1", .world = c->nodes * c->trainers};
 	size_t times_bytes = (size_t)GLOO_SYSTEMS * run.world * c->steps * sizeof(double);
 	struct rank_arg args[64];
 	pid_t pids[64];
@@ -250,6 +252,19 @@ int sync_gloo(const struct bench_config *c, const struct layout_file *l,
 out:
 	file_store_dir_remove(store);
 	bench_shared_free(run.times, times_bytes);
+	free(run.buckets);
+	return rc;
+}
+
+int sync_gloo_rank(const struct bench_config *c, const struct layout_file *l, const char *store,
+		   const char *host, unsigned rank, unsigned world, double *times)
+{
+	struct gloo_run run = {
+	    .c = c, .l = l, .store = store, .host = host, .world = world, .times = times};
+	if (rank >= world || !(run.buckets = calloc(l->n, sizeof(*run.buckets))))
+		return 1;
+	run.nbuckets = ddp_buckets(l, run.buckets, &run.largest);
+	int rc = rank_main(&run, rank);
 	free(run.buckets);
 	return rc;
 }

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# gradsync against Gloo on a cluster on one machine (scripts/netcluster.sh):
+# 2 nodes x 1 trainer, each node a network namespace on its own CPU, its
+# link shaped to each rate in turn. Per rate and layout, in one run:
+#   gradsync   one gradsyncd per node in its namespace (--backend=host,
+#              default settings: fp16 wire, average) and one
+#              gradsync-bench-trainer per node beside it;
+#   gloo-fp32, gloo-fp16   gradsync-bench's Gloo baseline (DDP-style
+#              buckets), one gradsync-bench-gloo-rank per node in the same
+#              namespaces on the same CPUs, meeting through a file store.
+# Per step the slower node's time; the median of K steps after W of warm-up.
+# Prints a table and writes cluster.csv (every step of every rank),
+# summary.csv, summary.txt and a README.md with the table to --out
+# (default bench/results/cluster). Needs root (namespaces).
+#
+#   bench/cluster.sh [--rates 10gbit,25gbit] [--layouts resnet50,bert-base]
+#                    [--steps K] [--warmup W] [--out DIR]
+#
+# Everything is bounded (each process by `timeout`), and the cluster is
+# taken down on every way out.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rates=10gbit,25gbit layouts=resnet50,bert-base steps=10 warmup=2
+out=bench/results/cluster
+while [ $# -gt 0 ]; do
+  case $1 in
+    --rates) rates=${2:?}; shift 2 ;;
+    --layouts) layouts=${2:?}; shift 2 ;;
+    --steps) steps=${2:?}; shift 2 ;;
+    --warmup) warmup=${2:?}; shift 2 ;;
+    --out) out=${2:?}; shift 2 ;;
+    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    *) echo "cluster.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
+  esac
+done
+[[ $steps =~ ^[0-9]+$ && $steps -ge 1 && $warmup =~ ^[0-9]+$ ]] || {
+  echo "cluster.sh: --steps must be >= 1, --warmup >= 0" >&2
+  exit 2
+}
+
+. bench/prepare.sh
+nc=scripts/netcluster.sh
+bin=$build/bench
+name=nb$$
+tmp=$(mktemp -d /tmp/gradsync-cluster-XXXXXX)
+pids=()
+STEP_TIMEOUT=300 # seconds for one system on one layout at one rate
+
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  "$nc" down "$name" >/dev/null 2>&1 || true
+  if [ "$rc" -ne 0 ]; then
+    echo "cluster.sh: failed (status $rc); logs in $tmp" >&2
+  else
+    rm -rf "$tmp"
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT HUP
+
+t0=$SECONDS
+say() { printf '[%4d s] %s\n' $((SECONDS - t0)) "$*"; }
+
+# Waits for every pid in $@ with the step's bound; fails when any fails.
+wait_all() {
+  local p rc=0
+  for p in "$@"; do wait "$p" || rc=$?; done
+  return "$rc"
+}
+
+# gradsync on layout $1 at rate $2: two daemons, then a trainer per node.
+run_gradsync() {
+  local layout=$1 rate=$2 dir=$tmp/gradsync-$1-$2 k t=()
+  mkdir -p "$dir"
+  pids=()
+  for k in 0 1; do
+    timeout -s KILL $((STEP_TIMEOUT + 30)) "$nc" exec "$name" "$k" "$build/daemon/gradsyncd" \
+      --socket="$dir/n$k.sock" --node-address="$("$nc" addr "$k")" --node-port=29450 \
+      --backend=host --join-timeout=60 --config= >"$dir/gradsyncd-$k.log" 2>&1 &
+    pids+=($!)
+  done
+  for k in 0 1; do
+    for ((i = 0; i < 300; i++)); do [ -S "$dir/n$k.sock" ] && break; sleep 0.1; done
+    [ -S "$dir/n$k.sock" ] || { cat "$dir/gradsyncd-$k.log" >&2; return 1; }
+  done
+  for k in 0 1; do
+    GRADSYNC_NODES=2 GRADSYNC_NODE_RANK=$k GRADSYNC_COORDINATOR=10.77.0.1 GRADSYNC_LOCAL_SIZE=1 \
+      GRADSYNC_JOB_ID="$layout-$rate" timeout -s KILL "$STEP_TIMEOUT" \
+      "$nc" exec "$name" "$k" "$bin/gradsync-bench-trainer" --socket "$dir/n$k.sock" \
+      --layout "layouts/$layout.txt" --steps "$steps" --warmup "$warmup" \
+      --csv "$dir/trainer-$k.csv" >"$dir/trainer-$k.log" 2>&1 &
+    t+=($!)
+  done
+  if ! wait_all "${t[@]}"; then
+    cat "$dir"/*.log >&2
+    return 1
+  fi
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait_all "${pids[@]}" || true
+  pids=()
+  for k in 0 1; do
+    sed "s/^/$layout,$rate,gradsync,/" "$dir/trainer-$k.csv" | cut -d, -f1-6,8 >>"$tmp/steps.csv"
+  done
+}
+
+# The Gloo baseline on layout $1 at rate $2: a rank per node.
+run_gloo() {
+  local layout=$1 rate=$2 dir=$tmp/gloo-$1-$2 k t=()
+  mkdir -p "$dir/store"
+  for k in 0 1; do
+    timeout -s KILL "$STEP_TIMEOUT" "$nc" exec "$name" "$k" "$bin/gradsync-bench-gloo-rank" \
+      --rank "$k" --size 2 --store "$dir/store" --address "$("$nc" addr "$k")" \
+      --layout "layouts/$layout.txt" --steps "$steps" --warmup "$warmup" \
+      --csv "$dir/rank-$k.csv" >"$dir/rank-$k.log" 2>&1 &
+    t+=($!)
+  done
+  if ! wait_all "${t[@]}"; then
+    cat "$dir"/*.log >&2
+    return 1
+  fi
+  for k in 0 1; do
+    # system,rank,step,ms -> layout,rate,system,rank,step,ms,bytes (filled in later)
+    sed "s/^/$layout,$rate,/; s/\$/,0/" "$dir/rank-$k.csv" >>"$tmp/steps.csv"
+  done
+}
+
+echo "layout,rate,system,rank,step,ms,wire_bytes" >"$tmp/steps.csv"
+say "cluster.sh: 2 nodes x 1 trainer, rates $rates, layouts $layouts, $steps steps after $warmup"
+say "note: this 2-core machine carries at most ~9.5 Gbit/s between namespaces unshaped:"
+say "      at rates above that the CPUs bind, not the shaping"
+IFS=, read -ra rate_list <<<"$rates"
+IFS=, read -ra layout_list <<<"$layouts"
+for layout in "${layout_list[@]}"; do
+  [ -f "layouts/$layout.txt" ] || { echo "cluster.sh: no layouts/$layout.txt" >&2; exit 2; }
+done
+for rate in "${rate_list[@]}"; do
+  "$nc" up "$name" 2 --rate "$rate" 2>&1 | sed 's/^/  /'
+  for layout in "${layout_list[@]}"; do
+    say "$layout at $rate: gradsync"
+    run_gradsync "$layout" "$rate"
+    say "$layout at $rate: Gloo fp32 then fp16 buckets"
+    run_gloo "$layout" "$rate"
+  done
+  "$nc" down "$name"
+done
+
+mkdir -p "$out"
+cp "$tmp/steps.csv" "$out/cluster.csv"
+say "done; the table:"
+python3 bench/cluster_table.py "$out/cluster.csv" "$out/summary.csv" \
+  "bench/cluster.sh --rates $rates --layouts $layouts --steps $steps --warmup $warmup" \
+  | tee "$out/summary.txt"
+{
+  echo "# gradsync against Gloo on a cluster on one machine"
+  echo
+  echo "Written by \`bench/cluster.sh\` (\`$(date -u '+%Y-%m-%d %H:%M UTC')\`, $(nproc) cores,"
+  echo "$(uname -sr), load $(cut -d' ' -f1-3 /proc/loadavg) at the end, $((SECONDS - t0)) s in all):"
+  echo "\`cluster.csv\` holds every step of every rank, \`summary.csv\` the table."
+  echo
+  echo '```'
+  cat "$out/summary.txt"
+  echo '```'
+} >"$out/README.md"
+say "results in $out/{README.md,cluster.csv,summary.csv,summary.txt}"

@@ -1,0 +1,114 @@
+/*
+ * gradsync-bench-gloo-rank: one rank of gradsync-bench's Gloo baseline
+ * (sync_gloo.c: DDP-style buckets, fp32 then fp16) as a process of its
+ * own, for ranks that gradsync-bench cannot fork itself: one per network
+ * namespace of scripts/netcluster.sh (bench/cluster.sh). The ranks meet
+ * through a file store in a directory they all see; each one's Gloo device
+ * listens on --address. Writes 'system,rank,step,ms' per timed step.
+ */
+#include <getopt.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include "suite.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f, "Usage: gradsync-bench-gloo-rank --rank R --size N --store DIR --address A\n"
+		   "                                --layout FILE --csv FILE [--steps K] "
+		   "[--warmup W]\n"
+		   "\n"
+		   "One rank of the Gloo baseline (fp32 buckets, then fp16 buckets). The N ranks\n"
+		   "share the file store DIR (an existing directory, empty at first); A is this\n"
+		   "rank's address (its Gloo device's). Steps default to 20, warm-up to 3.\n");
+}
+
+struct options {
+	unsigned long rank, size, steps, warmup;
+	const char *store, *address, *layout, *csv;
+};
+
+static int parse_args(int argc, char **argv, struct options *o)
+{
+	static const struct option opts[] = {
+	    {"rank", required_argument, NULL, 'r'},   {"size", required_argument, NULL, 'n'},
+	    {"store", required_argument, NULL, 's'},  {"address", required_argument, NULL, 'a'},
+	    {"layout", required_argument, NULL, 'l'}, {"csv", required_argument, NULL, 'c'},
+	    {"steps", required_argument, NULL, 'k'},  {"warmup", required_argument, NULL, 'w'},
+	    {"help", no_argument, NULL, 'h'},	      {NULL, 0, NULL, 0},
+	};
+	int opt, bad = 0;
+	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (opt) {
+		case 'r':
+			bad |= bench_parse_uint(optarg, 0, 63, &o->rank);
+			break;
+		case 'n':
+			bad |= bench_parse_uint(optarg, 1, 64, &o->size);
+			break;
+		case 'k':
+			bad |= bench_parse_uint(optarg, 1, 100000, &o->steps);
+			break;
+		case 'w':
+			bad |= bench_parse_uint(optarg, 0, 100000, &o->warmup);
+			break;
+		case 's':
+			o->store = optarg;
+			break;
+		case 'a':
+			o->address = optarg;
+			break;
+		case 'l':
+			o->layout = optarg;
+			break;
+		case 'c':
+			o->csv = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			bad = 1;
+		}
+	}
+	if (bad || optind < argc || !o->store || !o->address || !o->layout || !o->csv ||
+	    o->rank >= o->size) {
+		usage(stderr);
+		return 2;
+	}
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const names[GLOO_SYSTEMS] = {"gloo-fp32", "gloo-fp16"};
+	struct options o = {.steps = 20, .warmup = 3};
+	int rc = parse_args(argc, argv, &o);
+	if (rc >= 0)
+		return rc;
+	signal(SIGPIPE, SIG_IGN);
+	struct layout_file l;
+	if (layout_file_read(o.layout, &l) < 0)
+		return 1;
+	struct bench_config c = {.nodes = (unsigned)o.size,
+				 .trainers = 1,
+				 .steps = (unsigned)o.steps,
+				 .warmup = (unsigned)o.warmup};
+	size_t n = (size_t)GLOO_SYSTEMS * o.size * o.steps;
+	double *times = calloc(n, sizeof(*times));
+	FILE *csv = times ? fopen(o.csv, "w") : NULL;
+	rc = csv ? sync_gloo_rank(&c, &l, o.store, o.address, (unsigned)o.rank, (unsigned)o.size,
+				  times)
+		 : 1;
+	for (unsigned s = 0; rc == 0 && s < GLOO_SYSTEMS; s++)
+		for (unsigned k = 0; k < o.steps; k++)
+			fprintf(csv, "%s,%lu,%u,%.6f\n", names[s], o.rank, k + 1,
+				times[(s * o.size + o.rank) * o.steps + k]);
+	if (csv && fclose(csv) != 0)
+		rc = 1;
+	if (!csv)
+		perror(o.csv);
+	free(times);
+	layout_file_free(&l);
+	return rc;
+}
