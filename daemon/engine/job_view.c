@@ -11,14 +11,6 @@
 
 #include "hostport.h"
 
-static void predivide_text(double f, char *buf, size_t n)
-{
-	if (f == 0)
-		snprintf(buf, n, "world");
-	else
-		snprintf(buf, n, "%g", f);
-}
-
 static bool differs(const char *id, const char *field, const char *says, const char *has,
 		    char *err, size_t n)
 {
@@ -85,8 +77,8 @@ bool gs_job_view_differs(const struct gs_settings *s, const char *id, const Grad
 			       err, n);
 	if (h->predivide_factor && h->predivide_factor->value != s->predivide) {
 		char a[32], b[32];
-		predivide_text(h->predivide_factor->value, a, sizeof(a));
-		predivide_text(s->predivide, b, sizeof(b));
+		gs_predivide_text(h->predivide_factor->value, a, sizeof(a));
+		gs_predivide_text(s->predivide, b, sizeof(b));
 		return differs(id, "predivide", a, b, err, n);
 	}
 	if (h->fusion_buffer_elements && h->fusion_buffer_elements != s->fusion_elements)

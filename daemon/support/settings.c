@@ -3,7 +3,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +11,7 @@
 #include "support/config_file.h"
 #include "support/log.h"
 
-enum kind { K_TEXT, K_UINT, K_CHOICE, K_PREDIVIDE };
+enum kind { K_TEXT, K_UINT, K_CHOICE };
 
 struct choice {
 	const char *name;
@@ -167,9 +166,6 @@ static void describe_range(const struct setting *st, char *out, size_t n)
 			k += (size_t)snprintf(out + k, n - k, " %s", c->name);
 		break;
 	}
-	case K_PREDIVIDE:
-		snprintf(out, n, "'world' or a number in [1, 1e6]");
-		break;
 	case K_TEXT:
 		snprintf(out, n, "a text of %llu to %llu bytes", (unsigned long long)st->min,
 			 (unsigned long long)st->max);
@@ -203,18 +199,6 @@ static int apply(const struct setting *st, const char *text, struct gs_settings 
 			}
 		}
 		return -EINVAL;
-	case K_PREDIVIDE: {
-		if (strcmp(text, "world") == 0) {
-			*(double *)field = 0;
-			return 0;
-		}
-		char *end;
-		double d = strtod(text, &end);
-		if (*end || !(d >= 1 && d <= 1e6))
-			return -EINVAL;
-		*(double *)field = d;
-		return 0;
-	}
 	}
 	return -EINVAL;
 }
@@ -234,6 +218,14 @@ static int apply_from(const struct setting *st, const char *text,
 	return -EINVAL;
 }
 
+static const char *choice_name(const struct choice *choices, int value)
+{
+	for (const struct choice *c = choices; c->name; c++)
+		if (c->value == value)
+			return c->name;
+	return "unknown";
+}
+
 static void format_value(const struct setting *st, const struct gs_settings *s,
 			 char *out, size_t n)
 {
@@ -249,16 +241,7 @@ static void format_value(const struct setting *st, const struct gs_settings *s,
 			snprintf(out, n, "%llu", (unsigned long long)*(const uint64_t *)field);
 		break;
 	case K_CHOICE:
-		snprintf(out, n, "?");
-		for (const struct choice *c = st->choices; c->name; c++)
-			if (c->value == *(const int *)field)
-				snprintf(out, n, "%s", c->name);
-		break;
-	case K_PREDIVIDE:
-		if (*(const double *)field == 0)
-			snprintf(out, n, "world");
-		else
-			snprintf(out, n, "%g", *(const double *)field);
+		snprintf(out, n, "%s", choice_name(st->choices, *(const int *)field));
 		break;
 	}
 }
@@ -547,14 +530,6 @@ int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
 	return 0;
 }
 
-static const char *choice_name(const struct choice *choices, int value)
-{
-	for (const struct choice *c = choices; c->name; c++)
-		if (c->value == value)
-			return c->name;
-	return "unknown";
-}
-
 const char *gs_wire_setting_name(int wire)
 {
 	return choice_name(wire_choices, wire);
@@ -565,13 +540,18 @@ const char *gs_op_setting_name(int op)
 	return choice_name(op_choices, op);
 }
 
+void gs_predivide_text(double factor, char *out, size_t n)
+{
+	if (factor == 0)
+		snprintf(out, n, "world");
+	else
+		snprintf(out, n, "%g", factor);
+}
+
 void gs_settings_shared_text(const struct gs_settings *s, char *out, size_t n)
 {
 	char predivide[32];
-	if (s->predivide == 0)
-		snprintf(predivide, sizeof(predivide), "world");
-	else
-		snprintf(predivide, sizeof(predivide), "%g", s->predivide);
+	gs_predivide_text(s->predivide, predivide, sizeof(predivide));
 	snprintf(out, n, "threshold=%llu wire=%s op=%s predivide=%s fusion-buffer=%llu",
 		 (unsigned long long)s->threshold, gs_wire_setting_name(s->wire),
 		 gs_op_setting_name(s->op), predivide, (unsigned long long)s->fusion_elements);

@@ -109,6 +109,10 @@ int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
 const char *gs_wire_setting_name(int wire);
 const char *gs_op_setting_name(int op);
 
+/* A predivide factor as a trainer gives it: "world" for 0, else the
+ * number ("2", "1.5"). */
+void gs_predivide_text(double factor, char *out, size_t n);
+
 /* The settings every node of a job must share, as text ("threshold=...
  * wire=... "), compared at the rendezvous. */
 void gs_settings_shared_text(const struct gs_settings *s, char *out, size_t n);
