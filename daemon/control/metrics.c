@@ -268,8 +268,7 @@ char *gs_metrics_text(const struct gs_node_view *v, uid_t uid, size_t *len)
 	static struct shown sh; /* the loop thread's alone */
 	sh.n = 0;
 	for (const struct gs_job_entry *e = v->jobs->head; e && sh.n < 1024; e = e->next)
-		if (uid == e->job.owner || gs_access_privileged(uid) ||
-		    e->settings.job_access == GS_JOB_ACCESS_ANY)
+		if (gs_job_visible_to(&e->job, uid, gs_access_privileged(uid)))
 			sh.e[sh.n++] = e;
 	struct gs_stats totals;
 	gs_jobs_totals(v->jobs, &totals);

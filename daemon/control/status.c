@@ -49,13 +49,6 @@ struct job_parts {
 	Gradsync__PeerStatus **pptrs;
 };
 
-static bool visible(const struct gs_job_entry *e, uid_t uid)
-{
-	/* A lingering job's owner stays its owner. */
-	return uid == e->job.owner || gs_access_privileged(uid) ||
-	       e->settings.job_access == GS_JOB_ACCESS_ANY;
-}
-
 static void fill_job(const struct gs_job_entry *e, uid_t uid, Gradsync__JobStatus *js,
 		     struct job_parts *p)
 {
@@ -64,7 +57,7 @@ static void fill_job(const struct gs_job_entry *e, uid_t uid, Gradsync__JobStatu
 	gradsync__job_status__init(js);
 	js->state = (char *)gs_entry_state_name(e);
 	js->trainers = j->attached;
-	js->hidden = !visible(e, uid);
+	js->hidden = !gs_job_visible_to(j, uid, gs_access_privileged(uid));
 	if (js->hidden)
 		return;
 	gradsync__settings__init(&p->settings);

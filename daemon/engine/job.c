@@ -95,7 +95,8 @@ bool gs_job_active(const struct gs_job *j)
 
 bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged)
 {
-	return !gs_job_active(j) || uid == j->owner || privileged;
+	return !j->has_owner || uid == j->owner || privileged ||
+	       j->env.settings->job_access == GS_JOB_ACCESS_ANY;
 }
 
 /* A trainer of another user learns nothing of the job: not its id, its

@@ -144,8 +144,9 @@ uint32_t gs_job_world_size(const struct gs_job *j);
 /* Whether the job has trainers or work left (then it has an owner). */
 bool gs_job_active(const struct gs_job *j);
 /* Whether a client of uid may see the job's identity and shape (its id,
- * trainers, layout): its owner, and a privileged user (root, gradsyncd's
- * own user: the caller knows). */
+ * trainers, layout, figures), lingering between trainers too: its owner, a
+ * privileged user (root, gradsyncd's own user: the caller knows), and
+ * anyone under --job-access=any. */
 bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged);
 const char *gs_job_state(const struct gs_job *j);
 
