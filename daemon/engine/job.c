@@ -22,6 +22,7 @@ void gs_job_init(struct gs_job *j, const struct gs_engine_env *env)
 {
 	memset(j, 0, sizeof(*j));
 	j->env = *env;
+	j->id = env->settings->job_id;
 	uv_timer_init(env->loop, &j->stall_timer);
 	j->stall_timer.data = j;
 	uv_timer_init(env->loop, &j->failure_timer);
@@ -50,7 +51,6 @@ static void clear_layout(struct gs_job *j)
 	j->has_layout = false;
 	j->agreed = false;
 	j->layout_hash = 0;
-	j->id[0] = '\0';
 	memset(j->departed, 0, sizeof(j->departed));
 }
 
@@ -107,24 +107,6 @@ static bool may_join(const struct gs_job *j, uid_t uid)
 	       j->env.settings->job_access == GS_JOB_ACCESS_ANY;
 }
 
-/* Another job of the same user (or of any, to root) holds the node. */
-static void refuse_other_job(struct gs_job *j, const struct gs_client *c, const char *id)
-{
-	char holder_desc[192], pids[128];
-	size_t k = 0;
-	pids[0] = '\0';
-	for (unsigned r = 0; r < GS_MAX_LOCAL && k < sizeof(pids); r++)
-		if (j->slots[r])
-			k += (size_t)snprintf(pids + k, sizeof(pids) - k, "%s%d", k ? ", " : "",
-					      (int)j->slots[r]->pid);
-	if (j->id[0])
-		snprintf(holder_desc, sizeof(holder_desc), "job '%s' (trainer pid %s)", j->id, pids);
-	else
-		snprintf(holder_desc, sizeof(holder_desc), "an unnamed job (trainer pid %s)", pids);
-	gs_client_fail(c, GS_EREFUSED, "this node is held by %s; job '%s' must wait until it ends",
-		     holder_desc, id);
-}
-
 struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 				 const Gradsync__Hello *h)
 {
@@ -159,10 +141,6 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 			     (unsigned long long)h->local_rank, (int)holder->pid);
 		return NULL;
 	}
-	if (j->attached > 0 && strcmp(j->id, id) != 0) {
-		refuse_other_job(j, c, id);
-		return NULL;
-	}
 	struct gs_trainer *t = gs_trainer_create(j, c, (uint32_t)h->local_rank);
 	if (!t) {
 		gs_client_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
@@ -174,8 +152,6 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 		j->owner = uid;
 		j->has_owner = true;
 	}
-	if (j->attached == 0)
-		snprintf(j->id, sizeof(j->id), "%s", id);
 	j->slots[h->local_rank] = t;
 	j->departed[h->local_rank].gone = false;
 	j->attached++;

@@ -73,7 +73,7 @@ struct gs_job {
 	uint64_t mappings;     /* trainers' buffers imported, all together */
 	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
 	unsigned attached;
-	char id[GS_JOB_ID_MAX + 1];
+	const char *id; /* the job's, as its settings say (settings->job_id) */
 	/* The user whose trainer began the job: only that user (and root)
 	 * may join it or see more of it than that it exists. */
 	uid_t owner;

@@ -21,11 +21,9 @@ NUMPY_TRAINER = os.path.join(HERE, "numpy_trainer.py")
 LOOPBACK = "127.0.0.1"
 
 
-# The job variables libgradsync reads (client/launch.c), cleared before
+# The launcher variables libgradsync reads (opslib's list), cleared before
 # each test so that one test's job never leaks into the next.
-JOB_VARS = ("GRADSYNC_JOB_ID", "GRADSYNC_LOCAL_RANK", "GRADSYNC_LOCAL_SIZE", "GRADSYNC_NODES",
-            "GRADSYNC_NODE_RANK", "GRADSYNC_COORDINATOR", "GRADSYNC_THRESHOLD", "GRADSYNC_WIRE",
-            "GRADSYNC_OP", "GRADSYNC_PREDIVIDE", "GRADSYNC_FUSION_BUFFER")
+JOB_VARS = opslib.LAUNCH_VARS
 
 
 def set_job(local_size=1, **settings):

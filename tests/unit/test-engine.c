@@ -297,6 +297,7 @@ static struct fx *fx_new(uint32_t nodes)
 	assert_non_null(f);
 	assert_int_equal(uv_loop_init(&f->loop), 0);
 	struct gs_settings *s = &f->settings;
+	snprintf(s->job_id, sizeof(s->job_id), "test");
 	s->local_size = RANKS;
 	s->threshold = 6;
 	s->wire = GS_WIRE_F32;
