@@ -8,7 +8,6 @@ throughout, and both daemons then stop cleanly. Skipped (77) where namespaces ca
 Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
 GS_HAVE_GLOO, GS_SOURCE_ROOT.
 """
-import json
 import os
 import signal
 import subprocess
@@ -19,63 +18,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "ops"))
-from opslib import LAUNCH_VARS, Skip, check, daemon_env, run, spawn, wait_for  # noqa: E402
+from opslib import Skip, check, run, wait_for  # noqa: E402
 from cluster import Cluster  # noqa: E402
+from nodes import CTL, DAEMON, TRAINER, Nodes, job_status, status, text  # noqa: E402
 
-DAEMON = os.environ.get("GS_DAEMON", "")
-TRAINER = os.environ.get("GS_TRAINER", "")
-CTL = os.environ.get("GS_CTL", "")
 LAYOUT = os.path.join(os.environ.get("GS_LAYOUTS", ""), "resnet50.txt")
-PORT = 29470  # each node has its own namespace, so no other test's port
 PEER_TIMEOUT = 2
 SLACK = 3
-
-
-def text(path):
-    with open(path, errors="replace") as f:
-        return f.read()
-
-
-def status(sock):
-    """node 0's status, or None when it does not answer within 2 s."""
-    try:
-        p = subprocess.run([CTL, "--socket", sock, "--timeout", "2000", "status", "--json"],
-                           capture_output=True, text=True, timeout=5)
-    except subprocess.TimeoutExpired:
-        return None
-    return json.loads(p.stdout) if p.returncode == 0 else None
-
-
-def job_status(sock, job):
-    st = status(sock)
-    return next((j for j in (st or {}).get("jobs", []) if j["job_id"] == job), None)
-
-
-class Nodes:
-    """A daemon on each node of cluster c, on sockets in tmp."""
-
-    def __init__(self, c, tmp):
-        self.c, self.tmp = c, tmp
-        self.socks = [os.path.join(tmp, f"n{k}.sock") for k in range(2)]
-        self.daemons = []
-        for k in range(2):
-            argv = c.argv(k, DAEMON, f"--socket={self.socks[k]}",
-                          f"--node-address=10.77.0.{k + 1}", f"--node-port={PORT}",
-                          "--config=", f"--peer-timeout={PEER_TIMEOUT}")
-            self.daemons.append(spawn(argv, os.path.join(tmp, f"daemon-{k}.log"),
-                                      env=daemon_env()))
-        for k in range(2):
-            wait_for(lambda: status(self.socks[k]), 20, f"node {k}'s daemon")
-
-    def trainer(self, k, job, steps, *extra):
-        env = {key: v for key, v in os.environ.items() if key not in LAUNCH_VARS}
-        env.update(GRADSYNC_NODES="2", GRADSYNC_NODE_RANK=str(k),
-                   GRADSYNC_COORDINATOR="10.77.0.1", GRADSYNC_LOCAL_SIZE="1",
-                   GRADSYNC_JOB_ID=job)
-        log = os.path.join(self.tmp, f"{job}-trainer-{k}.log")
-        argv = self.c.argv(k, TRAINER, "--socket", self.socks[k], "--layout", LAYOUT,
-                           "--steps", str(steps), *extra)
-        return spawn(argv, log, env=env), log
 
 
 def test_job_and_link_cut():
@@ -86,19 +35,17 @@ def test_job_and_link_cut():
     with Cluster("g", 2, "--rate", "1gbit") as c, \
             tempfile.TemporaryDirectory(prefix="gsnc-") as tmp:
         os.chmod(tmp, 0o755)
-        n = Nodes(c, tmp)
+        n = Nodes(c, tmp, 2, f"--peer-timeout={PEER_TIMEOUT}")
         try:
             run_job_and_cut(c, n)
         except BaseException:
-            for k in range(2):  # the daemons' side, before tmp goes
-                print(f"--- node {k}'s daemon:\n"
-                      + text(os.path.join(tmp, f"daemon-{k}.log"))[-4000:])
+            n.dump()  # the daemons' side, before tmp goes
             raise
 
 
 def run_job_and_cut(c, n):
     # A job of two nodes, every element of two steps checked.
-    t = [n.trainer(k, "verified", 2) for k in range(2)]
+    t = [n.trainer(k, "verified", LAYOUT, 2) for k in range(2)]
     for k, (p, log) in enumerate(t):
         rc = p.wait(timeout=60)
         check(rc == 0 and "OK: 2 steps verified" in text(log),
@@ -108,8 +55,8 @@ def run_job_and_cut(c, n):
     # Another job: node 1's trainer stops in step 2 with a few tensors
     # marked, so that node 0's step 2 is in flight (it waits for node 1)
     # when node 1's link goes down.
-    p0, log0 = n.trainer(0, "cut", 2, "--expect-abort-at", "2")
-    p1, log1 = n.trainer(1, "cut", 3, "--pause-at-step", "2", "--pause-after", "5")
+    p0, log0 = n.trainer(0, "cut", LAYOUT, 2, "--expect-abort-at", "2")
+    p1, log1 = n.trainer(1, "cut", LAYOUT, 3, "--pause-at-step", "2", "--pause-after", "5")
     wait_for(lambda: "PAUSED in step 2" in text(log1), 30, "node 1's trainer to pause")
     wait_for(lambda: (job_status(n.socks[0], "cut") or {}).get("current_step") == 2
              and job_status(n.socks[0], "cut")["state"] == "in step",
