@@ -3,23 +3,31 @@
 #include <errno.h>
 #include <stddef.h>
 
-static void push(struct gs_work **head, struct gs_work **tail, struct gs_work *w)
+/* Appends the chain first .. last (linked through next) to a list. */
+static void append(struct gs_work **head, struct gs_work **tail, struct gs_work *first,
+		   struct gs_work *last)
 {
-	w->next = NULL;
+	last->next = NULL;
 	if (*tail)
-		(*tail)->next = w;
+		(*tail)->next = first;
 	else
-		*head = w;
-	*tail = w;
+		*head = first;
+	*tail = last;
 }
 
+/* The wake-ups (the condition variable's, the async handle's) are sent
+ * after the lock is released: a thread woken while the lock is held would
+ * run only to block on it. */
 static void *worker_main(void *arg)
 {
 	struct gs_worker *w = arg;
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
-		while (!w->todo_head && !w->stopping)
+		while (!w->todo_head && !w->stopping) {
+			w->sleeping = true;
 			pthread_cond_wait(&w->wake, &w->lock);
+			w->sleeping = false;
+		}
 		struct gs_work *work = w->todo_head;
 		if (!work)
 			break; /* stopping, and nothing left to do */
@@ -31,8 +39,15 @@ static void *worker_main(void *arg)
 		work->run(work);
 
 		pthread_mutex_lock(&w->lock);
-		push(&w->done_head, &w->done_tail, work);
-		uv_async_send(&w->async);
+		/* The loop is told once for all items done until it drains
+		 * them: only the first done item since its last drain sends. */
+		bool tell = !w->done_head;
+		append(&w->done_head, &w->done_tail, work, work);
+		if (tell) {
+			pthread_mutex_unlock(&w->lock);
+			uv_async_send(&w->async);
+			pthread_mutex_lock(&w->lock);
+		}
 	}
 	pthread_mutex_unlock(&w->lock);
 	return NULL;
@@ -74,13 +89,26 @@ int gs_worker_start(struct gs_worker *w, uv_loop_t *loop)
 	return 0;
 }
 
+void gs_worker_submit_chain(struct gs_worker *w, struct gs_work *first, unsigned n)
+{
+	if (n == 0)
+		return;
+	struct gs_work *last = first;
+	for (unsigned i = 1; i < n; i++)
+		last = last->next;
+	w->inflight += n;
+	pthread_mutex_lock(&w->lock);
+	append(&w->todo_head, &w->todo_tail, first, last);
+	/* A worker that is not asleep looks at the list before it sleeps. */
+	bool wake = w->sleeping;
+	pthread_mutex_unlock(&w->lock);
+	if (wake)
+		pthread_cond_signal(&w->wake);
+}
+
 void gs_worker_submit(struct gs_worker *w, struct gs_work *work)
 {
-	w->inflight++;
-	pthread_mutex_lock(&w->lock);
-	push(&w->todo_head, &w->todo_tail, work);
-	pthread_cond_signal(&w->wake);
-	pthread_mutex_unlock(&w->lock);
+	gs_worker_submit_chain(w, work, 1);
 }
 
 void gs_worker_stop(struct gs_worker *w)
