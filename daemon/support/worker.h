@@ -15,6 +15,10 @@ struct gs_work {
 	struct gs_work *next;
 	void (*run)(struct gs_work *w);  /* on the worker thread */
 	void (*done)(struct gs_work *w); /* on the loop thread, after run */
+	/* Run under SCHED_BATCH (worker.c says why): for work that waits on
+	 * Gloo and starts no thread (a thread started there would inherit
+	 * the policy). */
+	bool batch;
 };
 
 struct gs_worker {
@@ -26,6 +30,11 @@ struct gs_worker {
 	uv_async_t async;
 	bool stopping;
 	bool sleeping; /* the thread waits on wake; under lock */
+	/* Worker thread only: its policy is SCHED_BATCH, and the one it
+	 * began with. */
+	bool batch;
+	int policy;
+	struct sched_param param;
 	unsigned inflight; /* submitted, done not yet called; loop thread only */
 };
 

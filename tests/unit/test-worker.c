@@ -2,9 +2,11 @@
  * The worker thread (daemon/support/worker.c) on a real loop: items run in
  * submission order, chains and single items alike, off the loop thread,
  * and come back to the loop thread in that order; a worker asleep wakes for
- * each submission.
+ * each submission; batch items run SCHED_BATCH and the others, and the
+ * threads they start, under the policy the worker began with.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +24,9 @@ struct item {
 	struct gs_work work;
 	struct fixture *f;
 	unsigned index;
+	int policy;	  /* the worker thread's, as the kernel says while it runs */
+	int child_policy; /* a thread started by run, when asked */
+	bool start_thread;
 	bool off_loop;	  /* run did not run on the loop thread */
 };
 
@@ -35,10 +40,22 @@ struct fixture {
 	bool done_off_loop;
 };
 
+static void *report_policy(void *arg)
+{
+	*(int *)arg = sched_getscheduler(0);
+	return NULL;
+}
+
 static void item_run(struct gs_work *w)
 {
 	struct item *it = (struct item *)w;
 	it->off_loop = !pthread_equal(pthread_self(), it->f->loop_thread);
+	it->policy = sched_getscheduler(0);
+	if (it->start_thread) {
+		pthread_t t;
+		assert_int_equal(pthread_create(&t, NULL, report_policy, &it->child_policy), 0);
+		pthread_join(t, NULL);
+	}
 	it->f->ran[it->f->nran++] = it->index;
 }
 
@@ -58,7 +75,8 @@ static struct fixture *fixture_new(void)
 	f->loop_thread = pthread_self();
 	for (unsigned i = 0; i < ITEMS; i++)
 		f->items[i] = (struct item){ .work = { .run = item_run, .done = item_done },
-					     .f = f, .index = i };
+					     .f = f, .index = i, .policy = -1,
+					     .child_policy = -1 };
 	assert_int_equal(gs_worker_start(&f->worker, &f->loop), 0);
 	return f;
 }
@@ -132,11 +150,33 @@ static void test_wakes_when_asleep(void **state)
 	fixture_free(f);
 }
 
+static void test_batch_policy(void **state)
+{
+	(void)state;
+	struct fixture *f = fixture_new();
+	int start = sched_getscheduler(0); /* the worker inherits the loop's */
+	assert_int_not_equal(start, SCHED_BATCH);
+	bool batch[6] = { false, true, true, false, true, false };
+	for (unsigned i = 0; i < 6; i++) {
+		f->items[i].work.batch = batch[i];
+		f->items[i].start_thread = true;
+	}
+	gs_worker_submit_chain(&f->worker, chain(f, 0, 6), 6);
+	wait_done(f, 6);
+	for (unsigned i = 0; i < 6; i++) {
+		int want = batch[i] ? SCHED_BATCH : start;
+		assert_int_equal(f->items[i].policy, want);
+		assert_int_equal(f->items[i].child_policy, want);
+	}
+	fixture_free(f);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_order),
 		cmocka_unit_test(test_wakes_when_asleep),
+		cmocka_unit_test(test_batch_policy),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
