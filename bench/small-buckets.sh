@@ -15,21 +15,24 @@
 #              step time / B (the slower node's step, median over steps);
 #     one      a layout of one tensor of E elements: one bucket's latency
 #              (the slower node's step, median over steps).
-# Prints a table with the ratios to the Gloo baseline of gradsync's wire
-# dtype (--wire, default fp16, gradsync's default) and writes
-# small-buckets.csv (every call and step), summary.csv and README.md to
-# --out (default bench/results/small-buckets). Needs root (namespaces).
+# --gradsyncd NAME=PATH,... runs each of several gradsyncd builds in turn
+# (as gradsync-NAME; say, main's against a branch's), all between the two
+# Gloo passes. Prints a table with the ratios to the Gloo baseline of
+# gradsync's wire dtype (--wire, default fp16, gradsync's default) and
+# writes small-buckets.csv (every call and step), summary.csv and README.md
+# to --out (default bench/results/small-buckets). Needs root (namespaces).
 #
 #   bench/small-buckets.sh [--rate 10gbit] [--elements E] [--buckets B]
 #                          [--steps K] [--one-steps K1] [--calls C]
-#                          [--wire fp16|fp32] [--out DIR]
+#                          [--wire fp16|fp32] [--gradsyncd NAME=PATH,...]
+#                          [--out DIR]
 #
 # Everything is bounded (each process by `timeout`), and the cluster is
 # taken down on every way out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-rate=10gbit elements=4 buckets=1000 steps=10 one_steps=500 calls=2000 wire=fp16
+rate=10gbit elements=4 buckets=1000 steps=10 one_steps=500 calls=2000 wire=fp16 daemons=
 out=bench/results/small-buckets
 while [ $# -gt 0 ]; do
   case $1 in
@@ -40,8 +43,9 @@ while [ $# -gt 0 ]; do
     --one-steps) one_steps=${2:?}; shift 2 ;;
     --calls) calls=${2:?}; shift 2 ;;
     --wire) wire=${2:?}; shift 2 ;;
+    --gradsyncd) daemons=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
-    -h | --help) sed -n '2,28s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,32s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "small-buckets.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -54,6 +58,14 @@ done
 [[ $wire == fp16 || $wire == fp32 ]] || { echo "small-buckets.sh: --wire is fp16 or fp32" >&2; exit 2; }
 
 . bench/prepare.sh
+# NAME=PATH pairs; the plain default is this tree's build, as "gradsync".
+IFS=, read -ra daemon_list <<<"${daemons:-=$build/daemon/gradsyncd}"
+for d in "${daemon_list[@]}"; do
+  [[ ${d%%=*} =~ ^[a-z0-9-]*$ && -x ${d#*=} ]] || {
+    echo "small-buckets.sh: --gradsyncd wants NAME=PATH (a-z 0-9 -, an executable): '$d'" >&2
+    exit 2
+  }
+done
 nc=scripts/netcluster.sh
 bin=$build/bench
 name=lsb$$
@@ -116,11 +128,13 @@ run_gloo() {
   done
 }
 
-# gradsync: two daemons, then a trainer per node on layout $1 for $2 steps.
+# gradsync: two daemons ($1 the binary), then a trainer per node on layout
+# $2 for $3 steps, as system $4.
 start_daemons() {
   local k i
+  rm -f "$tmp"/n?.sock
   for k in 0 1; do
-    timeout -s KILL $((3 * TIMEOUT)) "$nc" exec "$name" "$k" "$build/daemon/gradsyncd" \
+    timeout -s KILL $((3 * TIMEOUT)) "$nc" exec "$name" "$k" "$1" \
       --socket="$tmp/n$k.sock" --node-address="$("$nc" addr "$k")" --node-port=29450 \
       --backend=host --join-timeout=60 --config= >"$tmp/gradsyncd-$k.log" 2>&1 &
     pids+=($!)
@@ -132,7 +146,7 @@ start_daemons() {
 }
 
 run_gradsync() {
-  local layout=$1 nsteps=$2 dir=$tmp/gradsync-$1 k t=()
+  local layout=$1 nsteps=$2 system=$3 dir=$tmp/$3-$1 k t=()
   mkdir -p "$dir"
   for k in 0 1; do
     GRADSYNC_NODES=2 GRADSYNC_NODE_RANK=$k GRADSYNC_COORDINATOR=10.77.0.1 GRADSYNC_LOCAL_SIZE=1 \
@@ -148,7 +162,8 @@ run_gradsync() {
   fi
   for k in 0 1; do
     # rank,step,ms,daemon_ms,wire_bytes -> system,layout,pass,rank,iteration,us
-    awk -F, -v l="$layout" '{ printf "gradsync,%s,1,%s,%s,%.3f\n", l, $1, $2, $3 * 1000 }' \
+    awk -F, -v s="$system" -v l="$layout" \
+      '{ printf "%s,%s,1,%s,%s,%.3f\n", s, l, $1, $2, $3 * 1000 }' \
       "$dir/trainer-$k.csv" >>"$tmp/all.csv"
   done
 }
@@ -159,15 +174,19 @@ say "  gradsync: $buckets buckets x $steps steps, 1 bucket x $one_steps steps; G
 "$nc" up "$name" 2 --rate "$rate" 2>&1 | sed 's/^/  /'
 say "Gloo, first pass"
 run_gloo 1
-say "gradsync: $buckets buckets a step"
-start_daemons
-run_gradsync many "$steps"
-say "gradsync: one bucket a step"
-run_gradsync one "$one_steps"
-for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-wait_all "${pids[@]}" || true
-pids=()
-grep -h 'buckets (threshold' "$tmp"/gradsyncd-0.log | sed 's/^/  node 0: /' || true
+for d in "${daemon_list[@]}"; do
+  system=gradsync${d%%=*}
+  [ "$system" = gradsync ] || system=gradsync-${d%%=*}
+  say "$system: $buckets buckets a step"
+  start_daemons "${d#*=}"
+  run_gradsync many "$steps" "$system"
+  say "$system: one bucket a step"
+  run_gradsync one "$one_steps" "$system"
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait_all "${pids[@]}" || true
+  pids=()
+  grep -h 'buckets (threshold' "$tmp"/gradsyncd-0.log | sed 's/^/  node 0: /' || true
+done
 say "Gloo, second pass"
 run_gloo 2
 "$nc" down "$name"
@@ -181,7 +200,7 @@ python3 bench/small_buckets_table.py "$out/small-buckets.csv" "$out/summary.csv"
   echo "# Small buckets across two nodes against one small Gloo all-reduce"
   echo
   echo "Written by \`bench/small-buckets.sh --rate $rate --elements $elements --buckets $buckets"
-  echo "--steps $steps --one-steps $one_steps --calls $calls --wire $wire\`"
+  echo "--steps $steps --one-steps $one_steps --calls $calls --wire $wire${daemons:+ --gradsyncd $daemons}\`"
   echo "($(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(uname -sr), load"
   echo "$(cut -d' ' -f1-3 /proc/loadavg) at the end, $((SECONDS - t0)) s in all):"
   echo "\`small-buckets.csv\` holds every call and step of every rank, \`summary.csv\` the table."

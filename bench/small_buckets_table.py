@@ -44,8 +44,8 @@ def main():
     for (system, layout, pass_), xs in sorted(times.items()):
         scale = buckets if layout == "many" else 1
         what = {
-            "many": f"gradsync, per bucket ({buckets} a step)",
-            "one": "gradsync, one bucket a step",
+            "many": f"{system}, per bucket ({buckets} a step)",
+            "one": f"{system}, one bucket a step",
         }.get(layout, f"{system}, pass {pass_}")
         lines.append((what, len(xs), *(quantile(xs, q) / scale for q in (0.5, 0.1, 0.9)),
                       statistics.mean(xs) / scale))
