@@ -257,7 +257,6 @@ static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t r
 		if (run) {
 			j->next_launch++;
 			j->inflight++;
-			run->work.batch = true; /* it waits on Gloo (worker.c) */
 			gs_worker_submit(j->env.worker, &run->work);
 		}
 	}
@@ -543,7 +542,6 @@ static void launch_ready(struct gs_job *j)
 		}
 		j->next_launch++;
 		j->inflight++;
-		run->work.batch = true; /* it waits on Gloo (worker.c) */
 		*link = &run->work;
 		link = &run->work.next;
 		n++;

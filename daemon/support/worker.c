@@ -16,24 +16,20 @@ static void append(struct gs_work **head, struct gs_work **tail, struct gs_work 
 	*tail = last;
 }
 
-/* Work marked batch runs SCHED_BATCH: same weight as any thread, but
- * woken, the worker waits for the thread that woke it to give up the CPU
- * instead of taking it at once. Gloo's device thread wakes it from inside
- * the handler that completes a transfer, still holding a reference to the
- * transfer's buffer; a worker that preempted it there would return from
- * the all-reduce and spin in that buffer's destructor (sched_yield until
- * the reference goes), which, with both threads on one core, can last
- * until a scheduler tick: 4 ms stalls on about one all-reduce in ten.
- * Other work (building a Gloo group, whose device thread would inherit
- * the policy and lose its own prompt wake-ups) runs as the thread began.
- * Where the policy cannot be set the work runs as it is. */
-static void set_batch(struct gs_worker *w, bool batch)
+/* The worker runs SCHED_BATCH: the same weight as any thread, but woken,
+ * it waits for the thread that woke it to give up the CPU instead of
+ * taking it at once, and so do the threads it starts: Gloo's device thread
+ * (the group is built here). Gloo's device thread wakes the worker from
+ * inside the handler that completes a transfer, still holding a reference
+ * to the transfer's buffer; a worker that preempted it there would return
+ * from the all-reduce and spin in that buffer's destructor (sched_yield
+ * until the reference goes), which with both threads on one core can last
+ * until a scheduler tick: 4 ms stalls on about one all-reduce in ten. The
+ * device thread, in turn, no longer preempts the worker in the middle of a
+ * send. Where the policy cannot be set the worker runs as it is. */
+static void run_batch(void)
 {
-	if (batch == w->batch)
-		return;
-	if (pthread_setschedparam(pthread_self(), batch ? SCHED_BATCH : w->policy,
-				  &w->param) == 0)
-		w->batch = batch;
+	pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){ 0 });
 }
 
 /* The wake-ups (the condition variable's, the async handle's) are sent
@@ -42,7 +38,7 @@ static void set_batch(struct gs_worker *w, bool batch)
 static void *worker_main(void *arg)
 {
 	struct gs_worker *w = arg;
-	pthread_getschedparam(pthread_self(), &w->policy, &w->param);
+	run_batch();
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
 		while (!w->todo_head && !w->stopping) {
@@ -58,7 +54,6 @@ static void *worker_main(void *arg)
 			w->todo_tail = NULL;
 		pthread_mutex_unlock(&w->lock);
 
-		set_batch(w, work->batch);
 		work->run(work);
 
 		pthread_mutex_lock(&w->lock);

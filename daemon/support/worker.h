@@ -1,7 +1,8 @@
 /*
  * The compute worker: one thread that runs work items in submission order
  * (so buckets reduce in plan order) and hands each back to the event loop
- * when it is done. The loop thread never packs, reduces or unpacks, so it
+ * when it is done. It runs SCHED_BATCH (worker.c says why), and so do the
+ * threads started from it. The loop thread never packs, reduces or unpacks, so it
  * answers status queries while a bucket is being reduced.
  */
 #ifndef GS_WORKER_H
@@ -15,10 +16,6 @@ struct gs_work {
 	struct gs_work *next;
 	void (*run)(struct gs_work *w);  /* on the worker thread */
 	void (*done)(struct gs_work *w); /* on the loop thread, after run */
-	/* Run under SCHED_BATCH (worker.c says why): for work that waits on
-	 * Gloo and starts no thread (a thread started there would inherit
-	 * the policy). */
-	bool batch;
 };
 
 struct gs_worker {
@@ -30,11 +27,6 @@ struct gs_worker {
 	uv_async_t async;
 	bool stopping;
 	bool sleeping; /* the thread waits on wake; under lock */
-	/* Worker thread only: its policy is SCHED_BATCH, and the one it
-	 * began with. */
-	bool batch;
-	int policy;
-	struct sched_param param;
 	unsigned inflight; /* submitted, done not yet called; loop thread only */
 };
 
