@@ -8,7 +8,8 @@
  *
  * With --small E instead of --layout, the small-bucket baseline
  * (small_gloo.c, bench/small-buckets.sh): --steps calls of an all-reduce
- * of E elements, each timed, writing 'system,rank,call,us'.
+ * of E elements, each timed, writing 'system,rank,call,us'; with
+ * --sched-batch as well, under SCHED_BATCH (small_gloo.c says why).
  */
 #include <getopt.h>
 #include <signal.h>
@@ -20,17 +21,18 @@ static void usage(FILE *f)
 {
 	fprintf(f, "Usage: gradsync-bench-gloo-rank --rank R --size N --store DIR --address A\n"
 		   "                                (--layout FILE | --small E) --csv FILE\n"
-		   "                                [--steps K] [--warmup W]\n"
+		   "                                [--steps K] [--warmup W] [--sched-batch]\n"
 		   "\n"
 		   "One rank of the Gloo baseline (fp32 buckets, then fp16 buckets). The N ranks\n"
 		   "share the file store DIR (an existing directory, empty at first); A is this\n"
 		   "rank's address (its Gloo device's). Steps default to 20, warm-up to 3.\n"
 		   "With --small E: K all-reduces of E elements (fp32, then fp16), each timed,\n"
-		   "written as 'system,rank,call,us'.\n");
+		   "written as 'system,rank,call,us'; with --sched-batch, run SCHED_BATCH.\n");
 }
 
 struct options {
 	unsigned long rank, size, steps, warmup, small;
+	bool sched_batch;
 	const char *store, *address, *layout, *csv;
 };
 
@@ -41,7 +43,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 	    {"store", required_argument, NULL, 's'},  {"address", required_argument, NULL, 'a'},
 	    {"layout", required_argument, NULL, 'l'}, {"csv", required_argument, NULL, 'c'},
 	    {"steps", required_argument, NULL, 'k'},  {"warmup", required_argument, NULL, 'w'},
-	    {"small", required_argument, NULL, 'e'},  {"help", no_argument, NULL, 'h'},
+	    {"small", required_argument, NULL, 'e'},  {"sched-batch", no_argument, NULL, 'b'},
+	    {"help", no_argument, NULL, 'h'},
 	    {NULL, 0, NULL, 0},
 	};
 	int opt, bad = 0;
@@ -58,6 +61,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'w':
 			bad |= bench_parse_uint(optarg, 0, 100000, &o->warmup);
+			break;
+		case 'b':
+			o->sched_batch = true;
 			break;
 		case 'e':
 			bad |= bench_parse_uint(optarg, 1, 1ul << 20, &o->small);
@@ -82,7 +88,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		}
 	}
 	if (bad || optind < argc || !o->store || !o->address || !o->layout == !o->small ||
-	    !o->csv || o->rank >= o->size) {
+	    (o->sched_batch && !o->small) || !o->csv || o->rank >= o->size) {
 		usage(stderr);
 		return 2;
 	}
@@ -97,7 +103,8 @@ static int small_main(const struct options *o)
 		return 1;
 	}
 	int rc = small_gloo_rank(o->store, o->address, (unsigned)o->rank, (unsigned)o->size,
-				 o->small, (unsigned)o->warmup, (unsigned)o->steps, csv);
+				 o->small, (unsigned)o->warmup, (unsigned)o->steps, o->sched_batch,
+				 csv);
 	if (fclose(csv) != 0)
 		rc = 1;
 	return rc;

@@ -8,6 +8,8 @@
 #   gloo-fp32, gloo-fp16  gradsync-bench-gloo-rank --small E in each
 #              namespace: C all-reduces of E elements, each timed; run
 #              before and after gradsync, so that both passes bracket it;
+#   gloo-fp32-batch, gloo-fp16-batch  the same under SCHED_BATCH, as
+#              gradsyncd's worker runs (bench/small_gloo.c says why);
 #   gradsync   one gradsyncd per node (--backend=host) and one
 #              gradsync-bench-trainer per node, threshold 0, so that each
 #              tensor is a bucket of its own:
@@ -107,14 +109,14 @@ layout() {
 layout "$buckets" "$tmp/many.txt"
 layout 1 "$tmp/one.txt"
 
-# The Gloo baseline, pass $1: a rank per node.
+# The Gloo baseline, pass $1: a rank per node; $2 --sched-batch or nothing.
 run_gloo() {
-  local pass=$1 dir=$tmp/gloo-$1 k t=()
+  local pass=$1 batch=${2:-} dir=$tmp/gloo-$1${2:-} k t=()
   mkdir -p "$dir/store"
   for k in 0 1; do
     timeout -s KILL "$TIMEOUT" "$nc" exec "$name" "$k" "$bin/gradsync-bench-gloo-rank" \
       --rank "$k" --size 2 --store "$dir/store" --address "$("$nc" addr "$k")" \
-      --small "$elements" --steps "$calls" --warmup 100 \
+      --small "$elements" --steps "$calls" --warmup 100 $batch \
       --csv "$dir/rank-$k.csv" >"$dir/rank-$k.log" 2>&1 &
     t+=($!)
   done
@@ -172,8 +174,9 @@ echo "system,layout,pass,rank,iteration,us" >"$tmp/all.csv"
 say "small-buckets.sh: 2 nodes x 1 trainer at $rate, buckets of $elements elements ($wire wire)"
 say "  gradsync: $buckets buckets x $steps steps, 1 bucket x $one_steps steps; Gloo: $calls calls a pass"
 "$nc" up "$name" 2 --rate "$rate" 2>&1 | sed 's/^/  /'
-say "Gloo, first pass"
+say "Gloo, first pass (plain, then SCHED_BATCH)"
 run_gloo 1
+run_gloo 1 --sched-batch
 for d in "${daemon_list[@]}"; do
   system=gradsync${d%%=*}
   [ "$system" = gradsync ] || system=gradsync-${d%%=*}
@@ -187,8 +190,9 @@ for d in "${daemon_list[@]}"; do
   pids=()
   grep -h 'buckets (threshold' "$tmp"/gradsyncd-0.log | sed 's/^/  node 0: /' || true
 done
-say "Gloo, second pass"
+say "Gloo, second pass (plain, then SCHED_BATCH)"
 run_gloo 2
+run_gloo 2 --sched-batch
 "$nc" down "$name"
 
 mkdir -p "$out"

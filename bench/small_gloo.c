@@ -4,7 +4,14 @@
  * then fp16, each call timed on its own. What a bucket of that size
  * through gradsyncd is compared with: the network's round trips and
  * Gloo's own costs, nothing else.
+ *
+ * With sched_batch, this thread and the Gloo device thread it starts run
+ * SCHED_BATCH, as gradsyncd's worker does (daemon/support/worker.c): Gloo
+ * at its best on a core it shares, without the stalls of a caller that
+ * preempts Gloo's device thread and then spins in a buffer's destructor.
  */
+#include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +54,7 @@ static int time_calls(struct gs_gloo *g, enum gs_wire wire, float *src, void *bu
 }
 
 int small_gloo_rank(const char *store_dir, const char *host, unsigned rank, unsigned world,
-		    uint64_t elements, unsigned warmup, unsigned reps, FILE *csv)
+		    uint64_t elements, unsigned warmup, unsigned reps, bool sched_batch, FILE *csv)
 {
 	char err[512] = "out of memory";
 	struct gs_gloo_store_ops store = file_store(store_dir);
@@ -56,6 +63,11 @@ int small_gloo_rank(const char *store_dir, const char *host, unsigned rank, unsi
 	float *buf = calloc(elements, sizeof(*buf)); /* room for the widest dtype */
 	double *us = calloc(reps, sizeof(*us));
 	int rc = src && buf && us ? GS_OK : GS_ENOMEM;
+	if (rc == GS_OK && sched_batch &&
+	    pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){0}) != 0) {
+		snprintf(err, sizeof(err), "cannot run SCHED_BATCH");
+		rc = GS_ESYSTEM;
+	}
 	if (rc == GS_OK)
 		rc = gs_gloo_create(&store, (int)rank, (int)world, host, GLOO_TIMEOUT_MS, &g, err,
 				    sizeof(err));
@@ -63,7 +75,8 @@ int small_gloo_rank(const char *store_dir, const char *host, unsigned rank, unsi
 		rc = time_calls(g, systems[s].wire, src, buf, elements, warmup, reps, us, err,
 				sizeof(err));
 		for (unsigned k = 0; rc == GS_OK && k < reps; k++)
-			fprintf(csv, "%s,%u,%u,%.3f\n", systems[s].name, rank, k + 1, us[k]);
+			fprintf(csv, "%s%s,%u,%u,%.3f\n", systems[s].name,
+				sched_batch ? "-batch" : "", rank, k + 1, us[k]);
 	}
 	if (rc != GS_OK)
 		fprintf(stderr, "gradsync-bench-gloo-rank: rank %u: %s\n", rank, err);

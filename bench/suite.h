@@ -8,6 +8,7 @@
 #ifndef GS_BENCH_SUITE_H
 #define GS_BENCH_SUITE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -97,9 +98,10 @@ int sync_gloo_rank(const struct bench_config *c, const struct layout_file *l, co
  * Gloo device on `host`, meeting the others through the file store in
  * directory `store`) all-reduces `elements` elements reps times after
  * warmup untimed calls, fp32 then fp16, and writes 'system,rank,call,us'
- * for each timed call to csv. Returns 0 or 1 (after printing why). */
+ * for each timed call to csv; with sched_batch, under SCHED_BATCH (its
+ * systems named -batch). Returns 0 or 1 (after printing why). */
 int small_gloo_rank(const char *store, const char *host, unsigned rank, unsigned world,
-		    uint64_t elements, unsigned warmup, unsigned reps, FILE *csv);
+		    uint64_t elements, unsigned warmup, unsigned reps, bool sched_batch, FILE *csv);
 
 struct kernel_result {
 	char name[48];
