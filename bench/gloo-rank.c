@@ -5,6 +5,11 @@
  * namespace of scripts/netcluster.sh (bench/cluster.sh). The ranks meet
  * through a file store in a directory they all see; each one's Gloo device
  * listens on --address. Writes 'system,rank,step,ms' per timed step.
+ *
+ * With --small E instead of --layout, the small-bucket baseline
+ * (small_gloo.c, bench/small-buckets.sh): --steps calls of an all-reduce
+ * of E elements, each timed, writing 'system,rank,call,us'; with
+ * --sched-batch as well, under SCHED_BATCH (small_gloo.c says why).
  */
 #include <getopt.h>
 #include <signal.h>
@@ -15,16 +20,19 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "Usage: gradsync-bench-gloo-rank --rank R --size N --store DIR --address A\n"
-		   "                                --layout FILE --csv FILE [--steps K] "
-		   "[--warmup W]\n"
+		   "                                (--layout FILE | --small E) --csv FILE\n"
+		   "                                [--steps K] [--warmup W] [--sched-batch]\n"
 		   "\n"
 		   "One rank of the Gloo baseline (fp32 buckets, then fp16 buckets). The N ranks\n"
 		   "share the file store DIR (an existing directory, empty at first); A is this\n"
-		   "rank's address (its Gloo device's). Steps default to 20, warm-up to 3.\n");
+		   "rank's address (its Gloo device's). Steps default to 20, warm-up to 3.\n"
+		   "With --small E: K all-reduces of E elements (fp32, then fp16), each timed,\n"
+		   "written as 'system,rank,call,us'; with --sched-batch, run SCHED_BATCH.\n");
 }
 
 struct options {
-	unsigned long rank, size, steps, warmup;
+	unsigned long rank, size, steps, warmup, small;
+	bool sched_batch;
 	const char *store, *address, *layout, *csv;
 };
 
@@ -35,7 +43,9 @@ static int parse_args(int argc, char **argv, struct options *o)
 	    {"store", required_argument, NULL, 's'},  {"address", required_argument, NULL, 'a'},
 	    {"layout", required_argument, NULL, 'l'}, {"csv", required_argument, NULL, 'c'},
 	    {"steps", required_argument, NULL, 'k'},  {"warmup", required_argument, NULL, 'w'},
-	    {"help", no_argument, NULL, 'h'},	      {NULL, 0, NULL, 0},
+	    {"small", required_argument, NULL, 'e'},  {"sched-batch", no_argument, NULL, 'b'},
+	    {"help", no_argument, NULL, 'h'},
+	    {NULL, 0, NULL, 0},
 	};
 	int opt, bad = 0;
 	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -51,6 +61,12 @@ static int parse_args(int argc, char **argv, struct options *o)
 			break;
 		case 'w':
 			bad |= bench_parse_uint(optarg, 0, 100000, &o->warmup);
+			break;
+		case 'b':
+			o->sched_batch = true;
+			break;
+		case 'e':
+			bad |= bench_parse_uint(optarg, 1, 1ul << 20, &o->small);
 			break;
 		case 's':
 			o->store = optarg;
@@ -71,12 +87,27 @@ static int parse_args(int argc, char **argv, struct options *o)
 			bad = 1;
 		}
 	}
-	if (bad || optind < argc || !o->store || !o->address || !o->layout || !o->csv ||
-	    o->rank >= o->size) {
+	if (bad || optind < argc || !o->store || !o->address || !o->layout == !o->small ||
+	    (o->sched_batch && !o->small) || !o->csv || o->rank >= o->size) {
 		usage(stderr);
 		return 2;
 	}
 	return -1;
+}
+
+static int small_main(const struct options *o)
+{
+	FILE *csv = fopen(o->csv, "w");
+	if (!csv) {
+		perror(o->csv);
+		return 1;
+	}
+	int rc = small_gloo_rank(o->store, o->address, (unsigned)o->rank, (unsigned)o->size,
+				 o->small, (unsigned)o->warmup, (unsigned)o->steps, o->sched_batch,
+				 csv);
+	if (fclose(csv) != 0)
+		rc = 1;
+	return rc;
 }
 
 int main(int argc, char **argv)
@@ -87,6 +118,8 @@ int main(int argc, char **argv)
 	if (rc >= 0)
 		return rc;
 	signal(SIGPIPE, SIG_IGN);
+	if (o.small)
+		return small_main(&o);
 	struct layout_file l;
 	if (layout_file_read(o.layout, &l) < 0)
 		return 1;

@@ -8,6 +8,7 @@
 #ifndef GS_BENCH_SUITE_H
 #define GS_BENCH_SUITE_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -92,6 +93,15 @@ int sync_gloo(const struct bench_config *c, const struct layout_file *l,
  * times[(system * world + rank) * c->steps + step]. Returns 0 or 1. */
 int sync_gloo_rank(const struct bench_config *c, const struct layout_file *l, const char *store,
 		   const char *host, unsigned rank, unsigned world, double *times);
+
+/* The small-bucket baseline (small_gloo.c): rank `rank` of `world` (its
+ * Gloo device on `host`, meeting the others through the file store in
+ * directory `store`) all-reduces `elements` elements reps times after
+ * warmup untimed calls, fp32 then fp16, and writes 'system,rank,call,us'
+ * for each timed call to csv; with sched_batch, under SCHED_BATCH (its
+ * systems named -batch). Returns 0 or 1 (after printing why). */
+int small_gloo_rank(const char *store, const char *host, unsigned rank, unsigned world,
+		    uint64_t elements, unsigned warmup, unsigned reps, bool sched_batch, FILE *csv);
 
 struct kernel_result {
 	char name[48];

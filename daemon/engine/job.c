@@ -523,19 +523,30 @@ static void launch_ready(struct gs_job *j)
 	 * step times out), rather than fail one after another. */
 	if (!j->world.group_ready)
 		return;
+	/* The buckets that are ready together go to the worker as one chain,
+	 * in plan order: one wake-up for them all, and the worker has them
+	 * all before it runs the first. */
+	struct gs_work *first = NULL, **link = &first;
+	unsigned n = 0;
 	while (!j->aborting && j->next_launch < j->plan.nbuckets) {
 		uint32_t b = j->next_launch;
 		if (j->bucket_marks[b] < size * j->plan.buckets[b].count)
-			return;
+			break;
 		struct gs_bucket_run *run = gs_bucket_run_create(j, b);
 		if (!run) {
+			/* The abort's vote takes the next bucket: the chain
+			 * before it goes first. */
+			gs_worker_submit_chain(j->env.worker, first, n);
 			abort_step(j, "out of memory launching a bucket", GS_ABORT_OTHER, 0);
 			return;
 		}
 		j->next_launch++;
 		j->inflight++;
-		gs_worker_submit(j->env.worker, &run->work);
+		*link = &run->work;
+		link = &run->work.next;
+		n++;
 	}
+	gs_worker_submit_chain(j->env.worker, first, n);
 }
 
 void gs_job_regrouping(struct gs_job *j)

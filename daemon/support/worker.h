@@ -1,7 +1,8 @@
 /*
  * The compute worker: one thread that runs work items in submission order
  * (so buckets reduce in plan order) and hands each back to the event loop
- * when it is done. The loop thread never packs, reduces or unpacks, so it
+ * when it is done. It runs SCHED_BATCH (worker.c says why), and so do the
+ * threads started from it. The loop thread never packs, reduces or unpacks, so it
  * answers status queries while a bucket is being reduced.
  */
 #ifndef GS_WORKER_H
@@ -25,12 +26,16 @@ struct gs_worker {
 	struct gs_work *done_head, *done_tail;
 	uv_async_t async;
 	bool stopping;
+	bool sleeping; /* the thread waits on wake; under lock */
 	unsigned inflight; /* submitted, done not yet called; loop thread only */
 };
 
 int gs_worker_start(struct gs_worker *w, uv_loop_t *loop);
 /* Queues w; its done callback runs on the loop thread later. */
 void gs_worker_submit(struct gs_worker *w, struct gs_work *work);
+/* Queues the n items that follow one another from first through their
+ * next links, in that order, waking the thread once for them all. */
+void gs_worker_submit_chain(struct gs_worker *w, struct gs_work *first, unsigned n);
 /* Finishes queued work, joins the thread, calls the remaining done
  * callbacks and closes the async handle. */
 void gs_worker_stop(struct gs_worker *w);
