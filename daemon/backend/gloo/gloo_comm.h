@@ -3,7 +3,9 @@
  *
  * A plain C face on Gloo's C++: one handle per group of daemons, created
  * once through a key-value store the caller provides (the daemon backs it by
- * its own rendezvous), then one in-place sum per call in the wire dtype.
+ * its own rendezvous), then one in-place sum per call in the wire dtype, by
+ * Gloo's ring or by recursive doubling as gloo_choice.h's model picks for
+ * the call's bytes and the group's size.
  * fp16 and bf16 are summed by the project's vectorised kernels (widen, add
  * in fp32, round once per hop) instead of Gloo's element-by-element float16
  * operator+; fp32 uses Gloo's own sum, which is already a plain loop.
@@ -24,6 +26,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backend/gloo/gloo_choice.h"
 #include "convert.h"
 
 #ifdef __cplusplus
@@ -95,6 +98,18 @@ int gs_gloo_allreduce(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t co
 /* gs_gloo_allreduce with the per-hop sum chosen (benchmarks, tests). */
 int gs_gloo_allreduce_with(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t count,
 			   enum gs_gloo_sum sum, int timeout_ms, char *err, size_t errlen);
+
+/* gs_gloo_allreduce by the algorithm given (benchmarks, tests): AUTO is
+ * what gs_gloo_allreduce does; HALVING_DOUBLING (Gloo's classic class)
+ * waits with the timeout given to gs_gloo_create whatever timeout_ms says,
+ * sums with the kernels only, and ends with a barrier (see gloo_comm.cc).
+ * Every rank must name the same one. */
+int gs_gloo_allreduce_algo(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t count,
+			   enum gs_gloo_algo algo, int timeout_ms, char *err, size_t errlen);
+
+/* What gs_gloo_allreduce runs for count elements of wire in this group
+ * (RING or DOUBLING). */
+enum gs_gloo_algo gs_gloo_choice(const struct gs_gloo *g, enum gs_wire wire, size_t count);
 
 int gs_gloo_rank(const struct gs_gloo *g);
 int gs_gloo_size(const struct gs_gloo *g);
