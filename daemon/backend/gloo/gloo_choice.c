@@ -8,12 +8,16 @@
 
 #include <stdint.h>
 
-/* bench/results/scale/model.txt: alpha in microseconds per message waited
- * on, beta in nanoseconds per byte on the critical path. */
-static const double RING_ALPHA_US = 60.0;
-static const double RING_BETA_NS = 1.0;
-static const double DOUBLING_ALPHA_US = 60.0;
-static const double DOUBLING_BETA_NS = 1.0;
+/* From bench/results/scale/model.txt (bench/scale.sh at 10gbit, 2 to 16
+ * nodes sharing a 2-core VM, the sharing divided out): alpha in
+ * microseconds per message waited on, beta in nanoseconds per byte on the
+ * critical path. They put the crossover near 200 KiB at 2 to 4 nodes,
+ * 280 KiB at 8, 420 KiB at 16 and 1 MiB at 64: small buckets and votes go
+ * by doubling, the default threshold's 4 MiB buckets by the ring. */
+static const double RING_ALPHA_US = 34.8;
+static const double RING_BETA_NS = 0.614;
+static const double DOUBLING_ALPHA_US = 19.6;
+static const double DOUBLING_BETA_NS = 0.855;
 
 int gs_gloo_ring_steps(int nodes)
 {

@@ -30,7 +30,9 @@ enum gs_gloo_algo {
 	GS_GLOO_ALGO_DOUBLING = 2,
 	/* Gloo's classic AllreduceHalvingDoubling, for benchmarks and checks
 	 * only: its waits use the group's timeout (the one given at creation,
-	 * fixed in each pair), not the call's, so the daemon never picks it. */
+	 * fixed in each pair), not the call's, and, built per call, it makes
+	 * each peer's device loop busy-wait until the call's buffers are
+	 * registered; the daemon never picks it. */
 	GS_GLOO_ALGO_HALVING_DOUBLING = 3,
 };
 
