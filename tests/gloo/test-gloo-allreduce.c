@@ -447,6 +447,30 @@ static void world_of_one(void **state)
 	file_store_dir_remove(dir);
 }
 
+/* GRADSYNCD_GLOO_ALGO fixes what the daemon's all-reduce runs (benchmarks'
+ * baselines), and a value it does not know is refused, naming it. */
+static void algorithm_from_environment(void **state)
+{
+	char *dir = file_store_dir_create();
+	assert_non_null(dir);
+	struct gs_gloo_store_ops store = file_store(dir);
+	struct gs_gloo *g;
+	char err[MSG_LEN];
+	setenv("GRADSYNCD_GLOO_ALGO", "ring", 1);
+	assert_int_equal(gs_gloo_create(&store, 0, 1, NULL, 5000, &g, err, sizeof(err)), GS_OK);
+	assert_int_equal(gs_gloo_choice(g, GS_WIRE_F32, 1), GS_GLOO_ALGO_RING);
+	gs_gloo_destroy(g);
+	setenv("GRADSYNCD_GLOO_ALGO", "bcube", 1);
+	assert_int_equal(gs_gloo_create(&store, 0, 1, NULL, 5000, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_non_null(strstr(err, "GRADSYNCD_GLOO_ALGO is 'bcube'"));
+	unsetenv("GRADSYNCD_GLOO_ALGO");
+	assert_int_equal(gs_gloo_create(&store, 0, 1, NULL, 5000, &g, err, sizeof(err)), GS_OK);
+	assert_int_equal(gs_gloo_choice(g, GS_WIRE_F32, 1), gs_gloo_pick(4, 1));
+	gs_gloo_destroy(g);
+	file_store_dir_remove(dir);
+}
+
 /* The reference itself: the chains of a hand-made case in fp16. 1 + 2^-11
  * is a tie that rounds to even (1); 2^-11 + 2^-11 first makes 2^-10, which
  * then survives: the order of hops shows in the bits. */
@@ -473,6 +497,7 @@ int main(void)
 	    cmocka_unit_test(doubling_bf16_fp32),	cmocka_unit_test(ring_four_ranks),
 	    cmocka_unit_test(halving_doubling),		cmocka_unit_test(vectorised_sum_is_used),
 	    cmocka_unit_test(leave_right_after_create), cmocka_unit_test(world_of_one),
+	    cmocka_unit_test(algorithm_from_environment),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,13 +11,13 @@
 /* From bench/results/scale/model.txt (bench/scale.sh at 10gbit, 2 to 16
  * nodes sharing a 2-core VM, the sharing divided out): alpha in
  * microseconds per message waited on, beta in nanoseconds per byte on the
- * critical path. They put the crossover near 200 KiB at 2 to 4 nodes,
- * 280 KiB at 8, 420 KiB at 16 and 1 MiB at 64: small buckets and votes go
- * by doubling, the default threshold's 4 MiB buckets by the ring. */
-static const double RING_ALPHA_US = 34.8;
-static const double RING_BETA_NS = 0.614;
+ * critical path. They put the crossover near 245 KiB at 2 to 4 nodes,
+ * 320 KiB at 8, 470 KiB at 16 and 1.2 MiB at 64: small buckets and votes
+ * go by doubling, the default threshold's 4 MiB buckets by the ring. */
+static const double RING_ALPHA_US = 36.1;
+static const double RING_BETA_NS = 0.594;
 static const double DOUBLING_ALPHA_US = 19.6;
-static const double DOUBLING_BETA_NS = 0.855;
+static const double DOUBLING_BETA_NS = 0.804;
 
 int gs_gloo_ring_steps(int nodes)
 {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -48,6 +49,9 @@ struct gs_gloo {
 	std::string broken;
 	// Recursive doubling's receive buffer, kept between calls.
 	std::vector<char> scratch;
+	// What AUTO runs: the model's pick, or one algorithm for every call
+	// (GRADSYNCD_GLOO_ALGO, for benchmarks' baselines).
+	int forced = GS_GLOO_ALGO_AUTO;
 };
 
 namespace {
@@ -282,6 +286,8 @@ int resolve(const gs_gloo *g, int wire, size_t count, int algo)
 {
 	if (algo != GS_GLOO_ALGO_AUTO)
 		return algo;
+	if (g->forced != GS_GLOO_ALGO_AUTO)
+		return g->forced;
 	size_t elsize = wire == GS_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
 	return gs_gloo_pick(count * elsize, g->size);
 }
@@ -366,6 +372,19 @@ int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int al
 
 } // namespace
 
+// GRADSYNCD_GLOO_ALGO: unset, "auto", "ring" or "doubling"; -1 for others.
+int forced_algo()
+{
+	const char *v = getenv("GRADSYNCD_GLOO_ALGO");
+	if (!v || !*v || strcmp(v, "auto") == 0)
+		return GS_GLOO_ALGO_AUTO;
+	if (strcmp(v, "ring") == 0)
+		return GS_GLOO_ALGO_RING;
+	if (strcmp(v, "doubling") == 0)
+		return GS_GLOO_ALGO_DOUBLING;
+	return -1;
+}
+
 /* ------------------------------------------------------------ C interface */
 
 extern "C" int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, int size,
@@ -380,6 +399,13 @@ extern "C" int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, i
 		return GS_EINVAL;
 	}
 	*out = nullptr;
+	int forced = forced_algo();
+	if (forced < 0) {
+		set_error(err, errlen, what,
+			  std::string("GRADSYNCD_GLOO_ALGO is '") + getenv("GRADSYNCD_GLOO_ALGO") +
+				  "': expected auto, ring or doubling");
+		return GS_EINVAL;
+	}
 	gs_gloo *g = nullptr;
 	int rc = guarded(
 		[&] {
@@ -387,6 +413,7 @@ extern "C" int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, i
 			g->rank = rank;
 			g->size = size;
 			g->timeout = milliseconds(timeout_ms);
+			g->forced = forced;
 			connect_group(g, *store, iface_or_host);
 		},
 		what, err, errlen, nullptr);

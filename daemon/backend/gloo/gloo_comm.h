@@ -66,7 +66,10 @@ struct gs_gloo_store_ops {
  * connect within a further timeout_ms at most; GS_EINVAL for bad
  * arguments; the store's own code when a store call fails;
  * GS_EDISCONNECTED or GS_ESYSTEM for transport failures. The store is used
- * only during this call. */
+ * only during this call. The environment variable GRADSYNCD_GLOO_ALGO
+ * ("ring" or "doubling"; unset or "auto": the model's pick) fixes what
+ * gs_gloo_allreduce runs in this group, for benchmarks' baselines; another
+ * value fails with GS_EINVAL. */
 int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, int size,
 		   const char *iface_or_host, int timeout_ms, struct gs_gloo **out, char *err,
 		   size_t errlen);
