@@ -178,7 +178,7 @@ def report(fit, resid, summ, nodes_measured):
     L.append("Fitted parameters (alpha: us per message waited on; beta: ns per byte on the")
     L.append("critical path, and the bandwidth it implies):")
     for algo, (alpha, beta) in fit.items():
-        bw = 8 / beta if beta > 0 else float("inf")
+        bw = 8 / (beta * 1e3) if beta > 0 else float("inf")
         L.append(f"  {algo:<17} alpha {alpha:9.1f} us   beta {beta * 1e3:8.3f} ns/B"
                  f"   ({bw:.2f} Gbit/s)")
     L.append("")
@@ -212,8 +212,9 @@ def report(fit, resid, summ, nodes_measured):
     L.append("The daemon, measured (bench/scale.sh; the slowest node per step, median):")
     for n in nodes_measured:
         parts = []
-        for key, unit in (("join (last welcomed)", "s"), ("step step", "ms"),
-                          ("tiny per bucket", "us"), ("medium per bucket", "us")):
+        for key, unit in (("join (last welcomed)", "s"), ("auto step step", "ms"),
+                          ("auto tiny per bucket", "us"), ("tiny ring / auto", "x"),
+                          ("auto medium per bucket", "us"), ("medium ring / auto", "x")):
             if (n, key) in summ:
                 parts.append(f"{key} {summ[(n, key)]:.3g} {unit}")
         L.append(f"  {n:3d} nodes: " + "; ".join(parts))
@@ -268,7 +269,7 @@ DASH = {512: "", 65536: "6,3", 4 << 20: "2,2", 25 << 20: "10,3,2,3"}
 def svg(fit, pts, path):
     W, H, ml, mr, mt, mb = 900, 560, 70, 230, 30, 50
     ser = series(fit)
-    ys = [t for _, _, _, s in ser for _, t in s] + list(pts.values())
+    ys = [t for _, _, _, s in ser for _, t in s] + [t / share(n) for (_, n, _), t in pts.items()]
     y0, y1 = math.floor(math.log10(min(ys))), math.ceil(math.log10(max(ys)))
     X = lambda n: ml + (W - ml - mr) * math.log2(n) / math.log2(MAX_NODES)
     Y = lambda t: H - mb - (H - mt - mb) * (math.log10(t) - y0) / (y1 - y0)
@@ -299,11 +300,14 @@ def svg(fit, pts, path):
                  f'<text x="{W - mr + 48}" y="{ly + 4}">{label}</text>')
     for (algo, n, b), t in pts.items():
         if algo in COLOURS:
-            o.append(f'<circle cx="{X(n):.1f}" cy="{Y(t):.1f}" r="3" fill="none" '
+            o.append(f'<circle cx="{X(n):.1f}" cy="{Y(t / share(n)):.1f}" r="3" fill="none" '
                      f'stroke="{COLOURS[algo]}"><title>{algo} {human(b)} at {n} nodes: '
-                     f'{t:.0f} us</title></circle>')
+                     f'{t:.0f} us measured, / {share(n):g} for the nodes sharing a core'
+                     f'</title></circle>')
     ly = mt + 16 * len(ser) + 10
-    o.append(f'<text x="{W - mr + 12}" y="{ly}">circles: measured (all sizes)</text>')
+    o.append(f'<text x="{W - mr + 12}" y="{ly}">circles: measured, all sizes,</text>')
+    o.append(f'<text x="{W - mr + 12}" y="{ly + 16}">divided by max(1, N / {CORES[0] or 1})</text>')
+    o.append(f'<text x="{W - mr + 12}" y="{ly + 32}">(nodes sharing a core)</text>')
     o.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(o) + "\n")
@@ -322,10 +326,12 @@ def ascii_chart(fit, pts, width=72, height=22):
         for n, t in s:
             grid[row(t)][col(n)] = marks[(algo, b)]
     for (algo, n, b), t in pts.items():
-        if b in (4, 512, 4 << 20) and algo in ("ring", "doubling") and y0 <= math.log10(t) <= y1:
+        t /= share(n)
+        if b in (1024, 4 << 20) and algo in ("ring", "doubling") and y0 <= math.log10(t) <= y1:
             grid[row(t)][col(n)] = "o"
     lines = ["predicted time (log) against nodes (log2, 1 to 4096): r/d ring/doubling of a "
-             "512 B bucket, R/D of 4 MiB, o measured"]
+             "512 B bucket, R/D of 4 MiB; o measured (1 KiB and 4 MiB, divided by the nodes "
+             "a core)"]
     for i, r in enumerate(grid):
         t = 10 ** (y1 - (y1 - y0) * i / (height - 1))
         label = f"{t / 1e3:8.2f} ms" if i % 4 == 0 else " " * 11

@@ -16,6 +16,11 @@ per node count, a cluster of scripts/netcluster.sh and on it
   medium    4 tensors of 262144 elements at threshold 1 (4 buckets of
             512 KiB): the same.
 
+step, tiny and medium run twice, on daemons that pick the algorithm by
+the model (auto) and on daemons that run the ring for everything
+(GRADSYNCD_GLOO_ALGO=ring, as before the model): the baseline of the same
+run, and the ratio ring / auto is printed.
+
 Step times are per step the slowest node's, then the median over steps.
 Every process of a node runs under SCHED_FIFO priority 1 (chrt; --no-rt
 to not): on this shared 2-core VM a woken thread otherwise waits for the
@@ -144,17 +149,19 @@ class Run:
             self.note(n, f"gloo {algo} {b} B", statistics.median(v), "us")
 
     # ---- daemons
-    def daemons(self, name, n, d):
-        socks = [os.path.join(d, f"n{k}.sock") for k in range(n)]
+    def daemons(self, name, n, d, algo):
+        socks = [os.path.join(d, f"{algo}-n{k}.sock") for k in range(n)]
         procs = []
+        env = dict(os.environ, GRADSYNCD_GLOO_ALGO=algo)
+        port = PORT + (algo == "ring")
         for k in range(n):
             argv = exec_argv(name, k, os.path.join(self.a.build, "daemon", "gradsyncd"),
                              f"--socket={socks[k]}", f"--node-address=10.77.0.{k + 1}",
-                             f"--node-port={PORT}", "--config=", "--backend=host",
+                             f"--node-port={port}", "--config=", "--backend=host",
                              "--join-timeout=120", "--peer-timeout=60",
                              "--log-level=warning")
             procs.append(spawn(["timeout", "-s", "KILL", "1800", *argv],
-                               os.path.join(d, f"gradsyncd-{k}.log")))
+                               os.path.join(d, f"gradsyncd-{algo}-{k}.log"), env=env))
         deadline = time.monotonic() + 60
         while not all(os.path.exists(s) for s in socks):
             if time.monotonic() > deadline:
@@ -187,8 +194,10 @@ class Run:
                 raise SystemExit(f"scale: trainer {k} of {n}: " + open(log).read())
         self.note(n, "join (last welcomed)", max(welcomed), "s")
 
-    def steps(self, name, n, d, socks, job, layout, threshold, per_bucket=None):
+    def steps(self, name, n, d, socks, algo, job, layout, threshold, per_bucket=None):
         procs = []
+        job_name = job
+        job = f"{algo}-{job}"
         for k in range(n):
             log = os.path.join(d, f"{job}-{k}.log")
             argv = exec_argv(name, k, os.path.join(self.bin, "gradsync-bench-trainer"),
@@ -196,17 +205,18 @@ class Run:
                              "--steps", str(self.a.steps), "--warmup", str(self.a.warmup),
                              "--csv", os.path.join(d, f"{job}-{k}.csv"))
             procs.append((spawn(["timeout", "-s", "KILL", "600", *argv], log,
-                                env=job_env(n, k, job, threshold)), log))
-        wait_all(procs, 620, f"job {job} at {n} nodes")
+                                env=job_env(n, k, f"{algo}-{job}", threshold)), log))
+        wait_all(procs, 620, f"job {job} at {n} nodes ({algo})")
         by_step = {}
         for k in range(n):
             for row in csv.reader(open(os.path.join(d, f"{job}-{k}.csv"))):
                 self.daemon_rows.append([n, job, *row])
                 by_step.setdefault(int(row[1]), []).append(float(row[2]))
         ms = statistics.median(max(v) for v in by_step.values())
-        self.note(n, f"{job} step", ms, "ms")
+        self.note(n, f"{algo} {job_name} step", ms, "ms")
         if per_bucket:
-            self.note(n, f"{job} per bucket", ms * 1e3 / per_bucket, "us")
+            self.note(n, f"{algo} {job_name} per bucket", ms * 1e3 / per_bucket, "us")
+        return ms
 
     def nodes(self, n):
         name = f"sc{os.getpid() % 100000}n{n}"
@@ -222,20 +232,27 @@ class Run:
             write_layout(tiny, [(f"t{i}", TINY[1]) for i in range(TINY[0])])
             medium = os.path.join(d, "medium.txt")
             write_layout(medium, [(f"m{i}", MEDIUM[1]) for i in range(MEDIUM[0])])
-            socks, daemons = self.daemons(name, n, d)
-            try:
-                self.join(name, n, d, socks, small)
-                self.steps(name, n, d, socks, "step", small, 65536)
-                self.steps(name, n, d, socks, "tiny", tiny, 1, per_bucket=TINY[0])
-                self.steps(name, n, d, socks, "medium", medium, 1, per_bucket=MEDIUM[0])
-            finally:
-                for p in daemons:
-                    p.send_signal(signal.SIGTERM)
-                for p in daemons:
-                    try:
-                        p.wait(timeout=20)
-                    except subprocess.TimeoutExpired:
-                        p.kill()
+            ms = {}
+            for algo in ("auto", "ring"):
+                socks, daemons = self.daemons(name, n, d, algo)
+                try:
+                    if algo == "auto":
+                        self.join(name, n, d, socks, small)
+                    for job, layout, threshold, per in (("step", small, 65536, None),
+                                                        ("tiny", tiny, 1, TINY[0]),
+                                                        ("medium", medium, 1, MEDIUM[0])):
+                        ms[(algo, job)] = self.steps(name, n, d, socks, algo, job, layout,
+                                                     threshold, per)
+                finally:
+                    for p in daemons:
+                        p.send_signal(signal.SIGTERM)
+                    for p in daemons:
+                        try:
+                            p.wait(timeout=20)
+                        except subprocess.TimeoutExpired:
+                            p.kill()
+            for job in ("step", "tiny", "medium"):
+                self.note(n, f"{job} ring / auto", ms[("ring", job)] / ms[("auto", job)], "x")
         finally:
             subprocess.run([NC, "down", name], capture_output=True, timeout=120)
 
