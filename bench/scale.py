@@ -257,6 +257,24 @@ class Run:
             subprocess.run([NC, "down", name], capture_output=True, timeout=120)
 
 
+def write_readme(a, r, cores):
+    with open(os.path.join(a.out, "README.md"), "w") as f:
+        f.write("# gradsync at several node counts on a cluster on one machine\n\n")
+        f.write(f"Written by `bench/scale.sh` ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                f"{cores} cores, {os.uname().sysname} {os.uname().release}, load "
+                f"{' '.join(open('/proc/loadavg').read().split()[:3])} at the end), "
+                f"`{' '.join(sys.argv[1:])}`; nodes at {a.rate}, "
+                f"{'normal priority' if a.no_rt else 'SCHED_FIFO 1'}. `gloo.csv`: every call "
+                "of every rank of the all-reduce alone; `daemon.csv`: every step of every "
+                "rank of the daemons' jobs (auto: the model's pick; ring: all-ring); "
+                "`summary.csv`: the medians below; `model.txt` and `model.svg`: "
+                "`bench/model.py`'s fit (see doc/scaling.md).\n\n```\n")
+        for n, measure, value, unit in r.summary:
+            if n:
+                f.write(f"{n:3d} nodes  {measure:<28} {value:12.3f} {unit}\n")
+        f.write("```\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--build", default=os.environ.get("GRADSYNC_BUILD", "build"))
@@ -298,6 +316,7 @@ def main():
             w = csv.writer(f)
             w.writerow(["nodes", "measure", "value", "unit"])
             w.writerows(r.summary)
+        write_readme(a, r, cores)
     print(f"scale: wrote {a.out}/gloo.csv, daemon.csv, summary.csv; "
           f"fit with: python3 bench/model.py {a.out}")
 
