@@ -105,6 +105,12 @@ def test_eight_nodes():
         socks, daemons = start_daemons(c, tmp)
         try:
             run_job(c, tmp, socks, layout, tensors, elements)
+            # Each node says how it sums: the model's crossover for 8 nodes.
+            for k in range(NODES):
+                m = re.search(r"the group of 8 nodes sums buckets of up to (\d+) bytes by "
+                              r"recursive doubling", text(os.path.join(tmp, f"daemon-{k}.log")))
+                check(m and int(m.group(1)) > 0, f"node {k}'s daemon does not log its pick")
+            print(m.group(0))
             for d in daemons:
                 d.send_signal(signal.SIGTERM)
             for k, d in enumerate(daemons):

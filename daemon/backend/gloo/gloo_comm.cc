@@ -454,6 +454,15 @@ extern "C" int gs_gloo_allreduce(struct gs_gloo *g, enum gs_wire wire, void *buf
 			     timeout_ms, err, errlen);
 }
 
+extern "C" size_t gs_gloo_doubling_up_to(const struct gs_gloo *g)
+{
+	if (g->forced == GS_GLOO_ALGO_RING || g->size == 1)
+		return 0;
+	if (g->forced == GS_GLOO_ALGO_DOUBLING)
+		return SIZE_MAX;
+	return gs_gloo_doubling_below(g->size);
+}
+
 extern "C" bool gs_gloo_available(void)
 {
 	return true;

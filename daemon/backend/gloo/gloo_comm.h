@@ -114,6 +114,11 @@ int gs_gloo_allreduce_algo(struct gs_gloo *g, enum gs_wire wire, void *buf, size
  * (RING or DOUBLING). */
 enum gs_gloo_algo gs_gloo_choice(const struct gs_gloo *g, enum gs_wire wire, size_t count);
 
+/* The bytes up to which gs_gloo_allreduce runs doubling in this group, the
+ * ring above (0: always the ring; SIZE_MAX: always doubling), for the
+ * daemon's log. */
+size_t gs_gloo_doubling_up_to(const struct gs_gloo *g);
+
 int gs_gloo_rank(const struct gs_gloo *g);
 int gs_gloo_size(const struct gs_gloo *g);
 

@@ -69,11 +69,13 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 		p *= 2;
 
 	if (rank >= p) {
-		// One of the N - P extra ranks: its partner sums for it.
+		// One of the N - P extra ranks: its partner sums for it. The sum
+		// comes back only after the partner has read all of buf, so the
+		// receive into buf may be posted at once.
 		mine->send(rank - p, slot);
-		check(mine->waitSend(d.left()), "the send", rank - p);
 		mine->recv(rank - p, slot);
 		check(mine->waitRecv(d.left()), "the receive", rank - p);
+		check(mine->waitSend(d.left()), "the send", rank - p);
 		return;
 	}
 	const bool partner = rank + p < size;
@@ -86,9 +88,12 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 		const int peer = rank ^ mask;
 		theirs->recv(peer, slot);
 		mine->send(peer, slot);
-		// buf is being sent: add into it only once the send is done.
-		check(mine->waitSend(d.left()), "the send", peer);
+		// The receive first: a closed or failed pair wakes it, where
+		// this Gloo leaves a send waiting on a peer that never posted its
+		// receive asleep until the deadline. buf is being sent: add into
+		// it only once the send is done too.
 		check(theirs->waitRecv(d.left()), "the receive", peer);
+		check(mine->waitSend(d.left()), "the send", peer);
 		fn(buf, buf, scratch.data(), count);
 	}
 	if (partner) {
