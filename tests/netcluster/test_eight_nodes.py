@@ -1,9 +1,10 @@
 """Eight gradsyncd, one in each of eight network namespaces of
-scripts/netcluster.sh (the nodes share this machine's cores), and a job of
-8 nodes x 1 trainer on a small layout (ResNet-50's first tensors, cut to a
-few hundred thousand elements, in several buckets): every element of every
-step checked by the verifying trainers against their own fp64 reference
-of all eight ranks' inputs. The join time (trainers started to the last
+scripts/netcluster.sh (the nodes share this machine's cores), and two jobs
+of 8 nodes x 1 trainer on a small layout (ResNet-50's first tensors, cut to
+about 400K elements), one in buckets below the crossover the daemons log
+(summed by recursive doubling), one with a bucket above it (Gloo's ring):
+every element of every step checked by the verifying trainers against
+their own fp64 reference of all eight ranks' inputs. The join time (trainers started to the last
 one welcomed) and the step time (the trainers' medians) are printed; they
 are a busy machine's, not a benchmark's (bench/scale.sh is that). Skipped
 (77) where namespaces cannot be made or without Gloo.
@@ -34,7 +35,9 @@ NODES = 8
 PORT = 29471
 STEPS = 4
 ELEMENTS = 300_000  # the cut layout's size, about
-THRESHOLD = 65536   # elements: several buckets of the cut layout
+# Bucket thresholds (elements): 65536 makes several fp16 buckets below the
+# 8-node crossover (recursive doubling), 262144 buckets above it (the ring).
+THRESHOLDS = {"eight": 65536, "eight-ring": 262144}
 JOIN_LIMIT = 40     # s, for all eight to be welcomed on 2 shared cores
 
 
@@ -81,12 +84,12 @@ def start_daemons(c, tmp):
     return socks, daemons
 
 
-def start_trainer(c, tmp, socks, layout, k):
+def start_trainer(c, tmp, socks, layout, k, job):
     env = {key: v for key, v in os.environ.items() if key not in LAUNCH_VARS}
     env.update(GRADSYNC_NODES=str(NODES), GRADSYNC_NODE_RANK=str(k),
                GRADSYNC_COORDINATOR="10.77.0.1", GRADSYNC_LOCAL_SIZE="1",
-               GRADSYNC_JOB_ID="eight", GRADSYNC_THRESHOLD=str(THRESHOLD))
-    log = os.path.join(tmp, f"trainer-{k}.log")
+               GRADSYNC_JOB_ID=job, GRADSYNC_THRESHOLD=str(THRESHOLDS[job]))
+    log = os.path.join(tmp, f"{job}-trainer-{k}.log")
     argv = c.argv(k, TRAINER, "--socket", socks[k], "--layout", layout,
                   "--steps", str(STEPS))
     return spawn(argv, log, env=env), log
@@ -104,12 +107,20 @@ def test_eight_nodes():
         tensors, elements = cut_layout(layout)
         socks, daemons = start_daemons(c, tmp)
         try:
-            run_job(c, tmp, socks, layout, tensors, elements)
-            # Each node says how it sums: the model's crossover for 8 nodes.
+            for job in THRESHOLDS:
+                run_job(c, tmp, socks, layout, tensors, elements, job)
+            # Each node says how it sums: the model's crossover for 8 nodes,
+            # which the two jobs' buckets fall on either side of (a bucket
+            # closes once it passes its threshold, so "eight-ring" has
+            # one of more than 262144 fp16 elements).
             for k in range(NODES):
                 m = re.search(r"the group of 8 nodes sums buckets of up to (\d+) bytes by "
                               r"recursive doubling", text(os.path.join(tmp, f"daemon-{k}.log")))
-                check(m and int(m.group(1)) > 0, f"node {k}'s daemon does not log its pick")
+                check(m, f"node {k}'s daemon does not log its pick")
+                up_to = int(m.group(1))
+                check(2 * THRESHOLDS["eight"] <= up_to < 2 * THRESHOLDS["eight-ring"],
+                      f"node {k} sums by doubling up to {up_to} bytes: the jobs' buckets do "
+                      f"not fall on either side of it")
             print(m.group(0))
             for d in daemons:
                 d.send_signal(signal.SIGTERM)
@@ -122,9 +133,9 @@ def test_eight_nodes():
             raise
 
 
-def run_job(c, tmp, socks, layout, tensors, elements):
+def run_job(c, tmp, socks, layout, tensors, elements, job):
     t0 = time.monotonic()
-    trainers = [start_trainer(c, tmp, socks, layout, k) for k in range(NODES)]
+    trainers = [start_trainer(c, tmp, socks, layout, k, job) for k in range(NODES)]
     welcomed = [None] * NODES
 
     def all_welcomed():
@@ -150,7 +161,7 @@ def run_job(c, tmp, socks, layout, tensors, elements):
         medians.append(float(m.group(1)))
     print(text(trainers[0][1]).strip())
     print(f"8 nodes (sharing {os.cpu_count()} cores), {tensors} tensors, {elements} elements, "
-          f"threshold {THRESHOLD}: every element of {STEPS} steps right on every node")
+          f"threshold {THRESHOLDS[job]}: every element of {STEPS} steps right on every node")
     print(f"join: all 8 trainers welcomed {join:.2f} s after they started "
           f"(first {min(welcomed):.2f} s)")
     print("step: median per node " + " ".join(f"{x:.1f}" for x in medians) + " ms")
