@@ -112,7 +112,7 @@ static int rank_main(int rank, int size, void *arg)
 /* All orders of p ranks (p <= 4), by Heap's algorithm. */
 static int permutations(int p, int perms[][4])
 {
-	int a[4], c[4] = {0}, n = 0;
+	int a[4] = {0}, c[4] = {0}, n = 0;
 	for (int i = 0; i < p; i++)
 		a[i] = i;
 	memcpy(perms[n++], a, sizeof(a));
@@ -136,6 +136,7 @@ static int permutations(int p, int perms[][4])
 static bool some_order_gives(const struct wire_fmt *f, const double *x, int p, double got)
 {
 	int perms[24][4];
+	assert_true(p <= 4); /* 4! orders at most */
 	int n = permutations(p, perms);
 	for (int k = 0; k < n; k++) {
 		double acc = x[perms[k][0]];
@@ -211,14 +212,14 @@ static void run_algo(enum gs_wire wire, int p, int algo)
 {
 	struct group gr = {.f = wire_fmt(wire), .algo = algo};
 	size_t res = (size_t)p * TOTAL * 4, gloo = (size_t)p * BIG * 2;
-	size_t msgs = (size_t)p * MSG_LEN;
-	gr.bytes = res + gloo + msgs + NSIZES * sizeof(int);
+	size_t msgs = (size_t)p * MSG_LEN, head = 64; /* ran[] first, aligned */
+	gr.bytes = head + res + gloo + msgs;
 	char *shared = shared_alloc(gr.bytes);
 	assert_non_null(shared);
-	gr.results = shared;
-	gr.gloo_results = shared + res;
-	gr.msg = (char(*)[MSG_LEN])(shared + res + gloo);
-	gr.ran = (int *)(shared + res + gloo + msgs);
+	gr.ran = (int *)shared;
+	gr.results = shared + head;
+	gr.gloo_results = gr.results + res;
+	gr.msg = (char(*)[MSG_LEN])(gr.results + res + gloo);
 	gr.dir = file_store_dir_create();
 	assert_non_null(gr.dir);
 
