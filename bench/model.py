@@ -218,6 +218,17 @@ def report(fit, resid, summ, nodes_measured):
             if (n, key) in summ:
                 parts.append(f"{key} {summ[(n, key)]:.3g} {unit}")
         L.append(f"  {n:3d} nodes: " + "; ".join(parts))
+    if "doubling" in fit:
+        L.append("  a tiny bucket (512 B) against the model's vote + its data, both by doubling,"
+                 " x the nodes a core:")
+        for n in nodes_measured:
+            key = (n, "auto tiny per bucket")
+            if key in summ:
+                model = share(n) * (predict(fit, "doubling", n, 4) +
+                                    predict(fit, "doubling", n, 512))
+                L.append(f"  {n:3d} nodes: measured {summ[key]:.0f} us, the two all-reduces "
+                         f"{model:.0f} us ({100 * model / summ[key]:.0f}%); the rest is the "
+                         f"node's own (trainers, pack, unpack, wake-ups)")
     L.extend(limits(fit, summ, nodes_measured))
     return L
 
