@@ -370,8 +370,6 @@ int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int al
 	return rc;
 }
 
-} // namespace
-
 // GRADSYNCD_GLOO_ALGO: unset, "auto", "ring" or "doubling"; -1 for others.
 int forced_algo()
 {
@@ -384,6 +382,8 @@ int forced_algo()
 		return GS_GLOO_ALGO_DOUBLING;
 	return -1;
 }
+
+} // namespace
 
 /* ------------------------------------------------------------ C interface */
 
