@@ -1,8 +1,9 @@
 /*
  * gradsync-bench-gloo-algo: one rank timing the daemon's all-reduce between
- * nodes alone, algorithm by algorithm (Gloo's ring, our recursive doubling,
- * Gloo's classic halving-doubling) and size by size, in fp32 with the
- * kernels' sums: the points bench/model.py fits its alpha-beta model to.
+ * nodes alone, algorithm by algorithm (Gloo's ring, our recursive doubling
+ * and Rabenseifner, Gloo's classic halving-doubling) and size by size, in
+ * fp32 with the kernels' sums: the points bench/model.py fits its
+ * alpha-beta model to.
  * One process per node of scripts/netcluster.sh (bench/scale.sh); the
  * ranks meet through a file store in a directory they all see.
  *
@@ -27,7 +28,7 @@ static void usage(FILE *f)
 	fprintf(f, "Usage: gradsync-bench-gloo-algo --rank R --size N --store DIR --address A\n"
 		   "                                --csv FILE [--bytes B1,B2,...] [--calls K]\n"
 		   "                                [--warmup W] [--algos ring,doubling,"
-		   "halving-doubling]\n"
+		   "rabenseifner,halving-doubling]\n"
 		   "\n"
 		   "Times gs_gloo_allreduce_algo of B bytes of fp32 for each algorithm and size\n"
 		   "(defaults: 4,1024,16384,262144,1048576,4194304 bytes; 20 calls after 3).\n");
@@ -88,7 +89,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 static int algo_of(const char *name)
 {
 	static const int algos[] = {GS_GLOO_ALGO_RING, GS_GLOO_ALGO_DOUBLING,
-				    GS_GLOO_ALGO_HALVING_DOUBLING};
+				    GS_GLOO_ALGO_RABENSEIFNER, GS_GLOO_ALGO_HALVING_DOUBLING};
 	for (size_t i = 0; i < sizeof(algos) / sizeof(algos[0]); i++)
 		if (strcmp(name, gs_gloo_algo_name(algos[i])) == 0)
 			return algos[i];
@@ -123,7 +124,9 @@ static int time_one(struct gs_gloo *g, const struct options *o, int algo, size_t
 int main(int argc, char **argv)
 {
 	static char default_bytes[] = "4,1024,16384,262144,1048576,4194304";
-	struct options o = {.calls = 20, .warmup = 3, .algos = "ring,doubling,halving-doubling"};
+	struct options o = {.calls = 20,
+			    .warmup = 3,
+			    .algos = "ring,doubling,rabenseifner,halving-doubling"};
 	parse_bytes(default_bytes, &o);
 	int rc = parse_args(argc, argv, &o);
 	if (rc >= 0)

@@ -13,6 +13,8 @@ x alpha + (bytes on that critical path) x beta, n the buffer's bytes:
   ring              2 (N - 1) messages of n / N bytes
   doubling          s(N) messages of n bytes, s(N) = log2 P, plus 2 when
                     N is not P, P the largest power of two <= N
+  rabenseifner      2 log2 P messages, 2 n (P - 1) / P bytes, plus 2 of n
+                    bytes when N is not P (ours: halving, then doubling)
   halving-doubling  2 log2 N messages, 2 n (N - 1) / N bytes (Gloo's
                     classic class; its time here includes a closing barrier)
 alpha and beta are fitted by least squares on relative error (the times
@@ -30,7 +32,7 @@ import os
 import statistics
 import sys
 
-ALGOS = ("ring", "doubling", "halving-doubling")
+ALGOS = ("ring", "doubling", "rabenseifner", "halving-doubling")
 MAX_NODES = 4096
 # Bucket sizes drawn: a tiny bucket (256 fp16 elements), a medium one, the
 # default threshold's bucket (2^21 fp16 elements) and a DDP-sized 25 MB.
@@ -51,6 +53,10 @@ def features(algo, n, nbytes):
     if algo == "doubling":
         s = doubling_steps(n)
         return float(s), float(s * nbytes)
+    if algo == "rabenseifner":
+        p = 1 << int(math.floor(math.log2(n)))
+        fold = 2.0 if p != n else 0.0
+        return 2.0 * math.log2(p) + fold, 2.0 * nbytes * (p - 1) / p + fold * nbytes
     return 2.0 * math.log2(n), 2.0 * nbytes * (n - 1) / n
 
 
@@ -113,7 +119,7 @@ def fitted(algo, n, b):
     """Whether a point joins the fit: a ring or halving-doubling of fewer
     elements than ranks leaves most ranks' segments empty (a 4-byte ring
     sends nothing on most hops), which the model does not describe."""
-    return algo == "doubling" or b // 4 >= n
+    return algo in ("doubling", "rabenseifner") or b // 4 >= n
 
 
 def fit_all(pts):
@@ -266,14 +272,15 @@ def series(fit):
     out = []
     ns = sorted({int(round(2 ** (k / 8))) for k in range(0, 8 * 12 + 1)})
     for b in DRAWN:
-        for algo in ("ring", "doubling"):
+        for algo in ("ring", "doubling", "rabenseifner"):
             if algo in fit:
                 out.append((f"{algo} {human(b)}", algo, b,
                             [(n, predict(fit, algo, n, b)) for n in ns if n >= 2]))
     return out
 
 
-COLOURS = {"ring": "#1f77b4", "doubling": "#d62728", "halving-doubling": "#2ca02c"}
+COLOURS = {"ring": "#1f77b4", "doubling": "#d62728", "rabenseifner": "#9467bd",
+           "halving-doubling": "#2ca02c"}
 DASH = {512: "", 65536: "6,3", 4 << 20: "2,2", 25 << 20: "10,3,2,3"}
 
 

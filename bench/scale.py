@@ -2,9 +2,9 @@
 per node count, a cluster of scripts/netcluster.sh and on it
 
   gloo      the all-reduce between nodes alone (gradsync-bench-gloo-algo,
-            one rank per node): Gloo's ring and our recursive doubling, and
-            with --no-rt Gloo's classic halving-doubling too, fp32, at
-            several sizes;
+            one rank per node): Gloo's ring, our recursive doubling and
+            Rabenseifner, and with --no-rt Gloo's classic halving-doubling
+            too, fp32, at several sizes;
   join      one gradsyncd per node, one verifying trainer per node on a
             small layout: from the trainers' start to the last one welcomed
             (the welcome comes once the node group is built), every element
@@ -132,7 +132,8 @@ class Run:
                              os.path.join(d, "store"), "--address", f"10.77.0.{k + 1}",
                              "--csv", os.path.join(d, f"r{k}.csv"), "--bytes", self.a.bytes,
                              "--calls", str(self.a.calls), "--warmup", "3", "--algos",
-                             "ring,doubling" if RT else "ring,doubling,halving-doubling")
+                             "ring,doubling,rabenseifner" if RT
+                             else "ring,doubling,rabenseifner,halving-doubling")
             procs.append((spawn(["timeout", "-s", "KILL", "600", *argv],
                                 os.path.join(d, f"r{k}.log")), os.path.join(d, f"r{k}.log")))
         wait_all(procs, 620, f"gloo at {n} nodes")

@@ -174,6 +174,7 @@ static bool algo_gives(const struct wire_fmt *f, int algo, const double *x, int 
 	bool pow2 = (p & (p - 1)) == 0;
 	switch (algo) {
 	case GS_GLOO_ALGO_DOUBLING:
+	case GS_GLOO_ALGO_RABENSEIFNER:
 		return got == doubling_tree(f, x, p);
 	case GS_GLOO_ALGO_HALVING_DOUBLING:
 		return pow2 ? got == doubling_tree(f, x, p) : some_order_gives(f, x, p, got);
@@ -306,6 +307,17 @@ static void doubling_bf16_fp32(void **state)
 	run_algo(GS_WIRE_BF16, 3, GS_GLOO_ALGO_DOUBLING);
 	run_algo(GS_WIRE_F32, 4, GS_GLOO_ALGO_DOUBLING);
 	run_algo(GS_WIRE_F32, 5, GS_GLOO_ALGO_DOUBLING);
+}
+
+/* Halving then doubling adds in doubling's tree, so the same reference;
+ * 1 element over up to 5 ranks leaves most ranks' halves empty. */
+static void rabenseifner_all_dtypes(void **state)
+{
+	for (int p = 2; p <= 5; p++)
+		run_algo(GS_WIRE_F16, p, GS_GLOO_ALGO_RABENSEIFNER);
+	run_algo(GS_WIRE_BF16, 3, GS_GLOO_ALGO_RABENSEIFNER);
+	run_algo(GS_WIRE_F32, 4, GS_GLOO_ALGO_RABENSEIFNER);
+	run_algo(GS_WIRE_F32, 5, GS_GLOO_ALGO_RABENSEIFNER);
 }
 
 static void ring_four_ranks(void **state)
@@ -495,7 +507,8 @@ int main(void)
 	    cmocka_unit_test(two_ranks_bf16),		cmocka_unit_test(two_ranks_fp32),
 	    cmocka_unit_test(three_ranks_fp16),		cmocka_unit_test(three_ranks_bf16),
 	    cmocka_unit_test(three_ranks_fp32),		cmocka_unit_test(doubling_fp16),
-	    cmocka_unit_test(doubling_bf16_fp32),	cmocka_unit_test(ring_four_ranks),
+	    cmocka_unit_test(doubling_bf16_fp32),	cmocka_unit_test(rabenseifner_all_dtypes),
+	    cmocka_unit_test(ring_four_ranks),
 	    cmocka_unit_test(halving_doubling),		cmocka_unit_test(vectorised_sum_is_used),
 	    cmocka_unit_test(leave_right_after_create), cmocka_unit_test(world_of_one),
 	    cmocka_unit_test(algorithm_from_environment),

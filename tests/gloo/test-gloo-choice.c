@@ -1,8 +1,10 @@
 /*
- * The model's pick between ring and recursive doubling (gloo_choice.c),
- * without Gloo or processes: the message counts against hand-counted
- * schedules, and the pick's shape (doubling below one crossover per group
- * size, ring above, the crossover growing with the group from 4 nodes on).
+ * The model's pick among ring, recursive doubling and Rabenseifner
+ * (gloo_choice.c), without Gloo or processes: the message counts against
+ * hand-counted schedules, and the pick's shape (bands: doubling for the
+ * smallest buffers, Rabenseifner, then the ring; each pick the fastest
+ * prediction; the ring's band receding and doubling's narrowing as the
+ * group grows).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,31 +27,51 @@ static void message_counts(void **state)
 	assert_int_equal(gs_gloo_ring_steps(1), 0);
 	assert_int_equal(gs_gloo_ring_steps(2), 2);
 	assert_int_equal(gs_gloo_ring_steps(16), 30);
+	/* Halving and doubling back, plus the extra ranks' fold and hand-back. */
+	assert_int_equal(gs_gloo_rabenseifner_steps(2), 2);
+	assert_int_equal(gs_gloo_rabenseifner_steps(3), 4);
+	assert_int_equal(gs_gloo_rabenseifner_steps(8), 6);
+	assert_int_equal(gs_gloo_rabenseifner_steps(12), 8);
 	assert_true(gs_gloo_predict_us(GS_GLOO_ALGO_RING, 1000, 1) == 0);
 }
 
-static void pick_has_one_crossover(void **state)
+static void picks_are_bands(void **state)
 {
-	size_t prev = 0;
+	size_t prev_d = 0, prev_r = 0;
 	for (int n = 2; n <= 4096; n *= 2) {
-		size_t below = gs_gloo_doubling_below(n);
-		print_message("%4d nodes: doubling up to %zu bytes\n", n, below);
-		/* Small buffers are latency: doubling waits on fewer messages. */
-		assert_true(below > 4096);
-		assert_true(below < ((size_t)1 << 40));
+		size_t d = gs_gloo_doubling_below(n), r = gs_gloo_ring_above(n);
+		print_message("%4d nodes: doubling up to %zu bytes, Rabenseifner up to %zu\n", n,
+			      d, r);
+		/* Small buffers are latency: doubling waits on the fewest messages. */
+		assert_true(d > 1024);
+		assert_true(r >= d && r < ((size_t)1 << 40));
 		assert_int_equal(gs_gloo_pick(4, n), GS_GLOO_ALGO_DOUBLING);
-		assert_int_equal(gs_gloo_pick(below, n), GS_GLOO_ALGO_DOUBLING);
-		assert_int_equal(gs_gloo_pick(below + 1, n), GS_GLOO_ALGO_RING);
-		assert_int_equal(gs_gloo_pick(below * 4, n), GS_GLOO_ALGO_RING);
-		/* The pick is the faster prediction. */
-		assert_true(gs_gloo_predict_us(GS_GLOO_ALGO_DOUBLING, below, n) <
-			    gs_gloo_predict_us(GS_GLOO_ALGO_RING, below, n));
-		/* From 4 nodes on, the ring's 2 (N - 1) latencies outgrow
-		 * doubling's log2 N extra copies of the bytes (from 2 to 4 the
-		 * two grow alike, and the crossover may dip). */
+		assert_int_equal(gs_gloo_pick(d, n), GS_GLOO_ALGO_DOUBLING);
+		assert_int_not_equal(gs_gloo_pick(d + 1, n), GS_GLOO_ALGO_DOUBLING);
+		assert_int_not_equal(gs_gloo_pick(r, n), GS_GLOO_ALGO_RING);
+		assert_int_equal(gs_gloo_pick(r + 1, n), GS_GLOO_ALGO_RING);
+		assert_int_equal(gs_gloo_pick(r * 4, n), GS_GLOO_ALGO_RING);
+		if (r > d)
+			assert_int_equal(gs_gloo_pick(d + (r - d) / 2, n), GS_GLOO_ALGO_RABENSEIFNER);
+		/* Each pick is the fastest prediction. */
+		static const size_t sizes[] = {4, 4096, 65536, 1 << 20, 4 << 20, 64 << 20};
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			enum gs_gloo_algo a = gs_gloo_pick(sizes[i], n);
+			double t = gs_gloo_predict_us(a, sizes[i], n);
+			assert_true(t <= gs_gloo_predict_us(GS_GLOO_ALGO_RING, sizes[i], n));
+			assert_true(t <= gs_gloo_predict_us(GS_GLOO_ALGO_DOUBLING, sizes[i], n));
+			assert_true(t <= gs_gloo_predict_us(GS_GLOO_ALGO_RABENSEIFNER, sizes[i], n));
+		}
+		/* From 8 nodes on the ring's band recedes as the group grows:
+		 * its 2 (N - 1) latencies outgrow the others' log2 N ones (from 2
+		 * to 4 they grow alike). Doubling's band narrows instead: its
+		 * log2 N full copies of the bytes outgrow Rabenseifner's two. */
 		if (n >= 8)
-			assert_true(below >= prev);
-		prev = below;
+			assert_true(r >= prev_r);
+		if (n >= 4)
+			assert_true(d <= prev_d);
+		prev_d = d;
+		prev_r = r;
 	}
 	/* A group of one has nothing to send: the ring, trivially. */
 	assert_int_equal(gs_gloo_pick(4, 1), GS_GLOO_ALGO_RING);
@@ -68,7 +90,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(message_counts),
-	    cmocka_unit_test(pick_has_one_crossover),
+	    cmocka_unit_test(picks_are_bands),
 	    cmocka_unit_test(names),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

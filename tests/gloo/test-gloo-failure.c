@@ -3,9 +3,9 @@
  * code and a message that names what failed: a rank that never shows up, a
  * peer that stays connected but never joins the all-reduce, a peer killed
  * (SIGKILL) in the middle of a stream of all-reduces, and bad arguments;
- * recursive doubling's waits end at the call's timeout, a vote's small
- * buffer included, where Gloo's classic halving-doubling ends at the
- * group's (the reason the daemon does not run it).
+ * recursive doubling's and Rabenseifner's waits end at the call's timeout,
+ * a vote's small buffer included, where Gloo's classic halving-doubling
+ * ends at the group's (the reason the daemon does not run it).
  * After a failure the handle refuses further work (GS_ESTATE) and can be
  * destroyed without hanging.
  */
@@ -291,6 +291,18 @@ static void doubling_stalled_peer_times_out(void **state)
 	scenario_free(c.s);
 }
 
+/* Rabenseifner's halving between four ranks, rank 3 stalled: the others
+ * give up at the call's timeout, well before the group's. */
+static void rabenseifner_stalled_peer_times_out(void **state)
+{
+	struct algo_case c = {scenario_new(4, 8000), GS_GLOO_ALGO_RABENSEIFNER, 100000, 1000, 3};
+	double took = run_stalled(&c, 4);
+	assert_true(took >= c.call_timeout - 50);
+	assert_true(took <= c.call_timeout + SLACK_MS);
+	assert_non_null(strstr(c.s->out[0].msg, "rabenseifner all-reduce of 100000 fp32"));
+	scenario_free(c.s);
+}
+
 /* Gloo's classic halving-doubling waits with each pair's timeout, fixed
  * at connection from the group's: the call's longer one is not heeded. */
 static void halving_doubling_waits_the_group_timeout(void **state)
@@ -408,6 +420,7 @@ int main(void)
 	    cmocka_unit_test(stalled_peer_times_out),
 	    cmocka_unit_test(killed_peer_fails_in_time),
 	    cmocka_unit_test(doubling_stalled_peer_times_out),
+	    cmocka_unit_test(rabenseifner_stalled_peer_times_out),
 	    cmocka_unit_test(halving_doubling_waits_the_group_timeout),
 	    cmocka_unit_test(doubling_killed_peer_fails_in_time),
 	    /* In this process, after every fork: they start Gloo threads. */

@@ -265,6 +265,9 @@ void run_algorithm(gs_gloo *g, int wire, int algo, void *buf, size_t count, SumF
 	case GS_GLOO_ALGO_DOUBLING:
 		gs::doubling_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout);
 		return;
+	case GS_GLOO_ALGO_RABENSEIFNER:
+		gs::rabenseifner_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout);
+		return;
 	case GS_GLOO_ALGO_HALVING_DOUBLING:
 		if (wire == GS_WIRE_F32)
 			halving_doubling<float, GS_WIRE_F32>(g->context, buf, count, timeout);
@@ -309,7 +312,8 @@ std::string op_name(const gs_gloo *g, int wire, size_t count, int algo)
 bool known_algo(int algo)
 {
 	return algo == GS_GLOO_ALGO_AUTO || algo == GS_GLOO_ALGO_RING ||
-	       algo == GS_GLOO_ALGO_DOUBLING || algo == GS_GLOO_ALGO_HALVING_DOUBLING;
+	       algo == GS_GLOO_ALGO_DOUBLING || algo == GS_GLOO_ALGO_HALVING_DOUBLING ||
+	       algo == GS_GLOO_ALGO_RABENSEIFNER;
 }
 
 int check_allreduce_args(const gs_gloo *g, int wire, int sum, int algo, const void *buf,
@@ -370,7 +374,8 @@ int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int al
 	return rc;
 }
 
-// GRADSYNCD_GLOO_ALGO: unset, "auto", "ring" or "doubling"; -1 for others.
+// GRADSYNCD_GLOO_ALGO: unset, "auto", "ring", "doubling" or "rabenseifner";
+// -1 for others.
 int forced_algo()
 {
 	const char *v = getenv("GRADSYNCD_GLOO_ALGO");
@@ -380,6 +385,8 @@ int forced_algo()
 		return GS_GLOO_ALGO_RING;
 	if (strcmp(v, "doubling") == 0)
 		return GS_GLOO_ALGO_DOUBLING;
+	if (strcmp(v, "rabenseifner") == 0)
+		return GS_GLOO_ALGO_RABENSEIFNER;
 	return -1;
 }
 
@@ -403,7 +410,7 @@ extern "C" int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, i
 	if (forced < 0) {
 		set_error(err, errlen, what,
 			  std::string("GRADSYNCD_GLOO_ALGO is '") + getenv("GRADSYNCD_GLOO_ALGO") +
-				  "': expected auto, ring or doubling");
+				  "': expected auto, ring, doubling or rabenseifner");
 		return GS_EINVAL;
 	}
 	gs_gloo *g = nullptr;
@@ -456,11 +463,20 @@ extern "C" int gs_gloo_allreduce(struct gs_gloo *g, enum gs_wire wire, void *buf
 
 extern "C" size_t gs_gloo_doubling_up_to(const struct gs_gloo *g)
 {
-	if (g->forced == GS_GLOO_ALGO_RING || g->size == 1)
-		return 0;
 	if (g->forced == GS_GLOO_ALGO_DOUBLING)
 		return SIZE_MAX;
+	if (g->forced != GS_GLOO_ALGO_AUTO || g->size == 1)
+		return 0;
 	return gs_gloo_doubling_below(g->size);
+}
+
+extern "C" size_t gs_gloo_rabenseifner_up_to(const struct gs_gloo *g)
+{
+	if (g->forced == GS_GLOO_ALGO_DOUBLING || g->forced == GS_GLOO_ALGO_RABENSEIFNER)
+		return SIZE_MAX;
+	if (g->forced != GS_GLOO_ALGO_AUTO || g->size == 1)
+		return 0;
+	return gs_gloo_ring_above(g->size);
 }
 
 extern "C" bool gs_gloo_available(void)

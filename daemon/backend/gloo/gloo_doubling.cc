@@ -102,4 +102,100 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 	}
 }
 
+/* ------------------------------------------------------------ Rabenseifner */
+
+namespace {
+
+struct Range {
+	size_t lo, hi;
+};
+
+// One exchange of the halving or the doubling: send [so, so + sn) of buf,
+// receive rn elements into `into` at ro; either may be empty, which both
+// sides know (they split the same range the same way).
+void exchange(gloo::transport::UnboundBuffer &out, gloo::transport::UnboundBuffer &into,
+	      int peer, uint64_t slot, size_t elsize, size_t so, size_t sn, size_t ro,
+	      size_t rn, const Deadline &d)
+{
+	if (rn)
+		into.recv(peer, slot, ro * elsize, rn * elsize);
+	if (sn)
+		out.send(peer, slot, so * elsize, sn * elsize);
+	if (rn)
+		check(into.waitRecv(d.left()), "the receive", peer);
+	if (sn)
+		check(out.waitSend(d.left()), "the send", peer);
+}
+
+} // namespace
+
+void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
+			    size_t elsize, SumFn fn, std::vector<char> &scratch,
+			    milliseconds timeout)
+{
+	const int rank = ctx->rank, size = ctx->size;
+	if (size == 1 || count == 0)
+		return;
+	const size_t bytes = count * elsize;
+	if (scratch.size() < bytes)
+		scratch.resize(bytes);
+	const Deadline d(timeout);
+	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 1);
+	auto mine = ctx->createUnboundBuffer(buf, bytes);
+	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
+	char *b = static_cast<char *>(buf);
+	int p = 1, steps = 0;
+	while (p * 2 <= size) {
+		p *= 2;
+		steps++;
+	}
+	if (rank >= p) {
+		// As in doubling: the partner sums for the extra ranks.
+		mine->send(rank - p, slot);
+		mine->recv(rank - p, slot);
+		check(mine->waitRecv(d.left()), "the receive", rank - p);
+		check(mine->waitSend(d.left()), "the send", rank - p);
+		return;
+	}
+	const bool partner = rank + p < size;
+	if (partner) {
+		theirs->recv(rank + p, slot);
+		check(theirs->waitRecv(d.left()), "the receive", rank + p);
+		fn(buf, buf, scratch.data(), count);
+	}
+	// Reduce-scatter by halving, pairs r ^ 1 first (the same tree of
+	// additions as doubling): keep the half this rank's bit says, send
+	// the other, add the peer's copy of the kept one.
+	std::vector<Range> kept(steps + 1);
+	kept[0] = {0, count};
+	for (int i = 0; i < steps; i++) {
+		const int peer = rank ^ (1 << i);
+		const Range r = kept[i];
+		const size_t mid = r.lo + (r.hi - r.lo) / 2;
+		const bool upper = rank & (1 << i);
+		const Range keep = upper ? Range{mid, r.hi} : Range{r.lo, mid};
+		const Range give = upper ? Range{r.lo, mid} : Range{mid, r.hi};
+		exchange(*mine, *theirs, peer, slot, elsize, give.lo, give.hi - give.lo, keep.lo,
+			 keep.hi - keep.lo, d);
+		if (keep.hi > keep.lo)
+			fn(b + keep.lo * elsize, b + keep.lo * elsize,
+			   scratch.data() + keep.lo * elsize, keep.hi - keep.lo);
+		kept[i + 1] = keep;
+	}
+	// All-gather by doubling, the same pairs in reverse: send the summed
+	// range, receive the peer's, the other half of the range one step up.
+	for (int i = steps - 1; i >= 0; i--) {
+		const int peer = rank ^ (1 << i);
+		const Range have = kept[i + 1], parent = kept[i];
+		const Range get = have.lo == parent.lo ? Range{have.hi, parent.hi}
+						       : Range{parent.lo, have.lo};
+		exchange(*mine, *mine, peer, slot, elsize, have.lo, have.hi - have.lo, get.lo,
+			 get.hi - get.lo, d);
+	}
+	if (partner) {
+		mine->send(rank + p, slot);
+		check(mine->waitSend(d.left()), "the send", rank + p);
+	}
+}
+
 } // namespace gs

@@ -35,6 +35,17 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 			size_t elsize, SumFn fn, std::vector<char> &scratch,
 			std::chrono::milliseconds timeout);
 
+/* Rabenseifner's all-reduce on the same pairs, for buffers too large for
+ * doubling's log2 N full copies: a reduce-scatter by recursive halving (each
+ * exchange sends half of what is left), then an all-gather by recursive
+ * doubling; 2 log2 P messages like Gloo's halving-doubling and 2 n (P - 1) / P
+ * bytes like the ring. The extra ranks fold in and are handed the sum back
+ * as in doubling. Same additions in the same tree as doubling, so the same
+ * bits; same arguments and errors. */
+void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
+			    size_t elsize, SumFn fn, std::vector<char> &scratch,
+			    std::chrono::milliseconds timeout);
+
 } // namespace gs
 
 #endif
