@@ -144,19 +144,28 @@ def summary(path):
     return out
 
 
-def crossover(fit, n):
-    """Largest bytes for which doubling beats the ring at n nodes (0: never)."""
-    if "doubling" not in fit or "ring" not in fit:
-        return None
-    faster = lambda b: predict(fit, "doubling", n, b) < predict(fit, "ring", n, b)
-    if not faster(1):
-        return 0
+PICKED = ("ring", "rabenseifner", "doubling")  # the daemon's, ties to the earlier
+
+
+def pick(fit, n, b):
+    best = None
+    for algo in PICKED:
+        if algo in fit and (best is None or predict(fit, algo, n, b) < predict(fit, best, n, b)):
+            best = algo
+    return best
+
+
+def band_end(fit, n, inside):
+    """Largest bytes in [1, 2^40] for which inside(pick) holds, the picks
+    being bands by size (0: not even 1 byte)."""
     lo, hi = 1, 1 << 40
-    if faster(hi):
+    if not inside(pick(fit, n, lo)):
+        return 0
+    if inside(pick(fit, n, hi)):
         return hi
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if faster(mid) else (lo, mid)
+        lo, hi = (mid, hi) if inside(pick(fit, n, mid)) else (lo, mid)
     return lo
 
 
@@ -203,17 +212,18 @@ def report(fit, resid, summ, nodes_measured):
             L.append(f"  {algo:<17} typical error x{math.exp(statistics.median(logs)):.2f}, "
                      f"worst x{math.exp(max(logs)):.2f}")
     L.append("")
-    L.append("Doubling against ring (the daemon's pick, daemon/backend/gloo/gloo_choice.c):")
+    L.append("The daemon's pick (daemon/backend/gloo/gloo_choice.c), by bytes a bucket:")
     for n in (2, 4, 8, 16, 64, 256, 1024, 4096):
-        c = crossover(fit, n)
-        if c is not None:
-            L.append(f"  {n:5d} nodes: " + ("doubling at every size" if c >= 1 << 40
-                                            else f"doubling below {human(c)}"))
-    if "ring" in fit and "doubling" in fit:
-        L.append("  constants for gloo_choice.c:")
-        L.append(f"    RING_ALPHA_US = {fit['ring'][0]:.1f}, RING_BETA_NS = {fit['ring'][1] * 1e3:.4f}")
-        L.append(f"    DOUBLING_ALPHA_US = {fit['doubling'][0]:.1f}, "
-                 f"DOUBLING_BETA_NS = {fit['doubling'][1] * 1e3:.4f}")
+        d = band_end(fit, n, lambda a: a == "doubling")
+        r = band_end(fit, n, lambda a: a != "ring")
+        L.append(f"  {n:5d} nodes: doubling up to {human(d)}, Rabenseifner up to {human(r)}, "
+                 f"ring above")
+    L.append("  constants for gloo_choice.c:")
+    for algo in PICKED:
+        if algo in fit:
+            name = algo.upper()
+            L.append(f"    {name}_ALPHA_US = {fit[algo][0]:.1f}, "
+                     f"{name}_BETA_NS = {fit[algo][1] * 1e3:.3f}")
     L.append("")
     L.append("The daemon, measured (bench/scale.sh; the slowest node per step, median):")
     for n in nodes_measured:
@@ -249,6 +259,12 @@ def limits(fit, summ, nodes_measured):
             L.append(f"  ring, {human(b):>8} bucket: latency (2 (N-1) alpha) outweighs bytes "
                      f"past N = {max(1.0, n_star):.0f}; at 4096 nodes "
                      f"{predict(fit, 'ring', 4096, b) / 1e3:.1f} ms a bucket")
+    if all(a in fit for a in PICKED):
+        for b in DRAWN:
+            a = pick(fit, 4096, b)
+            L.append(f"  at 4096 nodes a {human(b)} bucket goes by {a}: "
+                     f"{predict(fit, a, 4096, b) / 1e3:.2f} ms (the ring: "
+                     f"{predict(fit, 'ring', 4096, b) / 1e3:.1f} ms)")
     if "doubling" in fit:
         L.append(f"  vote (a doubling of a few floats): {predict(fit, 'doubling', 16, 4):.0f} us "
                  f"at 16 nodes, {predict(fit, 'doubling', 4096, 4):.0f} us at 4096 "
@@ -333,8 +349,8 @@ def svg(fit, pts, path):
 
 def ascii_chart(fit, pts, width=72, height=22):
     ser = [s for s in series(fit) if s[2] in (512, 4 << 20)]
-    marks = {("ring", 512): "r", ("doubling", 512): "d", ("ring", 4 << 20): "R",
-             ("doubling", 4 << 20): "D"}
+    marks = {("ring", 512): "r", ("doubling", 512): "d", ("rabenseifner", 512): "h",
+             ("ring", 4 << 20): "R", ("doubling", 4 << 20): "D", ("rabenseifner", 4 << 20): "H"}
     ys = [t for _, _, _, s in ser for _, t in s]
     y0, y1 = math.log10(min(ys)), math.log10(max(ys))
     grid = [[" "] * width for _ in range(height)]
@@ -345,11 +361,11 @@ def ascii_chart(fit, pts, width=72, height=22):
             grid[row(t)][col(n)] = marks[(algo, b)]
     for (algo, n, b), t in pts.items():
         t /= share(n)
-        if b in (1024, 4 << 20) and algo in ("ring", "doubling") and y0 <= math.log10(t) <= y1:
+        if b in (1024, 4 << 20) and algo in PICKED and y0 <= math.log10(t) <= y1:
             grid[row(t)][col(n)] = "o"
-    lines = ["predicted time (log) against nodes (log2, 1 to 4096): r/d ring/doubling of a "
-             "512 B bucket, R/D of 4 MiB; o measured (1 KiB and 4 MiB, divided by the nodes "
-             "a core)"]
+    lines = ["predicted time (log) against nodes (log2, 1 to 4096): r/d/h ring/doubling/"
+             "Rabenseifner of a 512 B bucket, R/D/H of 4 MiB; o measured (1 KiB and 4 MiB, "
+             "divided by the nodes a core)"]
     for i, r in enumerate(grid):
         t = 10 ** (y1 - (y1 - y0) * i / (height - 1))
         label = f"{t / 1e3:8.2f} ms" if i % 4 == 0 else " " * 11

@@ -13,15 +13,16 @@
  * nodes sharing a 2-core VM, the sharing divided out): alpha in
  * microseconds per message waited on, beta in nanoseconds per byte on the
  * critical path. At 8 nodes they give doubling up to about 24 KiB,
- * Rabenseifner up to about 650 KiB, the ring above; at 16 nodes 16 KiB and
- * 1.4 MiB: votes and small buckets by doubling, medium ones by Rabenseifner,
- * the default threshold's 4 MiB buckets by the ring until some 64 nodes. */
-static const double RING_ALPHA_US = 35.3;
-static const double RING_BETA_NS = 0.598;
-static const double DOUBLING_ALPHA_US = 19.2;
-static const double DOUBLING_BETA_NS = 0.794;
-static const double RABENSEIFNER_ALPHA_US = 12.4;
-static const double RABENSEIFNER_BETA_NS = 0.966;
+ * Rabenseifner up to about 700 KiB, the ring above; at 16 nodes 16 KiB and
+ * 1.4 MiB; at 64, 12 KiB and 6 MiB: votes and small buckets by doubling,
+ * medium ones by Rabenseifner, and the default threshold's 4 MiB buckets by
+ * the ring up to some 32 nodes, by Rabenseifner beyond. */
+static const double RING_ALPHA_US = 37.8;
+static const double RING_BETA_NS = 0.609;
+static const double DOUBLING_ALPHA_US = 19.5;
+static const double DOUBLING_BETA_NS = 0.827;
+static const double RABENSEIFNER_ALPHA_US = 12.9;
+static const double RABENSEIFNER_BETA_NS = 0.972;
 
 /* The largest power of two <= nodes, and its log2. */
 static int pow2_below(int nodes, int *log2)
