@@ -146,6 +146,8 @@ static int build_group(struct gs_cluster *c, struct gs_rdv_client *rdv,
 		snprintf(err, n, "building the Gloo group: %s", why);
 		return rc;
 	}
+	gs_info("the group of %u nodes sums buckets of up to %zu bytes by recursive doubling, up to %zu by Rabenseifner's halving and doubling, larger ones by Gloo's ring",
+		s->nodes, gs_gloo_doubling_up_to(c->gloo), gs_gloo_rabenseifner_up_to(c->gloo));
 	rc = join_backend(c, &kv, nodes, err, n);
 	if (rc != GS_OK) {
 		gs_gloo_destroy(c->gloo);

@@ -1,15 +1,21 @@
 /*
- * gs_gloo_allreduce between 2 and 3 real processes on loopback, through the
+ * gs_gloo_allreduce between 2 and 5 real processes on loopback, through the
  * C-callback store backed by files, for every wire dtype at 1, 1000 and
- * 1048577 elements, each rank with its own inputs.
+ * 1048577 elements, each rank with its own inputs: as the daemon calls it
+ * (the model picks ring or doubling by size) and by each algorithm named
+ * (Gloo's ring, our recursive doubling, Gloo's classic halving-doubling).
  *
  * Each result is checked against an independent reference (wire_ref.h):
  * Gloo's ring adds the ranks' values one hop at a time, rounding to the wire
  * dtype after each hop, in an order of ranks that depends on where the
  * element falls in the ring. So every element must equal that chain of
  * roundings for some order of the ranks (exactly, bit for bit), and lie
- * within `ranks` half-ulps of the exact sum. All ranks must end with the
- * same bits. For fp16, Gloo's own float16 sum must give the same bits as the
+ * within `ranks` half-ulps of the exact sum. Recursive doubling adds in a
+ * fixed tree instead (extra ranks folded into the first ones, then pairs
+ * r, r ^ 1, then r ^ 2...), so its elements must equal that tree's
+ * roundings; halving-doubling adds by the same tree where the group is a
+ * power of two, and as a chain (its blocks) where it is not. All ranks must
+ * end with the same bits. For fp16, Gloo's own float16 sum must give the same bits as the
  * vectorised one, as both round once per hop; a NaN shows which of the two
  * actually ran. Also: a group of one, and ranks that leave at once.
  */
@@ -43,6 +49,8 @@ static const size_t sizes[] = {1, 1000, 1048577};
 /* What the parent hands every rank, in memory shared with the children. */
 struct group {
 	const struct wire_fmt *f;
+	int algo;	      /* GS_GLOO_ALGO_AUTO: gs_gloo_allreduce */
+	int *ran;	      /* [NSIZES]: the algorithm rank 0 ran for each size */
 	char *dir;
 	char *results;	      /* [rank][TOTAL] wire elements */
 	char *gloo_results;   /* [rank][BIG]: fp16 with Gloo's own sum */
@@ -79,12 +87,21 @@ static int rank_main(int rank, int size, void *arg)
 	int rc = 0;
 	for (size_t s = 0; s < NSIZES && rc == 0; s++) {
 		fill_inputs(gr->f, rank, sizes[s], out);
-		if (gs_gloo_allreduce(g, gr->f->wire, out, sizes[s], TIMEOUT_MS, gr->msg[rank],
-				      MSG_LEN) < 0)
+		int r = gr->algo == GS_GLOO_ALGO_AUTO
+				? gs_gloo_allreduce(g, gr->f->wire, out, sizes[s], TIMEOUT_MS,
+						    gr->msg[rank], MSG_LEN)
+				: gs_gloo_allreduce_algo(g, gr->f->wire, out, sizes[s], gr->algo,
+							 TIMEOUT_MS, gr->msg[rank], MSG_LEN);
+		if (r < 0)
 			rc = 2;
+		if (rank == 0)
+			gr->ran[s] = gr->algo == GS_GLOO_ALGO_AUTO
+					     ? (int)gs_gloo_choice(g, gr->f->wire, sizes[s])
+					     : gr->algo;
 		out += sizes[s] * gr->f->size;
 	}
-	if (rc == 0 && gr->f->wire == GS_WIRE_F16 && gloo_sum_f16(gr, g, rank) < 0)
+	if (rc == 0 && gr->algo == GS_GLOO_ALGO_AUTO && gr->f->wire == GS_WIRE_F16 &&
+	    gloo_sum_f16(gr, g, rank) < 0)
 		rc = 3;
 	gs_gloo_destroy(g);
 	return rc;
@@ -95,7 +112,7 @@ static int rank_main(int rank, int size, void *arg)
 /* All orders of p ranks (p <= 4), by Heap's algorithm. */
 static int permutations(int p, int perms[][4])
 {
-	int a[4], c[4] = {0}, n = 0;
+	int a[4] = {0}, c[4] = {0}, n = 0;
 	for (int i = 0; i < p; i++)
 		a[i] = i;
 	memcpy(perms[n++], a, sizeof(a));
@@ -119,6 +136,7 @@ static int permutations(int p, int perms[][4])
 static bool some_order_gives(const struct wire_fmt *f, const double *x, int p, double got)
 {
 	int perms[24][4];
+	assert_true(p <= 4); /* 4! orders at most */
 	int n = permutations(p, perms);
 	for (int k = 0; k < n; k++) {
 		double acc = x[perms[k][0]];
@@ -130,9 +148,44 @@ static bool some_order_gives(const struct wire_fmt *f, const double *x, int p, d
 	return false;
 }
 
-/* Checks n results of rank 0 at out against the inputs of every rank;
- * returns the number of wrong elements, printing the first few. */
-static size_t check_values(const struct wire_fmt *f, int p, size_t n, const void *out)
+/* Recursive doubling's sum of the p values: with q the largest power of two
+ * <= p, value r >= q is added into r - q, then each of the first q adds
+ * its partner r ^ 1, r ^ 2, ..., rounding after each addition. */
+static double doubling_tree(const struct wire_fmt *f, const double *x, int p)
+{
+	double v[RANKS_MAX], w[RANKS_MAX];
+	int q = 1;
+	while (q * 2 <= p)
+		q *= 2;
+	memcpy(v, x, (size_t)p * sizeof(*v));
+	for (int r = q; r < p; r++)
+		v[r - q] = wire_round(f, v[r - q] + v[r]);
+	for (int mask = 1; mask < q; mask <<= 1) {
+		for (int r = 0; r < q; r++)
+			w[r] = wire_round(f, v[r] + v[r ^ mask]);
+		memcpy(v, w, (size_t)q * sizeof(*v));
+	}
+	return v[0];
+}
+
+/* Whether got is what algo gives for the values x of p ranks. */
+static bool algo_gives(const struct wire_fmt *f, int algo, const double *x, int p, double got)
+{
+	bool pow2 = (p & (p - 1)) == 0;
+	switch (algo) {
+	case GS_GLOO_ALGO_DOUBLING:
+	case GS_GLOO_ALGO_RABENSEIFNER:
+		return got == doubling_tree(f, x, p);
+	case GS_GLOO_ALGO_HALVING_DOUBLING:
+		return pow2 ? got == doubling_tree(f, x, p) : some_order_gives(f, x, p, got);
+	default:
+		return some_order_gives(f, x, p, got);
+	}
+}
+
+/* Checks n results of rank 0 at out, summed by algo, against the inputs of
+ * every rank; returns the number of wrong elements, printing the first few. */
+static size_t check_values(const struct wire_fmt *f, int algo, int p, size_t n, const void *out)
 {
 	size_t bad = 0;
 	for (size_t i = 0; i < n; i++) {
@@ -144,28 +197,30 @@ static size_t check_values(const struct wire_fmt *f, int p, size_t n, const void
 		}
 		double got = wire_decode(f, wire_load(f, out, i));
 		bool close = fabs(got - sum) <= p * 0.5 * wire_ulp(f, mag);
-		if (close && some_order_gives(f, x, p, got))
+		if (close && algo_gives(f, algo, x, p, got))
 			continue;
 		if (bad++ < 5)
-			print_error("%s n=%zu element %zu: got %.9g, exact sum %.9g (%s)\n",
-				    gs_wire_name(f->wire), n, i, got, sum,
-				    close ? "no order of hops gives it" : "too far");
+			print_error("%s %s n=%zu element %zu: got %.9g, exact sum %.9g (%s)\n",
+				    gs_gloo_algo_name(algo), gs_wire_name(f->wire), n, i, got, sum,
+				    close ? "not the algorithm's order of additions" : "too far");
 	}
 	return bad;
 }
 
 /* ---------------------------------------------------------------- parent */
 
-static void run_group(enum gs_wire wire, int p)
+static void run_algo(enum gs_wire wire, int p, int algo)
 {
-	struct group gr = {.f = wire_fmt(wire)};
+	struct group gr = {.f = wire_fmt(wire), .algo = algo};
 	size_t res = (size_t)p * TOTAL * 4, gloo = (size_t)p * BIG * 2;
-	gr.bytes = res + gloo + (size_t)p * MSG_LEN;
+	size_t msgs = (size_t)p * MSG_LEN, head = 64; /* ran[] first, aligned */
+	gr.bytes = head + res + gloo + msgs;
 	char *shared = shared_alloc(gr.bytes);
 	assert_non_null(shared);
-	gr.results = shared;
-	gr.gloo_results = shared + res;
-	gr.msg = (char(*)[MSG_LEN])(shared + res + gloo);
+	gr.ran = (int *)shared;
+	gr.results = shared + head;
+	gr.gloo_results = gr.results + res;
+	gr.msg = (char(*)[MSG_LEN])(gr.results + res + gloo);
 	gr.dir = file_store_dir_create();
 	assert_non_null(gr.dir);
 
@@ -189,15 +244,25 @@ static void run_group(enum gs_wire wire, int p)
 	/* ...and they are right. */
 	const char *out = gr.results;
 	for (size_t s = 0; s < NSIZES; s++) {
-		assert_int_equal(check_values(gr.f, p, sizes[s], out), 0);
+		print_message("%d ranks, %s, %zu elements: %s\n", p, gs_wire_name(wire), sizes[s],
+			      gs_gloo_algo_name(gr.ran[s]));
+		/* What ran is what was asked, or the model's pick. */
+		int want = algo != GS_GLOO_ALGO_AUTO ? algo : (int)gs_gloo_pick(sizes[s] * esize, p);
+		assert_int_equal(gr.ran[s], want);
+		assert_int_equal(check_values(gr.f, gr.ran[s], p, sizes[s], out), 0);
 		out += sizes[s] * esize;
 	}
-	if (wire == GS_WIRE_F16) {
+	if (wire == GS_WIRE_F16 && algo == GS_GLOO_ALGO_AUTO) {
 		const char *ours = gr.results + (TOTAL - BIG) * esize;
 		for (int r = 0; r < p; r++)
 			assert_memory_equal(ours, gr.gloo_results + (size_t)r * BIG * 2, BIG * 2);
 	}
 	shared_free(shared, gr.bytes);
+}
+
+static void run_group(enum gs_wire wire, int p)
+{
+	run_algo(wire, p, GS_GLOO_ALGO_AUTO);
 }
 
 static void two_ranks_fp16(void **state)
@@ -228,6 +293,45 @@ static void three_ranks_bf16(void **state)
 static void three_ranks_fp32(void **state)
 {
 	run_group(GS_WIRE_F32, 3);
+}
+
+/* Each algorithm by name: a power of two, and groups with extra ranks. */
+static void doubling_fp16(void **state)
+{
+	for (int p = 2; p <= 5; p++)
+		run_algo(GS_WIRE_F16, p, GS_GLOO_ALGO_DOUBLING);
+}
+
+static void doubling_bf16_fp32(void **state)
+{
+	run_algo(GS_WIRE_BF16, 3, GS_GLOO_ALGO_DOUBLING);
+	run_algo(GS_WIRE_F32, 4, GS_GLOO_ALGO_DOUBLING);
+	run_algo(GS_WIRE_F32, 5, GS_GLOO_ALGO_DOUBLING);
+}
+
+/* Halving then doubling adds in doubling's tree, so the same reference;
+ * 1 element over up to 5 ranks leaves most ranks' halves empty. */
+static void rabenseifner_all_dtypes(void **state)
+{
+	for (int p = 2; p <= 5; p++)
+		run_algo(GS_WIRE_F16, p, GS_GLOO_ALGO_RABENSEIFNER);
+	run_algo(GS_WIRE_BF16, 3, GS_GLOO_ALGO_RABENSEIFNER);
+	run_algo(GS_WIRE_F32, 4, GS_GLOO_ALGO_RABENSEIFNER);
+	run_algo(GS_WIRE_F32, 5, GS_GLOO_ALGO_RABENSEIFNER);
+}
+
+static void ring_four_ranks(void **state)
+{
+	run_algo(GS_WIRE_F16, 4, GS_GLOO_ALGO_RING);
+	run_algo(GS_WIRE_F32, 4, GS_GLOO_ALGO_RING);
+}
+
+static void halving_doubling(void **state)
+{
+	run_algo(GS_WIRE_F16, 3, GS_GLOO_ALGO_HALVING_DOUBLING);
+	run_algo(GS_WIRE_F16, 4, GS_GLOO_ALGO_HALVING_DOUBLING);
+	run_algo(GS_WIRE_BF16, 4, GS_GLOO_ALGO_HALVING_DOUBLING);
+	run_algo(GS_WIRE_F32, 3, GS_GLOO_ALGO_HALVING_DOUBLING);
 }
 
 /* ---------------------------------------- which sum ran, and group setup */
@@ -356,6 +460,30 @@ static void world_of_one(void **state)
 	file_store_dir_remove(dir);
 }
 
+/* GRADSYNCD_GLOO_ALGO fixes what the daemon's all-reduce runs (benchmarks'
+ * baselines), and a value it does not know is refused, naming it. */
+static void algorithm_from_environment(void **state)
+{
+	char *dir = file_store_dir_create();
+	assert_non_null(dir);
+	struct gs_gloo_store_ops store = file_store(dir);
+	struct gs_gloo *g;
+	char err[MSG_LEN];
+	setenv("GRADSYNCD_GLOO_ALGO", "ring", 1);
+	assert_int_equal(gs_gloo_create(&store, 0, 1, NULL, 5000, &g, err, sizeof(err)), GS_OK);
+	assert_int_equal(gs_gloo_choice(g, GS_WIRE_F32, 1), GS_GLOO_ALGO_RING);
+	gs_gloo_destroy(g);
+	setenv("GRADSYNCD_GLOO_ALGO", "bcube", 1);
+	assert_int_equal(gs_gloo_create(&store, 0, 1, NULL, 5000, &g, err, sizeof(err)),
+			 GS_EINVAL);
+	assert_non_null(strstr(err, "GRADSYNCD_GLOO_ALGO is 'bcube'"));
+	unsetenv("GRADSYNCD_GLOO_ALGO");
+	assert_int_equal(gs_gloo_create(&store, 0, 1, NULL, 5000, &g, err, sizeof(err)), GS_OK);
+	assert_int_equal(gs_gloo_choice(g, GS_WIRE_F32, 1), gs_gloo_pick(4, 1));
+	gs_gloo_destroy(g);
+	file_store_dir_remove(dir);
+}
+
 /* The reference itself: the chains of a hand-made case in fp16. 1 + 2^-11
  * is a tie that rounds to even (1); 2^-11 + 2^-11 first makes 2^-10, which
  * then survives: the order of hops shows in the bits. */
@@ -378,8 +506,12 @@ int main(void)
 	    cmocka_unit_test(reference_orders),		cmocka_unit_test(two_ranks_fp16),
 	    cmocka_unit_test(two_ranks_bf16),		cmocka_unit_test(two_ranks_fp32),
 	    cmocka_unit_test(three_ranks_fp16),		cmocka_unit_test(three_ranks_bf16),
-	    cmocka_unit_test(three_ranks_fp32),		cmocka_unit_test(vectorised_sum_is_used),
+	    cmocka_unit_test(three_ranks_fp32),		cmocka_unit_test(doubling_fp16),
+	    cmocka_unit_test(doubling_bf16_fp32),	cmocka_unit_test(rabenseifner_all_dtypes),
+	    cmocka_unit_test(ring_four_ranks),
+	    cmocka_unit_test(halving_doubling),		cmocka_unit_test(vectorised_sum_is_used),
 	    cmocka_unit_test(leave_right_after_create), cmocka_unit_test(world_of_one),
+	    cmocka_unit_test(algorithm_from_environment),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

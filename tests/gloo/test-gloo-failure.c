@@ -2,7 +2,10 @@
  * Failures of the Gloo layer end in bounded, measured time with the right
  * code and a message that names what failed: a rank that never shows up, a
  * peer that stays connected but never joins the all-reduce, a peer killed
- * (SIGKILL) in the middle of a stream of all-reduces, and bad arguments.
+ * (SIGKILL) in the middle of a stream of all-reduces, and bad arguments;
+ * recursive doubling's and Rabenseifner's waits end at the call's timeout,
+ * a vote's small buffer included, where Gloo's classic halving-doubling
+ * ends at the group's (the reason the daemon does not run it).
  * After a failure the handle refuses further work (GS_ESTATE) and can be
  * destroyed without hanging.
  */
@@ -213,6 +216,157 @@ static void killed_peer_fails_in_time(void **state)
 	scenario_free(s);
 }
 
+/* ------------------------------------ one algorithm, a stalled or killed peer */
+
+/* What the algorithms' scenarios add: which one, of how many fp32
+ * elements, the call's timeout, and the rank that stalls. */
+struct algo_case {
+	struct scenario *s;
+	int algo;
+	size_t count;
+	int call_timeout; /* ms */
+	int stall;
+};
+
+/* Every rank but c->stall calls once, then once more on the same handle;
+ * the stalled one is connected but busy until rank 0 has given up. */
+static int stalling_rank(int rank, int size, void *arg)
+{
+	struct algo_case *c = arg;
+	struct scenario *s = c->s;
+	struct outcome *o = &s->out[rank];
+	struct gs_gloo *g = join(s, rank);
+	float *buf = calloc(c->count, sizeof(*buf));
+	if (!g || !buf)
+		return 1;
+	if (rank == c->stall) {
+		double give_up = gs_now_ms() + 4 * (s->timeout + c->call_timeout);
+		while (__atomic_load_n(&s->out[0].rc_after, __ATOMIC_ACQUIRE) == 0 &&
+		       gs_now_ms() < give_up)
+			nanosleep(&(struct timespec){0, 10000000}, NULL);
+	} else {
+		o->start = gs_now_ms();
+		o->rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
+					       c->call_timeout, o->msg, MSG_LEN);
+		o->end = gs_now_ms();
+		int rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
+						c->call_timeout, o->msg_after, MSG_LEN);
+		__atomic_store_n(&o->rc_after, rc, __ATOMIC_RELEASE);
+	}
+	gs_gloo_destroy(g);
+	free(buf);
+	return 0;
+}
+
+/* Runs c with `size` ranks; returns how long rank 0's call took, in ms. */
+static double run_stalled(struct algo_case *c, int size)
+{
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, size, stalling_rank, c), 0);
+	assert_int_equal(ranks_wait(&rk, 20000 + 4 * (c->s->timeout + c->call_timeout), status),
+			 0);
+	for (int r = 0; r < size; r++)
+		assert_int_equal(status[r], 0);
+	struct outcome *o = &c->s->out[0];
+	print_message("%s, rank %d of %d stalled: %s after %.0f ms (call's timeout %d ms, "
+		      "group's %d ms): %s\n",
+		      gs_gloo_algo_name(c->algo), c->stall, size, gs_error_name(o->rc),
+		      o->end - o->start, c->call_timeout, c->s->timeout, o->msg);
+	assert_int_equal(o->rc, GS_ETIMEDOUT);
+	assert_int_equal(o->rc_after, GS_ESTATE);
+	return o->end - o->start;
+}
+
+/* A vote's few floats by doubling in a group of three, whose extra rank
+ * (2, folded into rank 0) stalls: rank 0 gives up at the call's timeout,
+ * well before the group's. */
+static void doubling_stalled_peer_times_out(void **state)
+{
+	struct algo_case c = {scenario_new(3, 8000), GS_GLOO_ALGO_DOUBLING, 16, 1000, 2};
+	double took = run_stalled(&c, 3);
+	assert_true(took >= c.call_timeout - 50);
+	assert_true(took <= c.call_timeout + SLACK_MS);
+	assert_non_null(strstr(c.s->out[0].msg, "doubling all-reduce of 16 fp32 elements"));
+	scenario_free(c.s);
+}
+
+/* Rabenseifner's halving between four ranks, rank 1 (rank 0's first
+ * partner) stalled: rank 0 gives up at the call's timeout, well before the
+ * group's. (A rank that waits on a rank that gave up sees its connections
+ * close instead, GS_EDISCONNECTED, at about the same time.) */
+static void rabenseifner_stalled_peer_times_out(void **state)
+{
+	struct algo_case c = {scenario_new(4, 8000), GS_GLOO_ALGO_RABENSEIFNER, 100000, 1000, 1};
+	double took = run_stalled(&c, 4);
+	assert_true(took >= c.call_timeout - 50);
+	assert_true(took <= c.call_timeout + SLACK_MS);
+	assert_non_null(strstr(c.s->out[0].msg, "rabenseifner all-reduce of 100000 fp32"));
+	scenario_free(c.s);
+}
+
+/* Gloo's classic halving-doubling waits with each pair's timeout, fixed
+ * at connection from the group's: the call's longer one is not heeded. */
+static void halving_doubling_waits_the_group_timeout(void **state)
+{
+	struct algo_case c = {scenario_new(2, 1000), GS_GLOO_ALGO_HALVING_DOUBLING, 1000, 8000, 1};
+	double took = run_stalled(&c, 2);
+	assert_true(took >= c.s->timeout - 50);
+	assert_true(took <= c.s->timeout + SLACK_MS);
+	scenario_free(c.s);
+}
+
+/* A stream of small doubling all-reduces (a vote's size) between four
+ * ranks, one killed in the middle: rank 0 fails within the timeout. */
+static int small_stream_rank(int rank, int size, void *arg)
+{
+	struct scenario *s = arg;
+	struct outcome *o = &s->out[rank];
+	struct gs_gloo *g = join(s, rank);
+	float buf[16] = {0};
+	if (!g)
+		return 1;
+	for (int i = 0; i < 10000000; i++) {
+		o->start = gs_now_ms();
+		o->rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, 16, GS_GLOO_ALGO_DOUBLING,
+					       s->timeout, o->msg, MSG_LEN);
+		o->end = gs_now_ms();
+		if (o->rc < 0)
+			break;
+		o->rounds++;
+	}
+	gs_gloo_destroy(g);
+	return 0;
+}
+
+static void doubling_killed_peer_fails_in_time(void **state)
+{
+	struct scenario *s = scenario_new(4, 3000);
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, 4, small_stream_rank, s), 0);
+	double deadline = gs_now_ms() + 20000;
+	while (s->out[0].rounds < 100 && gs_now_ms() < deadline)
+		nanosleep(&(struct timespec){0, 1000000}, NULL);
+	int rounds = s->out[0].rounds;
+	double killed = gs_now_ms();
+	ranks_kill(&rk, 3);
+	assert_int_equal(ranks_wait(&rk, s->timeout + 10000, status), 0);
+	assert_int_equal(status[3], 128 + 9);
+	assert_true(rounds >= 100);
+	for (int r = 0; r < 3; r++) {
+		struct outcome *o = &s->out[r];
+		double took = o->end - killed;
+		print_message("doubling, rank 3 of 4 killed after %d rounds: rank %d %s %.0f ms "
+			      "after the kill: %s\n",
+			      rounds, r, gs_error_name(o->rc), took, o->msg);
+		assert_int_equal(status[r], 0);
+		assert_true(o->rc == GS_EDISCONNECTED || o->rc == GS_ETIMEDOUT);
+		assert_true(took <= s->timeout + SLACK_MS);
+	}
+	scenario_free(s);
+}
+
 /* ---------------------------------------------------------- bad arguments */
 
 static int never_set(void *ctx, const char *key, const void *value, size_t len)
@@ -267,6 +421,10 @@ int main(void)
 	    cmocka_unit_test(missing_peer_times_out),
 	    cmocka_unit_test(stalled_peer_times_out),
 	    cmocka_unit_test(killed_peer_fails_in_time),
+	    cmocka_unit_test(doubling_stalled_peer_times_out),
+	    cmocka_unit_test(rabenseifner_stalled_peer_times_out),
+	    cmocka_unit_test(halving_doubling_waits_the_group_timeout),
+	    cmocka_unit_test(doubling_killed_peer_fails_in_time),
 	    /* In this process, after every fork: they start Gloo threads. */
 	    cmocka_unit_test(bad_arguments),
 	    cmocka_unit_test(failing_store),

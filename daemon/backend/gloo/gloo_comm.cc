@@ -1,5 +1,6 @@
 /*
- * gs_gloo: Gloo's TCP transport and ring all-reduce behind a C interface.
+ * gs_gloo: Gloo's TCP transport and its ring all-reduce, or our recursive
+ * doubling on its pairs, behind a C interface.
  * Every entry point runs its Gloo calls inside guarded(), which turns each
  * kind of C++ exception into a GS_E* code and a message; nothing is thrown
  * across extern "C".
@@ -13,12 +14,16 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -27,6 +32,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/types.h>
 
+#include "backend/gloo/gloo_doubling.h"
 #include "backend/gloo/gloo_store.h"
 #include "errors.h"
 
@@ -41,6 +47,11 @@ struct gs_gloo {
 	// Null once a failure broke the group; `broken` then says why.
 	std::shared_ptr<gloo::Context> context;
 	std::string broken;
+	// Recursive doubling's receive buffer, kept between calls.
+	std::vector<char> scratch;
+	// What AUTO runs: the model's pick, or one algorithm for every call
+	// (GRADSYNCD_GLOO_ALGO, for benchmarks' baselines).
+	int forced = GS_GLOO_ALGO_AUTO;
 };
 
 namespace {
@@ -108,7 +119,7 @@ int guarded(F fn, const std::string &what, char *err, size_t errlen, std::string
 
 /* ------------------------------------------------------ reduce functions */
 
-using SumFn = void (*)(void *, const void *, const void *, size_t);
+using gs::SumFn;
 
 // One hop of the ring: c = round(widen(a) + widen(b)), vectorised. Gloo
 // calls it with c == a (received segment added into the output), but
@@ -123,6 +134,21 @@ void kernel_sum(void *c, const void *a, const void *b, size_t n)
 	gs_reduce_sum(W, c, srcs, 2, n);
 }
 
+// The same, as the classic algorithms' two-operand reduction (x += y).
+template <typename T, enum gs_wire W>
+void kernel_add(T *x, const T *y, size_t n)
+{
+	const void *srcs[2] = {x, y};
+	gs_reduce_sum(W, x, srcs, 2, n);
+}
+
+template <typename T, enum gs_wire W>
+const gloo::ReductionFunction<T> *kernel_reduction()
+{
+	static const gloo::ReductionFunction<T> f(gloo::SUM, &kernel_add<T, W>);
+	return &f;
+}
+
 // Gloo's own element-wise sum. The cast picks the (void *, ...) overload.
 template <typename T>
 SumFn gloo_sum()
@@ -134,6 +160,7 @@ SumFn gloo_sum()
 // out-of-range value of a C enum is undefined; read the bytes as an int.
 static_assert(sizeof(enum gs_wire) == sizeof(int), "enums are ints");
 static_assert(sizeof(enum gs_gloo_sum) == sizeof(int), "enums are ints");
+static_assert(sizeof(enum gs_gloo_algo) == sizeof(int), "enums are ints");
 int as_int(const void *e)
 {
 	int v;
@@ -210,24 +237,98 @@ void ring_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t
 	gloo::allreduce(opts);
 }
 
-std::string op_name(const gs_gloo *g, int wire, size_t count)
+// Gloo's classic halving-doubling, built for the one call (it takes an
+// int count). Its waits use each pair's timeout, set at connection. Its
+// run() returns with its last sends possibly still queued in the pairs,
+// and its buffers go with it: the barrier keeps every rank's buffers until
+// every rank has received all (seen without it: a rank that left at once
+// closed its connections on a peer still waiting for its data).
+template <typename T, enum gs_wire W>
+void halving_doubling(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
+		      milliseconds timeout)
 {
-	char s[160];
+	if (count > (size_t)INT32_MAX)
+		throw std::invalid_argument("too many elements for Gloo's halving-doubling");
+	std::vector<T *> ptrs{static_cast<T *>(buf)};
+	gloo::AllreduceHalvingDoubling<T> algo(ctx, ptrs, (int)count, kernel_reduction<T, W>());
+	algo.run();
+	gloo::BarrierOptions barrier(ctx);
+	barrier.setTimeout(timeout);
+	gloo::barrier(barrier);
+}
+
+void run_algorithm(gs_gloo *g, int wire, int algo, void *buf, size_t count, SumFn fn,
+		   milliseconds timeout)
+{
+	size_t elsize = wire == GS_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
+	switch (algo) {
+	case GS_GLOO_ALGO_DOUBLING:
+		gs::doubling_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout);
+		return;
+	case GS_GLOO_ALGO_RABENSEIFNER:
+		gs::rabenseifner_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout);
+		return;
+	case GS_GLOO_ALGO_HALVING_DOUBLING:
+		if (wire == GS_WIRE_F32)
+			halving_doubling<float, GS_WIRE_F32>(g->context, buf, count, timeout);
+		else if (wire == GS_WIRE_F16)
+			halving_doubling<uint16_t, GS_WIRE_F16>(g->context, buf, count, timeout);
+		else
+			halving_doubling<uint16_t, GS_WIRE_BF16>(g->context, buf, count, timeout);
+		return;
+	default:
+		if (wire == GS_WIRE_F32)
+			ring_allreduce<float>(g->context, buf, count, fn, timeout);
+		else
+			ring_allreduce<uint16_t>(g->context, buf, count, fn, timeout);
+	}
+}
+
+// AUTO resolved: the model's pick for these bytes in this group.
+int resolve(const gs_gloo *g, int wire, size_t count, int algo)
+{
+	if (algo != GS_GLOO_ALGO_AUTO)
+		return algo;
+	if (g->forced != GS_GLOO_ALGO_AUTO)
+		return g->forced;
+	size_t elsize = wire == GS_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
+	return gs_gloo_pick(count * elsize, g->size);
+}
+
+std::string op_name(const gs_gloo *g, int wire, size_t count, int algo)
+{
+	char s[192];
 	if (known_wire(wire))
-		snprintf(s, sizeof(s), "gloo all-reduce of %zu %s elements (rank %d of %d)",
-			 count, gs_wire_name(static_cast<enum gs_wire>(wire)), g->rank, g->size);
+		snprintf(s, sizeof(s), "gloo %s all-reduce of %zu %s elements (rank %d of %d)",
+			 gs_gloo_algo_name(algo), count,
+			 gs_wire_name(static_cast<enum gs_wire>(wire)), g->rank, g->size);
 	else
-		snprintf(s, sizeof(s), "gloo all-reduce of %zu elements of dtype %d (rank %d of %d)",
-			 count, wire, g->rank, g->size);
+		snprintf(s, sizeof(s),
+			 "gloo %s all-reduce of %zu elements of dtype %d (rank %d of %d)",
+			 gs_gloo_algo_name(algo), count, wire, g->rank, g->size);
 	return s;
 }
 
-int check_allreduce_args(const gs_gloo *g, int wire, int sum, const void *buf, size_t count,
-			 SumFn fn, char *err, size_t errlen)
+bool known_algo(int algo)
 {
-	const std::string what = op_name(g, wire, count);
+	return algo == GS_GLOO_ALGO_AUTO || algo == GS_GLOO_ALGO_RING ||
+	       algo == GS_GLOO_ALGO_DOUBLING || algo == GS_GLOO_ALGO_HALVING_DOUBLING ||
+	       algo == GS_GLOO_ALGO_RABENSEIFNER;
+}
+
+int check_allreduce_args(const gs_gloo *g, int wire, int sum, int algo, const void *buf,
+			 size_t count, SumFn fn, char *err, size_t errlen)
+{
+	const std::string what = op_name(g, wire, count, algo);
 	if (!known_wire(wire)) {
 		set_error(err, errlen, what, "unknown wire dtype");
+		return GS_EINVAL;
+	}
+	if (!known_algo(algo) ||
+	    (algo == GS_GLOO_ALGO_HALVING_DOUBLING && sum != GS_GLOO_SUM_KERNELS)) {
+		set_error(err, errlen, what,
+			  known_algo(algo) ? "halving-doubling sums with the kernels only"
+					   : "unknown algorithm");
 		return GS_EINVAL;
 	}
 	if (!fn) {
@@ -248,27 +349,22 @@ int check_allreduce_args(const gs_gloo *g, int wire, int sum, const void *buf, s
 	return GS_OK;
 }
 
-int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int timeout_ms,
-		  char *err, size_t errlen)
+int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int algo,
+		  int timeout_ms, char *err, size_t errlen)
 {
 	if (!g) {
 		set_error(err, errlen, "gloo all-reduce", "no group");
 		return GS_EINVAL;
 	}
 	SumFn fn = pick_sum(wire, sum);
-	int rc = check_allreduce_args(g, wire, sum, buf, count, fn, err, errlen);
+	int rc = check_allreduce_args(g, wire, sum, algo, buf, count, fn, err, errlen);
 	if (rc < 0 || count == 0)
 		return rc;
+	algo = resolve(g, wire, count, algo);
 	milliseconds timeout = timeout_ms > 0 ? milliseconds(timeout_ms) : g->timeout;
 	std::string msg;
-	rc = guarded(
-		[&] {
-			if (wire == GS_WIRE_F32)
-				ring_allreduce<float>(g->context, buf, count, fn, timeout);
-			else
-				ring_allreduce<uint16_t>(g->context, buf, count, fn, timeout);
-		},
-		op_name(g, wire, count), err, errlen, &msg);
+	rc = guarded([&] { run_algorithm(g, wire, algo, buf, count, fn, timeout); },
+		     op_name(g, wire, count, algo), err, errlen, &msg);
 	if (rc < 0) {
 		// Dropping the context closes every connection, so no late
 		// message can land in buf after we return.
@@ -276,6 +372,22 @@ int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int ti
 		g->broken = msg;
 	}
 	return rc;
+}
+
+// GRADSYNCD_GLOO_ALGO: unset, "auto", "ring", "doubling" or "rabenseifner";
+// -1 for others.
+int forced_algo()
+{
+	const char *v = getenv("GRADSYNCD_GLOO_ALGO");
+	if (!v || !*v || strcmp(v, "auto") == 0)
+		return GS_GLOO_ALGO_AUTO;
+	if (strcmp(v, "ring") == 0)
+		return GS_GLOO_ALGO_RING;
+	if (strcmp(v, "doubling") == 0)
+		return GS_GLOO_ALGO_DOUBLING;
+	if (strcmp(v, "rabenseifner") == 0)
+		return GS_GLOO_ALGO_RABENSEIFNER;
+	return -1;
 }
 
 } // namespace
@@ -294,6 +406,13 @@ extern "C" int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, i
 		return GS_EINVAL;
 	}
 	*out = nullptr;
+	int forced = forced_algo();
+	if (forced < 0) {
+		set_error(err, errlen, what,
+			  std::string("GRADSYNCD_GLOO_ALGO is '") + getenv("GRADSYNCD_GLOO_ALGO") +
+				  "': expected auto, ring, doubling or rabenseifner");
+		return GS_EINVAL;
+	}
 	gs_gloo *g = nullptr;
 	int rc = guarded(
 		[&] {
@@ -301,6 +420,7 @@ extern "C" int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, i
 			g->rank = rank;
 			g->size = size;
 			g->timeout = milliseconds(timeout_ms);
+			g->forced = forced;
 			connect_group(g, *store, iface_or_host);
 		},
 		what, err, errlen, nullptr);
@@ -316,14 +436,47 @@ extern "C" int gs_gloo_allreduce_with(struct gs_gloo *g, enum gs_wire wire, void
 				      size_t count, enum gs_gloo_sum sum, int timeout_ms,
 				      char *err, size_t errlen)
 {
-	return run_allreduce(g, as_int(&wire), buf, count, as_int(&sum), timeout_ms, err, errlen);
+	return run_allreduce(g, as_int(&wire), buf, count, as_int(&sum), GS_GLOO_ALGO_AUTO,
+			     timeout_ms, err, errlen);
+}
+
+extern "C" int gs_gloo_allreduce_algo(struct gs_gloo *g, enum gs_wire wire, void *buf,
+				      size_t count, enum gs_gloo_algo algo, int timeout_ms,
+				      char *err, size_t errlen)
+{
+	return run_allreduce(g, as_int(&wire), buf, count, GS_GLOO_SUM_KERNELS, as_int(&algo),
+			     timeout_ms, err, errlen);
+}
+
+extern "C" enum gs_gloo_algo gs_gloo_choice(const struct gs_gloo *g, enum gs_wire wire,
+					    size_t count)
+{
+	return static_cast<enum gs_gloo_algo>(resolve(g, as_int(&wire), count, GS_GLOO_ALGO_AUTO));
 }
 
 extern "C" int gs_gloo_allreduce(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t count,
 				 int timeout_ms, char *err, size_t errlen)
 {
-	return run_allreduce(g, as_int(&wire), buf, count, GS_GLOO_SUM_KERNELS, timeout_ms, err,
-			     errlen);
+	return run_allreduce(g, as_int(&wire), buf, count, GS_GLOO_SUM_KERNELS, GS_GLOO_ALGO_AUTO,
+			     timeout_ms, err, errlen);
+}
+
+extern "C" size_t gs_gloo_doubling_up_to(const struct gs_gloo *g)
+{
+	if (g->forced == GS_GLOO_ALGO_DOUBLING)
+		return SIZE_MAX;
+	if (g->forced != GS_GLOO_ALGO_AUTO || g->size == 1)
+		return 0;
+	return gs_gloo_doubling_below(g->size);
+}
+
+extern "C" size_t gs_gloo_rabenseifner_up_to(const struct gs_gloo *g)
+{
+	if (g->forced == GS_GLOO_ALGO_DOUBLING || g->forced == GS_GLOO_ALGO_RABENSEIFNER)
+		return SIZE_MAX;
+	if (g->forced != GS_GLOO_ALGO_AUTO || g->size == 1)
+		return 0;
+	return gs_gloo_ring_above(g->size);
 }
 
 extern "C" bool gs_gloo_available(void)

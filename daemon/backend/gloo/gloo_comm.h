@@ -3,7 +3,10 @@
  *
  * A plain C face on Gloo's C++: one handle per group of daemons, created
  * once through a key-value store the caller provides (the daemon backs it by
- * its own rendezvous), then one in-place sum per call in the wire dtype.
+ * its own rendezvous), then one in-place sum per call in the wire dtype, by
+ * Gloo's ring, by recursive doubling or by Rabenseifner's halving and
+ * doubling as gloo_choice.h's model picks for the call's bytes and the
+ * group's size.
  * fp16 and bf16 are summed by the project's vectorised kernels (widen, add
  * in fp32, round once per hop) instead of Gloo's element-by-element float16
  * operator+; fp32 uses Gloo's own sum, which is already a plain loop.
@@ -24,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "backend/gloo/gloo_choice.h"
 #include "convert.h"
 
 #ifdef __cplusplus
@@ -63,7 +67,11 @@ struct gs_gloo_store_ops {
  * connect within a further timeout_ms at most; GS_EINVAL for bad
  * arguments; the store's own code when a store call fails;
  * GS_EDISCONNECTED or GS_ESYSTEM for transport failures. The store is used
- * only during this call. */
+ * only during this call. The environment variable GRADSYNCD_GLOO_ALGO
+ * ("ring", "doubling" or "rabenseifner"; unset or "auto": the model's
+ * pick) fixes what
+ * gs_gloo_allreduce runs in this group, for benchmarks' baselines; another
+ * value fails with GS_EINVAL. */
 int gs_gloo_create(const struct gs_gloo_store_ops *store, int rank, int size,
 		   const char *iface_or_host, int timeout_ms, struct gs_gloo **out, char *err,
 		   size_t errlen);
@@ -95,6 +103,24 @@ int gs_gloo_allreduce(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t co
 /* gs_gloo_allreduce with the per-hop sum chosen (benchmarks, tests). */
 int gs_gloo_allreduce_with(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t count,
 			   enum gs_gloo_sum sum, int timeout_ms, char *err, size_t errlen);
+
+/* gs_gloo_allreduce by the algorithm given (benchmarks, tests): AUTO is
+ * what gs_gloo_allreduce does; HALVING_DOUBLING (Gloo's classic class)
+ * waits with the timeout given to gs_gloo_create whatever timeout_ms says,
+ * sums with the kernels only, and ends with a barrier (see gloo_comm.cc).
+ * Every rank must name the same one. */
+int gs_gloo_allreduce_algo(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t count,
+			   enum gs_gloo_algo algo, int timeout_ms, char *err, size_t errlen);
+
+/* What gs_gloo_allreduce runs for count elements of wire in this group
+ * (RING, DOUBLING or RABENSEIFNER). */
+enum gs_gloo_algo gs_gloo_choice(const struct gs_gloo *g, enum gs_wire wire, size_t count);
+
+/* The bytes up to which gs_gloo_allreduce runs doubling in this group,
+ * and up to which doubling or Rabenseifner, the ring above (0: never;
+ * SIZE_MAX: always), for the daemon's log. */
+size_t gs_gloo_doubling_up_to(const struct gs_gloo *g);
+size_t gs_gloo_rabenseifner_up_to(const struct gs_gloo *g);
 
 int gs_gloo_rank(const struct gs_gloo *g);
 int gs_gloo_size(const struct gs_gloo *g);

@@ -1,0 +1,201 @@
+/*
+ * Recursive doubling (see gloo_doubling.h). With P the largest power of two
+ * <= N, rank r >= P first hands its buffer to r - P and at the end gets the
+ * sum back from it; ranks below P then exchange whole buffers with r ^ 1,
+ * r ^ 2, ... r ^ (P / 2), adding each time.
+ */
+#include "backend/gloo/gloo_doubling.h"
+
+#include <algorithm>
+
+#include <gloo/common/error.h>
+#include <gloo/types.h>
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+namespace gs {
+
+namespace {
+
+// A slot prefix none of Gloo's collectives use (theirs are 0x01-0x08), so
+// that our messages never match a ring's or a barrier's receive.
+constexpr uint8_t kDoublingSlotPrefix = 0x47;
+
+class Deadline {
+public:
+	explicit Deadline(milliseconds timeout) : end_(steady_clock::now() + timeout)
+	{
+	}
+
+	// What is left, at least 1 ms (Gloo reads 0 as "no time at all" and a
+	// negative one as "the context's timeout").
+	milliseconds left() const
+	{
+		auto ms = std::chrono::duration_cast<milliseconds>(end_ - steady_clock::now());
+		return std::max(ms, milliseconds(1));
+	}
+
+private:
+	steady_clock::time_point end_;
+};
+
+// A wait that returns false was aborted from elsewhere; nothing here aborts,
+// but say so rather than go on with a half-received buffer.
+void check(bool done, const char *what, int peer)
+{
+	if (!done)
+		throw gloo::IoException(std::string("recursive doubling: ") + what + " with rank " +
+					std::to_string(peer) + " was aborted");
+}
+
+} // namespace
+
+void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
+			size_t elsize, SumFn fn, std::vector<char> &scratch, milliseconds timeout)
+{
+	const int rank = ctx->rank, size = ctx->size;
+	if (size == 1 || count == 0)
+		return;
+	const size_t bytes = count * elsize;
+	if (scratch.size() < bytes)
+		scratch.resize(bytes);
+	const Deadline d(timeout);
+	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 0);
+	auto mine = ctx->createUnboundBuffer(buf, bytes);
+	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
+	int p = 1;
+	while (p * 2 <= size)
+		p *= 2;
+
+	if (rank >= p) {
+		// One of the N - P extra ranks: its partner sums for it. The sum
+		// comes back only after the partner has read all of buf, so the
+		// receive into buf may be posted at once.
+		mine->send(rank - p, slot);
+		mine->recv(rank - p, slot);
+		check(mine->waitRecv(d.left()), "the receive", rank - p);
+		check(mine->waitSend(d.left()), "the send", rank - p);
+		return;
+	}
+	const bool partner = rank + p < size;
+	if (partner) {
+		theirs->recv(rank + p, slot);
+		check(theirs->waitRecv(d.left()), "the receive", rank + p);
+		fn(buf, buf, scratch.data(), count);
+	}
+	for (int mask = 1; mask < p; mask <<= 1) {
+		const int peer = rank ^ mask;
+		theirs->recv(peer, slot);
+		mine->send(peer, slot);
+		// The receive first: a closed or failed pair wakes it, where
+		// this Gloo leaves a send waiting on a peer that never posted its
+		// receive asleep until the deadline. buf is being sent: add into
+		// it only once the send is done too.
+		check(theirs->waitRecv(d.left()), "the receive", peer);
+		check(mine->waitSend(d.left()), "the send", peer);
+		fn(buf, buf, scratch.data(), count);
+	}
+	if (partner) {
+		mine->send(rank + p, slot);
+		check(mine->waitSend(d.left()), "the send", rank + p);
+	}
+}
+
+/* ------------------------------------------------------------ Rabenseifner */
+
+namespace {
+
+struct Range {
+	size_t lo, hi;
+};
+
+// One exchange of the halving or the doubling: send [so, so + sn) of buf,
+// receive rn elements into `into` at ro; either may be empty, which both
+// sides know (they split the same range the same way).
+void exchange(gloo::transport::UnboundBuffer &out, gloo::transport::UnboundBuffer &into,
+	      int peer, uint64_t slot, size_t elsize, size_t so, size_t sn, size_t ro,
+	      size_t rn, const Deadline &d)
+{
+	if (rn)
+		into.recv(peer, slot, ro * elsize, rn * elsize);
+	if (sn)
+		out.send(peer, slot, so * elsize, sn * elsize);
+	if (rn)
+		check(into.waitRecv(d.left()), "the receive", peer);
+	if (sn)
+		check(out.waitSend(d.left()), "the send", peer);
+}
+
+} // namespace
+
+void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
+			    size_t elsize, SumFn fn, std::vector<char> &scratch,
+			    milliseconds timeout)
+{
+	const int rank = ctx->rank, size = ctx->size;
+	if (size == 1 || count == 0)
+		return;
+	const size_t bytes = count * elsize;
+	if (scratch.size() < bytes)
+		scratch.resize(bytes);
+	const Deadline d(timeout);
+	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 1);
+	auto mine = ctx->createUnboundBuffer(buf, bytes);
+	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
+	char *b = static_cast<char *>(buf);
+	int p = 1, steps = 0;
+	while (p * 2 <= size) {
+		p *= 2;
+		steps++;
+	}
+	if (rank >= p) {
+		// As in doubling: the partner sums for the extra ranks.
+		mine->send(rank - p, slot);
+		mine->recv(rank - p, slot);
+		check(mine->waitRecv(d.left()), "the receive", rank - p);
+		check(mine->waitSend(d.left()), "the send", rank - p);
+		return;
+	}
+	const bool partner = rank + p < size;
+	if (partner) {
+		theirs->recv(rank + p, slot);
+		check(theirs->waitRecv(d.left()), "the receive", rank + p);
+		fn(buf, buf, scratch.data(), count);
+	}
+	// Reduce-scatter by halving, pairs r ^ 1 first (the same tree of
+	// additions as doubling): keep the half this rank's bit says, send
+	// the other, add the peer's copy of the kept one.
+	std::vector<Range> kept(steps + 1);
+	kept[0] = {0, count};
+	for (int i = 0; i < steps; i++) {
+		const int peer = rank ^ (1 << i);
+		const Range r = kept[i];
+		const size_t mid = r.lo + (r.hi - r.lo) / 2;
+		const bool upper = rank & (1 << i);
+		const Range keep = upper ? Range{mid, r.hi} : Range{r.lo, mid};
+		const Range give = upper ? Range{r.lo, mid} : Range{mid, r.hi};
+		exchange(*mine, *theirs, peer, slot, elsize, give.lo, give.hi - give.lo, keep.lo,
+			 keep.hi - keep.lo, d);
+		if (keep.hi > keep.lo)
+			fn(b + keep.lo * elsize, b + keep.lo * elsize,
+			   scratch.data() + keep.lo * elsize, keep.hi - keep.lo);
+		kept[i + 1] = keep;
+	}
+	// All-gather by doubling, the same pairs in reverse: send the summed
+	// range, receive the peer's, the other half of the range one step up.
+	for (int i = steps - 1; i >= 0; i--) {
+		const int peer = rank ^ (1 << i);
+		const Range have = kept[i + 1], parent = kept[i];
+		const Range get = have.lo == parent.lo ? Range{have.hi, parent.hi}
+						       : Range{parent.lo, have.lo};
+		exchange(*mine, *mine, peer, slot, elsize, have.lo, have.hi - have.lo, get.lo,
+			 get.hi - get.lo, d);
+	}
+	if (partner) {
+		mine->send(rank + p, slot);
+		check(mine->waitSend(d.left()), "the send", rank + p);
+	}
+}
+
+} // namespace gs
