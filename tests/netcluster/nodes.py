@@ -68,15 +68,16 @@ class Nodes:
         self.daemons[k] = spawn(argv, self.log(k), env=daemon_env())
 
     def wait_ready(self, k):
-        wait_for(lambda: status(self.socks[k]), 20, f"node {k}'s daemon")
+        wait_for(lambda: status(self.socks[k]), 30, f"node {k}'s daemon")
 
-    def trainer(self, k, job, layout, steps, *extra):
+    def trainer(self, k, job, layout, steps, *extra, settings=None):
         """Node k's trainer of `job` (one trainer per node, node 0 the
-        coordinator), checking every element of `steps` steps."""
+        coordinator), checking every element of `steps` steps; settings:
+        more of the job's variables (GRADSYNC_THRESHOLD, ...)."""
         env = {key: v for key, v in os.environ.items() if key not in LAUNCH_VARS}
         env.update(GRADSYNC_NODES=str(self.count), GRADSYNC_NODE_RANK=str(k),
                    GRADSYNC_COORDINATOR="10.77.0.1", GRADSYNC_LOCAL_SIZE="1",
-                   GRADSYNC_JOB_ID=job)
+                   GRADSYNC_JOB_ID=job, **(settings or {}))
         log = os.path.join(self.tmp, f"{job}-trainer-{k}.log")
         argv = self.c.argv(k, TRAINER, "--socket", self.socks[k], "--layout", layout,
                            "--steps", str(steps), *extra)

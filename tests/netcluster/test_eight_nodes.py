@@ -12,11 +12,9 @@ are a busy machine's, not a benchmark's (bench/scale.sh is that). Skipped
 Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
 GS_HAVE_GLOO, GS_SOURCE_ROOT.
 """
-import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,15 +22,12 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(SOURCE, "tests", "ops"))
-from opslib import LAUNCH_VARS, Skip, check, daemon_env, run, spawn, wait_for  # noqa: E402
+from opslib import Skip, check, run, wait_for  # noqa: E402
 from cluster import Cluster  # noqa: E402
+from nodes import CTL, DAEMON, TRAINER, Nodes, text  # noqa: E402
 
-DAEMON = os.environ.get("GS_DAEMON", "")
-TRAINER = os.environ.get("GS_TRAINER", "")
-CTL = os.environ.get("GS_CTL", "")
 FULL_LAYOUT = os.path.join(os.environ.get("GS_LAYOUTS", ""), "resnet50.txt")
 NODES = 8
-PORT = 29471
 STEPS = 4
 ELEMENTS = 300_000  # the cut layout's size, about
 # Bucket thresholds (elements), one job each: 4096 makes mostly small fp16
@@ -40,11 +35,6 @@ ELEMENTS = 300_000  # the cut layout's size, about
 # (Rabenseifner), 393216 one of more than 768 KiB (Gloo's ring).
 THRESHOLDS = {"eight-small": 4096, "eight": 65536, "eight-ring": 393216}
 JOIN_LIMIT = 40     # s, for all eight to be welcomed on 2 shared cores
-
-
-def text(path):
-    with open(path, errors="replace") as f:
-        return f.read()
 
 
 def cut_layout(dst):
@@ -64,38 +54,6 @@ def cut_layout(dst):
     return len(rows), total
 
 
-def status(sock):
-    try:
-        p = subprocess.run([CTL, "--socket", sock, "--timeout", "2000", "status", "--json"],
-                           capture_output=True, text=True, timeout=5)
-    except subprocess.TimeoutExpired:
-        return None
-    return json.loads(p.stdout) if p.returncode == 0 else None
-
-
-def start_daemons(c, tmp):
-    socks = [os.path.join(tmp, f"n{k}.sock") for k in range(NODES)]
-    daemons = []
-    for k in range(NODES):
-        argv = c.argv(k, DAEMON, f"--socket={socks[k]}", f"--node-address=10.77.0.{k + 1}",
-                      f"--node-port={PORT}", "--config=", "--peer-timeout=10")
-        daemons.append(spawn(argv, os.path.join(tmp, f"daemon-{k}.log"), env=daemon_env()))
-    for k in range(NODES):
-        wait_for(lambda: status(socks[k]), 30, f"node {k}'s daemon")
-    return socks, daemons
-
-
-def start_trainer(c, tmp, socks, layout, k, job):
-    env = {key: v for key, v in os.environ.items() if key not in LAUNCH_VARS}
-    env.update(GRADSYNC_NODES=str(NODES), GRADSYNC_NODE_RANK=str(k),
-               GRADSYNC_COORDINATOR="10.77.0.1", GRADSYNC_LOCAL_SIZE="1",
-               GRADSYNC_JOB_ID=job, GRADSYNC_THRESHOLD=str(THRESHOLDS[job]))
-    log = os.path.join(tmp, f"{job}-trainer-{k}.log")
-    argv = c.argv(k, TRAINER, "--socket", socks[k], "--layout", layout,
-                  "--steps", str(STEPS))
-    return spawn(argv, log, env=env), log
-
-
 def test_eight_nodes():
     if not (DAEMON and TRAINER and CTL):
         raise Skip("GS_DAEMON, GS_TRAINER and GS_CTL are meson's: run it through meson test")
@@ -106,10 +64,10 @@ def test_eight_nodes():
         os.chmod(tmp, 0o755)
         layout = os.path.join(tmp, "resnet50-cut.txt")
         tensors, elements = cut_layout(layout)
-        socks, daemons = start_daemons(c, tmp)
+        n = Nodes(c, tmp, NODES, "--peer-timeout=10")
         try:
             for job in THRESHOLDS:
-                run_job(c, tmp, socks, layout, tensors, elements, job)
+                run_job(n, layout, tensors, elements, job)
             # Each node says how it sums: the model's bands for 8 nodes,
             # which the jobs' buckets fall in one each (a bucket closes once
             # it passes its threshold: one of "eight-ring"'s has more than
@@ -118,7 +76,7 @@ def test_eight_nodes():
             for k in range(NODES):
                 m = re.search(r"the group of 8 nodes sums buckets of up to (\d+) bytes by "
                               r"recursive doubling, up to (\d+) by Rabenseifner",
-                              text(os.path.join(tmp, f"daemon-{k}.log")))
+                              text(n.log(k)))
                 check(m, f"node {k}'s daemon does not log its pick")
                 d, r = int(m.group(1)), int(m.group(2))
                 check(2 * THRESHOLDS["eight-small"] <= d < 2 * THRESHOLDS["eight"] <= r <
@@ -126,20 +84,19 @@ def test_eight_nodes():
                       f"node {k} sums by doubling up to {d} bytes, Rabenseifner up to {r}: "
                       f"the jobs' buckets do not fall one in each band")
             print(m.group(0))
-            for d in daemons:
+            for d in n.daemons:
                 d.send_signal(signal.SIGTERM)
-            for k, d in enumerate(daemons):
+            for k, d in enumerate(n.daemons):
                 check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
         except BaseException:
-            for k in range(NODES):
-                print(f"--- node {k}'s daemon:\n"
-                      + text(os.path.join(tmp, f"daemon-{k}.log"))[-3000:])
+            n.dump()
             raise
 
 
-def run_job(c, tmp, socks, layout, tensors, elements, job):
+def run_job(n, layout, tensors, elements, job):
     t0 = time.monotonic()
-    trainers = [start_trainer(c, tmp, socks, layout, k, job) for k in range(NODES)]
+    threshold = {"GRADSYNC_THRESHOLD": str(THRESHOLDS[job])}
+    trainers = [n.trainer(k, job, layout, STEPS, settings=threshold) for k in range(NODES)]
     welcomed = [None] * NODES
 
     def all_welcomed():
