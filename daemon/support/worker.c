@@ -29,7 +29,12 @@ static void append(struct gs_work **head, struct gs_work **tail, struct gs_work 
  * send. Where the policy cannot be set the worker runs as it is. */
 static void run_batch(void)
 {
-	pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){ 0 });
+	/* A real-time policy someone gave gradsyncd stays: SCHED_BATCH would
+	 * put the worker below every real-time thread of its node. */
+	int policy;
+	struct sched_param param;
+	if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 && policy == SCHED_OTHER)
+		pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){ 0 });
 }
 
 /* The wake-ups (the condition variable's, the async handle's) are sent
