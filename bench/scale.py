@@ -289,6 +289,10 @@ def main():
     ap.add_argument("--no-rt", action="store_true",
                     help="run the nodes' processes at normal priority")
     a = ap.parse_args()
+    # A signal unwinds like an error, through the finally blocks that stop
+    # the nodes' processes and take their cluster down.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda s, f: sys.exit(128 + s))
     if a.no_rt:
         RT.clear()
     counts = [int(x) for x in a.nodes.split(",")]

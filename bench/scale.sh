@@ -23,5 +23,11 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   [ "${args[i]}" = --out ] && out=${args[i + 1]:?}
 done
 . bench/prepare.sh
-python3 bench/scale.py --build "$build" "$@"
+# scale.py as a child waited for, so that a signal here reaches it and it
+# takes its clusters down.
+python3 bench/scale.py --build "$build" "$@" &
+runs=$!
+trap 'kill -TERM "$runs" 2>/dev/null; wait "$runs"; exit 143' TERM INT HUP
+wait "$runs"
+trap - TERM INT HUP
 python3 bench/model.py "$out"
