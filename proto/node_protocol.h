@@ -20,10 +20,14 @@
  *   6  One node port serves every job's rendezvous: NodeAuth names the
  *      job (job_id), and a job whose node 0 has no trainer yet is refused
  *      with GS_EAGAIN
+ *   7  the host backend's all-reduces go in slices of 262144 elements (a
+ *      chunk of fewer in one), each with a status of 9 elements after it
+ *      that carries, in a bucket's first slice, every node's vote to go
+ *      on, which is no longer a collective of its own
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 6
+#define GS_NODE_PROTOCOL_VERSION 7
 
 #endif

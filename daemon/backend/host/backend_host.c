@@ -7,9 +7,22 @@
  *     the wire dtype and summed (fp32, one rounding) into the one fusion
  *     buffer, in a single pass over the trainers' memory (gs_pack_sum);
  *   all-reduce: that buffer across nodes with Gloo, when there are several,
- *     followed by the chunk's status (chunk_status.h): whether some node
- *     lost a trainer's memory while it packed the chunk;
+ *     in pipeline slices (HOST_SLICE_ELEMENTS), each followed by its
+ *     status (chunk_status.h): whether some node lost a trainer's memory
+ *     while it packed, and, in the bucket's first slice, the nodes' vote
+ *     to go on with the step;
  *   unpack: widened, scaled and written into every trainer's spans.
+ *
+ * With several nodes a chunk of several slices is pipelined: the comm
+ * thread all-reduces slice k while slice k + 1 is packed, so the
+ * conversion hides behind the link. The unpack waits for every slice: a
+ * peer lost, a vote to abort or a lost pack at any slice stops the bucket
+ * on every node at the same slice (the status is a sum every node reads),
+ * and no tensor of it has been written. A bucket of one slice (the small
+ * ones) goes as it did without the pipeline, on the worker thread alone.
+ * Buckets do not overlap one another: the engine hands one bucket at a
+ * time and tells the trainers it is done when reduce_bucket returns, so
+ * the unpack of bucket b cannot wait behind the all-reduce of b + 1.
  *
  * A bucket larger than one fusion buffer is staged: every chunk is packed
  * and all-reduced first, its result kept in a staging buffer, and only
@@ -68,6 +81,37 @@ struct host_phase {
 	bool unpack;         /* unpack, or pack+sum */
 	uint64_t slice;      /* elements per slice */
 	char *wire;          /* the chunk's wire-dtype elements */
+	/* With several nodes: status elements after every pipeline slice in
+	 * wire (the phase's slices are then those), and, packing, this node's
+	 * vote for slice 0's status (NULL: none) and whether each packed slice
+	 * goes to the comm thread at once. */
+	uint64_t gap;
+	const struct gs_vote *vote;
+	bool feed;
+};
+
+/* The communication thread: all-reduces a chunk's slices in order, each as
+ * soon as it is packed, while the worker and helpers pack the next. Between
+ * chunks it waits; reduce_bucket returns only when it does, so nothing
+ * touches the group's Gloo context outside a bucket (join_group,
+ * leave_group and the cluster's teardown find it idle). */
+struct host_comm {
+	pthread_t thread;
+	bool started, stopping;
+	pthread_mutex_t lock;
+	pthread_cond_t wake;    /* for the comm thread: a chunk, a slice packed, stop */
+	pthread_cond_t through; /* for the worker: the chunk is through */
+	uint64_t given, finished; /* chunks handed over, and done with */
+	char *wire;             /* the chunk: slices, each followed by its status */
+	uint64_t len;
+	uint32_t slices;
+	uint8_t *packed;        /* [slice]: packed, its status written */
+	size_t packed_room;
+	int first_timeout_ms;   /* slice 0's wait: the vote's, in a bucket's first chunk */
+	/* The chunk's result: GS_OK, or what stopped it (reduce_slice), and
+	 * the summed status of its last slice all-reduced. */
+	int rc;
+	struct gs_chunk_status status;
 };
 
 struct host_backend {
@@ -81,6 +125,8 @@ struct host_backend {
 	int gloo_timeout_ms;
 	uint32_t node_rank, nodes;
 	bool allow_hugetlb;
+	uint64_t pslice; /* elements of a pipeline slice */
+	struct host_comm comm;
 
 	struct host_thread thread[HOST_MAX_THREADS];
 	size_t span_room; /* spans each thread has room for */
@@ -159,12 +205,16 @@ static void run_slice(struct host_backend *h, struct host_thread *t, uint64_t fi
 	const struct gs_bucket_io *io = ph->io;
 	size_t nspans = gs_plan_chunk_spans(io->plan, io->counts, io->bucket, ph->start + first, n,
 					    t->spans, h->span_room);
-	char *at = ph->wire + first * gs_wire_size(h->base.wire);
+	/* A slice of a phase with statuses is one pipeline slice. */
+	uint64_t statuses = ph->gap ? first / h->pslice * ph->gap : 0;
+	char *at = ph->wire + (first + statuses) * gs_wire_size(h->base.wire);
 	if (ph->unpack)
 		slice_unpack(h, t, t->spans, nspans, at);
 	else
 		slice_pack(h, t, t->spans, nspans, at);
 }
+
+static void slice_packed(struct host_backend *h, uint32_t k);
 
 /* ---- Claiming slices ---------------------------------------------------- */
 
@@ -201,6 +251,8 @@ static void work_round(struct host_backend *h, struct host_thread *t, uint32_t r
 	while (claim_slice(h, round, &slice, &slices)) {
 		uint64_t len = h->phase.len, size = h->phase.slice, first = slice * size;
 		run_slice(h, t, first, len - first < size ? len - first : size);
+		if (h->phase.gap && !h->phase.unpack)
+			slice_packed(h, slice);
 		if (atomic_fetch_add(&h->done, 1) + 1 == slices && t->index != 0) {
 			pthread_mutex_lock(&h->lock);
 			pthread_cond_signal(&h->finished);
@@ -234,11 +286,8 @@ static void *helper_main(void *arg)
 static void run_phase(struct host_backend *h)
 {
 	uint64_t len = h->phase.len, size = len;
-	if (h->nthreads > 1 && len > HOST_SLICE_ELEMENTS) {
-		size = HOST_SLICE_ELEMENTS;
-		if ((len + size - 1) / size > SLICE_MASK) /* a fusion buffer of 2^38 */
-			size = (len + SLICE_MASK - 1) / SLICE_MASK;
-	}
+	if ((h->phase.gap || h->nthreads > 1) && len > h->pslice)
+		size = h->pslice;
 	uint32_t slices = len ? (uint32_t)((len + size - 1) / size) : 0;
 	h->phase.slice = size;
 	/* Rounds run 1 .. ROUND_MASK: the helpers start having seen round 0. */
@@ -283,23 +332,160 @@ static void start_helpers(struct host_backend *h, unsigned want)
 	}
 }
 
-/* ---- A bucket ----------------------------------------------------------- */
+/* ---- The communication thread ----------------------------------------- */
 
-static int all_nodes(struct host_backend *h, size_t n)
+/* Slices of a chunk of len elements (at least one), and slice k's length. */
+static uint32_t slices_of(const struct host_backend *h, uint64_t len)
+{
+	return len <= h->pslice ? 1 : (uint32_t)((len + h->pslice - 1) / h->pslice);
+}
+
+static uint64_t slice_len(const struct host_backend *h, uint64_t len, uint32_t k)
+{
+	uint64_t first = (uint64_t)k * h->pslice;
+	return len - first < h->pslice ? len - first : h->pslice;
+}
+
+/* Where slice k of a chunk starts in wire, which keeps gap status
+ * elements after each slice. */
+static char *slice_at(const struct host_backend *h, char *wire, uint64_t gap, uint32_t k)
+{
+	return wire + (uint64_t)k * (h->pslice + gap) * gs_wire_size(h->base.wire);
+}
+
+static int all_nodes(struct host_backend *h, void *buf, size_t n, int timeout_ms)
 {
 	struct gs_backend *b = &h->base;
-	if (h->gloo) {
-		int rc = gs_gloo_allreduce(h->gloo, b->wire, h->fusion, n, h->gloo_timeout_ms,
-					   b->error, sizeof(b->error));
-		if (rc != GS_OK)
-			return rc;
-		/* A ring all-reduce sends 2 (N - 1) / N of the buffer. */
-		uint64_t nodes = h->nodes;
-		atomic_fetch_add(&b->internode_bytes,
-				 2 * (nodes - 1) * n * gs_wire_size(b->wire) / nodes);
-	}
+	int rc = gs_gloo_allreduce(h->gloo, b->wire, buf, n, timeout_ms, b->error,
+				   sizeof(b->error));
+	if (rc != GS_OK)
+		return rc;
+	/* A ring all-reduce sends 2 (N - 1) / N of the buffer. */
+	uint64_t nodes = h->nodes;
+	atomic_fetch_add(&b->internode_bytes, 2 * (nodes - 1) * n * gs_wire_size(b->wire) / nodes);
 	return GS_OK;
 }
+
+/* All-reduces slice k of a chunk of len elements at wire, with its status,
+ * and reads the summed status into *st. Returns GS_OK while the nodes go
+ * on; the all-reduce's code when it failed; GS_EABORTED when a node voted
+ * to abort, GS_EBUFFER when a node's pack lost memory. Every node reads
+ * the same sum, so all stop after the same slice. */
+static int reduce_slice(struct host_backend *h, char *wire, uint64_t len, uint32_t k,
+			int timeout_ms, struct gs_chunk_status *st)
+{
+	size_t esize = gs_wire_size(h->base.wire);
+	uint64_t n = slice_len(h, len, k);
+	char *at = slice_at(h, wire, GS_CHUNK_STATUS_ELEMENTS, k);
+	int rc = all_nodes(h, at, n + GS_CHUNK_STATUS_ELEMENTS, timeout_ms);
+	if (rc != GS_OK)
+		return rc;
+	gs_chunk_status_get(h->base.wire, at + n * esize, st);
+	if (st->vote.aborts)
+		return GS_EABORTED;
+	return st->lost_nodes ? GS_EBUFFER : GS_OK;
+}
+
+/* The chunk's slices in order, each once it is packed; stops at the first
+ * that fails or whose status stops the bucket. */
+static void comm_chunk(struct host_backend *h)
+{
+	struct host_comm *c = &h->comm;
+	c->rc = GS_OK;
+	for (uint32_t k = 0; k < c->slices && c->rc == GS_OK; k++) {
+		while (!c->packed[k] && !c->stopping)
+			pthread_cond_wait(&c->wake, &c->lock);
+		if (c->stopping) {
+			c->rc = GS_EABORTED;
+			snprintf(h->base.error, sizeof(h->base.error), "the backend is closing");
+			break;
+		}
+		pthread_mutex_unlock(&c->lock);
+		c->rc = reduce_slice(h, c->wire, c->len, k, k == 0 ? c->first_timeout_ms
+								     : h->gloo_timeout_ms,
+				     &c->status);
+		pthread_mutex_lock(&c->lock);
+	}
+}
+
+static void *comm_main(void *arg)
+{
+	struct host_backend *h = arg;
+	struct host_comm *c = &h->comm;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->stopping && c->finished == c->given)
+			pthread_cond_wait(&c->wake, &c->lock);
+		if (c->stopping)
+			break;
+		comm_chunk(h);
+		c->finished = c->given;
+		pthread_cond_signal(&c->through);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+/* Starts the thread at the first chunk that needs it; false when it cannot
+ * start (the chunks then go in sequence on the worker thread). */
+static bool comm_start(struct host_backend *h, uint32_t slices)
+{
+	struct host_comm *c = &h->comm;
+	if (slices > c->packed_room) {
+		uint8_t *p = realloc(c->packed, slices);
+		if (!p)
+			return false;
+		c->packed = p;
+		c->packed_room = slices;
+	}
+	if (!c->started)
+		c->started = pthread_create(&c->thread, NULL, comm_main, h) == 0;
+	return c->started;
+}
+
+/* Hands the chunk at wire to the comm thread; its slices follow as the
+ * pack finishes each (slice_packed). The thread is idle here. */
+static void comm_give(struct host_backend *h, char *wire, uint64_t len, int first_timeout_ms)
+{
+	struct host_comm *c = &h->comm;
+	pthread_mutex_lock(&c->lock);
+	c->wire = wire;
+	c->len = len;
+	c->slices = slices_of(h, len);
+	c->first_timeout_ms = first_timeout_ms;
+	memset(c->packed, 0, c->slices);
+	c->given++;
+	pthread_cond_signal(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* Waits until the comm thread is through the chunk; its result. */
+static int comm_wait(struct host_backend *h, struct gs_chunk_status *st)
+{
+	struct host_comm *c = &h->comm;
+	pthread_mutex_lock(&c->lock);
+	while (c->finished != c->given)
+		pthread_cond_wait(&c->through, &c->lock);
+	int rc = c->rc;
+	*st = c->status;
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+static void comm_stop(struct host_backend *h)
+{
+	struct host_comm *c = &h->comm;
+	if (!c->started)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stopping = true;
+	pthread_cond_signal(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->thread, NULL);
+	c->started = false;
+}
+
+/* ---- A bucket ----------------------------------------------------------- */
 
 static int ensure_span_room(struct host_backend *h, size_t members)
 {
@@ -350,52 +536,105 @@ static void note_lost(const struct gs_bucket_io *io, int rank)
 		*io->lost = true;
 }
 
-/* One chunk's pack+sum and all-reduce, into the fusion buffer, and its
- * status after it: GS_EBUFFER, before anything of the bucket is unpacked,
- * when some node lost a trainer's memory while it packed the chunk. Every
- * node reads the same summed status, so all stop at the same chunk. */
+/* Slice k of the pack+sum in h->phase is done (by whichever thread): its
+ * status goes after it, and, in a pipeline, the comm thread may take it. */
+static void slice_packed(struct host_backend *h, uint32_t k)
+{
+	const struct host_phase *ph = &h->phase;
+	size_t esize = gs_wire_size(h->base.wire);
+	char *tail = slice_at(h, ph->wire, ph->gap, k) + slice_len(h, ph->len, k) * esize;
+	gs_chunk_status_put(h->base.wire, tail, h->node_rank, lost_rank(ph->io),
+			    k == 0 ? ph->vote : NULL);
+	if (!ph->feed)
+		return;
+	pthread_mutex_lock(&h->comm.lock);
+	h->comm.packed[k] = 1;
+	pthread_cond_signal(&h->comm.wake);
+	pthread_mutex_unlock(&h->comm.lock);
+}
+
+/* What stopped a chunk, for the caller: the vote's sum, or why no node
+ * unpacks the bucket. */
+static int chunk_result(struct host_backend *h, const struct gs_bucket_io *io, int rc,
+			const struct gs_chunk_status *st)
+{
+	if (rc == GS_EABORTED && st->vote.aborts && io->vote)
+		*io->vote = st->vote;
+	else if (rc == GS_EBUFFER)
+		gs_chunk_status_describe(st, io->bucket, h->base.error, sizeof(h->base.error));
+	return rc;
+}
+
+/* One chunk's pack+sum into the fusion buffer and, with several nodes, its
+ * all-reduce, slice by slice, each with its status after it. A chunk of
+ * several slices is pipelined: the comm thread all-reduces each slice as
+ * soon as it is packed while the next is packed. */
 static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
 			uint64_t len)
 {
-	struct gs_backend *b = &h->base;
-	char *status = (char *)h->fusion + len * gs_wire_size(b->wire);
-	h->phase = (struct host_phase){ io, start, len, false, len, h->fusion };
+	uint32_t slices = slices_of(h, len);
+	bool feed = h->gloo && slices > 1 && comm_start(h, slices);
+	int first_timeout = start == 0 && io->vote ? io->vote_timeout_ms : h->gloo_timeout_ms;
+	h->phase = (struct host_phase){ .io = io, .start = start, .len = len, .wire = h->fusion,
+					.gap = h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0,
+					.feed = feed, .vote = start == 0 ? io->vote : NULL };
 	gs_io_mark(io, GS_MARK_PACK, start, len);
+	if (feed)
+		comm_give(h, h->fusion, len, first_timeout);
 	run_phase(h);
-	int lost = lost_rank(io);
-	note_lost(io, lost);
-	gs_chunk_status_put(b->wire, status, h->node_rank, lost);
+	note_lost(io, lost_rank(io));
 	gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
-	int rc = all_nodes(h, len + GS_CHUNK_STATUS_ELEMENTS);
-	if (rc != GS_OK)
-		return rc;
-	struct gs_chunk_status st;
-	gs_chunk_status_get(b->wire, status, &st);
-	if (st.lost_nodes == 0)
+	if (!h->gloo)
 		return GS_OK;
-	gs_chunk_status_describe(&st, io->bucket, b->error, sizeof(b->error));
-	return GS_EBUFFER;
+	struct gs_chunk_status st = { 0 };
+	int rc = GS_OK;
+	if (feed)
+		rc = comm_wait(h, &st);
+	for (uint32_t k = 0; !feed && k < slices && rc == GS_OK; k++)
+		rc = reduce_slice(h, h->fusion, len, k, k == 0 ? first_timeout : h->gloo_timeout_ms,
+				  &st);
+	return chunk_result(h, io, rc, &st);
+}
+
+/* A node that aborts the step has no tensors to reduce: it takes part in
+ * the bucket's first all-reduce only, the same number of elements as every
+ * other node's first slice, with zeros and its vote. */
+static int vote_only(struct host_backend *h, const struct gs_bucket_io *io)
+{
+	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
+	uint64_t len = gs_chunk_len(bk->elements, 0, h->base.fusion_elements);
+	uint64_t n = slice_len(h, len, 0);
+	size_t esize = gs_wire_size(h->base.wire);
+	memset(h->fusion, 0, n * esize);
+	gs_chunk_status_put(h->base.wire, (char *)h->fusion + n * esize, h->node_rank, -1, io->vote);
+	struct gs_chunk_status st = { 0 };
+	int rc = reduce_slice(h, h->fusion, len, 0, io->vote_timeout_ms, &st);
+	return chunk_result(h, io, rc, &st);
+}
+
+/* Copies a reduced chunk's slices, without their statuses, to dst. */
+static void copy_slices(struct host_backend *h, char *dst, uint64_t len, uint64_t gap)
+{
+	size_t esize = gs_wire_size(h->base.wire);
+	for (uint32_t k = 0; k < slices_of(h, len); k++) {
+		uint64_t n = slice_len(h, len, k);
+		memcpy(dst, slice_at(h, h->fusion, gap, k), n * esize);
+		dst += n * esize;
+	}
 }
 
 static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
-			 uint64_t len, char *wire)
+			 uint64_t len, char *wire, uint64_t gap)
 {
-	h->phase = (struct host_phase){ io, start, len, true, len, wire };
+	h->phase = (struct host_phase){ .io = io, .start = start, .len = len, .unpack = true,
+					.wire = wire, .gap = gap };
 	run_phase(h);
 }
 
-/* Chunk by chunk; a failed all-reduce or a lost pack stops the bucket.
- * Unstaged (one chunk), the chunk is unpacked as soon as it is reduced.
- * Staged, a chunk's "unpack" in the trace is its copy into the staging
- * buffer, and the unpack of the whole bucket follows the last chunk. Pages
- * that vanish during the unpack take only their trainer's results (the
- * guard put anonymous memory there); the caller drops that trainer. */
-static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
+static int check_bucket(struct host_backend *h, const struct gs_bucket_io *io, bool staged)
 {
-	struct host_backend *h = host(b);
+	struct gs_backend *b = &h->base;
 	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
-	size_t esize = gs_wire_size(b->wire);
-	bool staged = bk->elements > b->fusion_elements;
 	if (io->nranks == 0 || io->nranks > GS_PACK_SUM_MAX_SOURCES) {
 		snprintf(b->error, sizeof(b->error), "%u local ranks", io->nranks);
 		return GS_EINVAL;
@@ -406,27 +645,54 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 			 io->bucket, (unsigned long long)bk->elements);
 		return GS_ENOMEM;
 	}
+	return GS_OK;
+}
+
+/* Chunk by chunk; a failed all-reduce, a lost pack or a vote to abort
+ * stops the bucket before any of it is unpacked. Unstaged (one chunk), the
+ * chunk is unpacked once all its slices are reduced. Staged, a chunk's
+ * "unpack" in the trace is its copy into the staging buffer, and the
+ * unpack of the whole bucket follows the last chunk. Pages that vanish
+ * during the unpack take only their trainer's results (the guard put
+ * anonymous memory there); the caller drops that trainer. */
+static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
+{
+	struct host_backend *h = host(b);
+	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
+	size_t esize = gs_wire_size(b->wire);
+	bool staged = bk->elements > b->fusion_elements;
+	uint64_t gap = h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0;
+	if (io->vote && !h->gloo) {
+		snprintf(b->error, sizeof(b->error), "no group of nodes to vote in");
+		return GS_ESTATE;
+	}
+	if (io->vote && io->vote->aborts)
+		return vote_only(h, io);
+	int rc = check_bucket(h, io, staged);
+	if (rc != GS_OK)
+		return rc;
 	for (unsigned t = 0; t < h->nthreads; t++) {
 		memset(h->thread[t].clipped, 0, io->nranks * sizeof(uint64_t));
 		h->thread[t].nonfinite = 0;
 	}
-	int rc = GS_OK;
-	for (uint64_t start = 0; start < bk->elements; start += b->fusion_elements) {
+	/* At least one chunk, so that a vote goes even in an empty bucket. */
+	uint64_t start = 0;
+	do {
 		uint64_t len = gs_chunk_len(bk->elements, start, b->fusion_elements);
 		rc = reduce_chunk(h, io, start, len);
 		if (rc != GS_OK)
 			break;
 		gs_io_mark(io, GS_MARK_UNPACK, start, len);
 		if (staged)
-			memcpy(h->staging + start * esize, h->fusion, len * esize);
+			copy_slices(h, h->staging + start * esize, len, gap);
 		else
-			unpack_chunk(h, io, start, len, h->fusion);
+			unpack_chunk(h, io, start, len, h->fusion, gap);
 		gs_io_mark(io, GS_MARK_DONE, start, len);
-	}
-	for (uint64_t start = 0; staged && rc == GS_OK && start < bk->elements;
-	     start += b->fusion_elements)
+		start += b->fusion_elements;
+	} while (start < bk->elements);
+	for (start = 0; staged && rc == GS_OK && start < bk->elements; start += b->fusion_elements)
 		unpack_chunk(h, io, start, gs_chunk_len(bk->elements, start, b->fusion_elements),
-			     h->staging + start * esize);
+			     h->staging + start * esize, 0);
 	if (rc == GS_OK)
 		note_lost(io, lost_rank(io));
 	for (unsigned t = 0; t < h->nthreads; t++) {
@@ -470,6 +736,11 @@ static void host_destroy(struct gs_backend *b)
 {
 	struct host_backend *h = host(b);
 	stop_helpers(h);
+	comm_stop(h);
+	pthread_mutex_destroy(&h->comm.lock);
+	pthread_cond_destroy(&h->comm.wake);
+	pthread_cond_destroy(&h->comm.through);
+	free(h->comm.packed);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->go);
 	pthread_cond_destroy(&h->finished);
@@ -513,7 +784,13 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->base.local_size = local_size;
 	h->base.wire = wire;
 	h->base.fusion_elements = fusion_elements;
+	h->base.votes_in_data = true;
 	h->allow_hugetlb = allow_hugetlb;
+	/* A slice is claimed by its index, below 2^20 (a fusion buffer past
+	 * 2^38 elements takes longer slices). */
+	h->pslice = HOST_SLICE_ELEMENTS;
+	while (fusion_elements / h->pslice >= SLICE_MASK)
+		h->pslice *= 2;
 	h->nodes = 1;
 	h->nthreads = 1;
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
@@ -521,9 +798,13 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	pthread_mutex_init(&h->lock, NULL);
 	pthread_cond_init(&h->go, NULL);
 	pthread_cond_init(&h->finished, NULL);
-	/* Sized for the widest wire dtype, rounded to whole cache lines. */
-	size_t bytes = ((fusion_elements + GS_CHUNK_STATUS_ELEMENTS) * sizeof(float) + 63) &
-		       ~(size_t)63;
+	pthread_mutex_init(&h->comm.lock, NULL);
+	pthread_cond_init(&h->comm.wake, NULL);
+	pthread_cond_init(&h->comm.through, NULL);
+	/* Sized for the widest wire dtype and a status after every slice,
+	 * rounded to whole cache lines. */
+	uint64_t statuses = (fusion_elements / h->pslice + 1) * GS_CHUNK_STATUS_ELEMENTS;
+	size_t bytes = ((fusion_elements + statuses) * sizeof(float) + 63) & ~(size_t)63;
 	h->fusion = aligned_alloc(64, bytes);
 	if (!h->fusion)
 		goto err;
