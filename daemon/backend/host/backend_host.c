@@ -582,11 +582,14 @@ static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, u
 	if (feed)
 		comm_give(h, h->fusion, len, first_timeout);
 	run_phase(h);
-	note_lost(io, lost_rank(io));
+	int lost = lost_rank(io);
+	note_lost(io, lost);
 	gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
-	if (!h->gloo)
-		return GS_OK;
 	struct gs_chunk_status st = { 0 };
+	if (!h->gloo) { /* alone, this node's status is the sum */
+		st = (struct gs_chunk_status){ lost >= 0, h->node_rank, (uint32_t)lost, { 0 } };
+		return chunk_result(h, io, lost >= 0 ? GS_EBUFFER : GS_OK, &st);
+	}
 	int rc = GS_OK;
 	if (feed)
 		rc = comm_wait(h, &st);
