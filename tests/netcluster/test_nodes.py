@@ -3,7 +3,11 @@ reaching the other over its shaped link: a job of 2 nodes x 1 trainer whose
 every element the verifying trainers check, then node 1's link cut in the
 middle of a step: node 0's trainer has the step aborted, naming node 1,
 within --peer-timeout and a slack, node 0's daemon answers status
-throughout, and both daemons then stop cleanly. Skipped (77) where namespaces cannot be made or without Gloo.
+throughout, and both daemons then stop cleanly. Then, on a slow link, the
+cut comes in the middle of a bucket of many pipeline slices, some of them
+all-reduced: each trainer finds every tensor its own, bit for bit (none
+half reduced), and both daemons stop cleanly. Skipped (77) where
+namespaces cannot be made or without Gloo.
 
 Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
 GS_HAVE_GLOO, GS_SOURCE_ROOT.
@@ -67,33 +71,56 @@ class Nodes:
         for k in range(2):
             wait_for(lambda: status(self.socks[k]), 20, f"node {k}'s daemon")
 
-    def trainer(self, k, job, steps, *extra):
+    def trainer(self, k, job, steps, *extra, layout=LAYOUT):
         env = {key: v for key, v in os.environ.items() if key not in LAUNCH_VARS}
         env.update(GRADSYNC_NODES="2", GRADSYNC_NODE_RANK=str(k),
                    GRADSYNC_COORDINATOR="10.77.0.1", GRADSYNC_LOCAL_SIZE="1",
                    GRADSYNC_JOB_ID=job)
         log = os.path.join(self.tmp, f"{job}-trainer-{k}.log")
-        argv = self.c.argv(k, TRAINER, "--socket", self.socks[k], "--layout", LAYOUT,
+        argv = self.c.argv(k, TRAINER, "--socket", self.socks[k], "--layout", layout,
                            "--steps", str(steps), *extra)
         return spawn(argv, log, env=env), log
 
 
-def test_job_and_link_cut():
+def on_cluster(suffix, rate, body):
+    """body(cluster, nodes, tmp) with a daemon on each node of a cluster of
+    two at `rate`, their logs shown when it fails."""
     if not (DAEMON and TRAINER and CTL):
         raise Skip("GS_DAEMON, GS_TRAINER and GS_CTL are meson's: run it through meson test")
     if os.environ.get("GS_HAVE_GLOO") != "1":
         raise Skip("several nodes need Gloo")
-    with Cluster("g", 2, "--rate", "1gbit") as c, \
+    with Cluster(suffix, 2, "--rate", rate) as c, \
             tempfile.TemporaryDirectory(prefix="gsnc-") as tmp:
         os.chmod(tmp, 0o755)
         n = Nodes(c, tmp)
         try:
-            run_job_and_cut(c, n)
+            body(c, n, tmp)
         except BaseException:
             for k in range(2):  # the daemons' side, before tmp goes
                 print(f"--- node {k}'s daemon:\n"
                       + text(os.path.join(tmp, f"daemon-{k}.log"))[-4000:])
             raise
+
+
+def test_job_and_link_cut():
+    on_cluster("g", "1gbit", lambda c, n, tmp: run_job_and_cut(c, n))
+
+
+def cut_link(c, k):
+    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n{k}", "link", "set", "eth0", "down"],
+                   check=True, timeout=10)
+
+
+def stop_cleanly(n, trainers):
+    """Both daemons stop cleanly (under the sanitizers, with their checks),
+    node 1's with its link still down."""
+    for p in trainers:
+        p.kill()
+        p.wait(timeout=10)
+    for d in n.daemons:
+        d.send_signal(signal.SIGTERM)
+    for k, d in enumerate(n.daemons):
+        check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
 
 
 def run_job_and_cut(c, n):
@@ -115,8 +142,7 @@ def run_job_and_cut(c, n):
              and job_status(n.socks[0], "cut")["state"] == "in step",
              30, "node 0 in step 2")
     cut = time.monotonic()
-    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n1", "link", "set", "eth0", "down"],
-                   check=True, timeout=10)
+    cut_link(c, 1)
     slowest = 0.0
     while "ABORTED step 2 as expected" not in text(log0):
         check(time.monotonic() - cut < PEER_TIMEOUT + SLACK,
@@ -137,15 +163,68 @@ def run_job_and_cut(c, n):
                      "node 0's status of the job")
     check(peers[1]["state"] == "lost", f"node 0 shows node 1 as {peers[1]}")
 
-    # Both daemons stop cleanly (under the sanitizers, with their checks),
-    # node 1's with its link still down.
-    p1.kill()
-    p1.wait(timeout=10)
-    for d in n.daemons:
-        d.send_signal(signal.SIGTERM)
-    for k, d in enumerate(n.daemons):
-        check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
+    stop_cleanly(n, [p1])
+
+
+# The host backend's all-reduce of a chunk goes in slices of this many
+# elements, each followed by a status of STATUS elements (node protocol 7).
+SLICE, STATUS = 262144, 9
+# This layout is one bucket of three tensors (the third, in backpropagation
+# order, passes the threshold): 3000000 elements, 12 slices.
+PIPE_TENSORS = [1000000, 1000000, 1000000]
+PIPE_RATE = "50mbit"  # a full slice (512 KiB of fp16) takes about 85 ms
+
+
+def wire_bytes(elements):
+    """fp16 bytes node 0 sends for a bucket on two nodes (a ring sends one
+    buffer): every slice's elements and its status."""
+    slices = -(-elements // SLICE)
+    return (elements + STATUS * slices) * 2
+
+
+def test_link_cut_mid_pipeline():
+    on_cluster("p", PIPE_RATE, run_cut_mid_pipeline)
+
+
+def run_cut_mid_pipeline(c, n, tmp):
+    layout = os.path.join(tmp, "pipeline.txt")
+    with open(layout, "w") as f:
+        f.write("# one bucket of many pipeline slices\n")
+        for i, count in enumerate(PIPE_TENSORS):
+            f.write(f"t{i} {count} {count}\n")
+    bucket0 = wire_bytes(sum(PIPE_TENSORS))
+    step = bucket0
+    full = wire_bytes(SLICE)
+
+    # Step 1 whole; step 2 cut while node 0 has sent between 2 and 9 of
+    # bucket 0's 12 slices.
+    t = [n.trainer(k, "pipe", 2, "--expect-abort-at", "2", layout=layout) for k in range(2)]
+    def mid_bucket():
+        js = job_status(n.socks[0], "pipe") or {}
+        sent = js.get("internode_bytes", 0) - step
+        check(sent < 10 * full, f"node 0 sent {sent} bytes of step 2 unseen: the status "
+              "came too late to cut in the middle of bucket 0")
+        return sent >= 2 * full and js.get("current_step") == 2
+    wait_for(mid_bucket, 60, "node 0 in the middle of step 2's bucket 0")
+    cut_link(c, 1)
+    at_cut = job_status(n.socks[0], "pipe")["internode_bytes"] - step
+    for k, (p, log) in enumerate(t):
+        rc = p.wait(timeout=60)
+        out = text(log)
+        print(out.strip())
+        check(rc == 0 and "ABORTED step 2 as expected" in out,
+              f"node {k}'s trainer exited {rc}: {out}")
+        # The bucket was cut: none of its tensors reduced; the trainer
+        # checked each is its own, bit for bit.
+        check(f"0 of {len(PIPE_TENSORS)} tensors reduced" in out,
+              f"node {k}'s trainer: tensors reduced after the cut: {out}")
+    sent = job_status(n.socks[0], "pipe")["internode_bytes"] - step
+    print(f"node 0 had sent {at_cut} bytes of step 2's bucket 0 at the cut and {sent} "
+          f"in all, of {bucket0} ({full} a slice)")
+    check(2 * full <= at_cut <= sent < bucket0,
+          f"not cut in the middle of bucket 0: {at_cut}, then {sent} of {bucket0} bytes")
+    stop_cleanly(n, [])
 
 
 if __name__ == "__main__":
-    run([test_job_and_link_cut])
+    run([test_job_and_link_cut, test_link_cut_mid_pipeline])
