@@ -1,7 +1,8 @@
 /*
  * The host backend's pipeline between real processes: two ranks, each a
- * host backend of two local trainers joined to a Gloo group on loopback,
- * reduce a bucket of several pipeline slices (and one of several chunks
+ * host backend of one or two local trainers joined to a Gloo group on loopback
+ * (the pipeline slice rank 0 offers through the store: with one CPU here,
+ * whole chunks), reduce a bucket of several pipeline slices (and one of several chunks
  * through a small fusion buffer) and a bucket of one slice. The expected
  * sums are the test's own (small integers, exact in every wire dtype).
  * Then one rank votes to abort in the bucket's data: both stop at that
@@ -26,7 +27,7 @@
 #include "ranks.h"
 
 #define TIMEOUT_MS 20000
-#define LOCAL 2
+#define MAX_LOCAL 2
 /* Bucket 0: four tensors, 1062151 elements, five slices of 262144 (the
  * crossing tensor flushes it at the threshold); bucket 1: one tensor of 5. */
 #define NT 5
@@ -38,6 +39,7 @@ struct setup {
 	enum gs_wire wire;
 	uint64_t fusion;
 	int abort_rank; /* votes to abort bucket 0; -1: none */
+	unsigned local; /* trainers per node, 1 or 2 */
 };
 
 /* A small integer, different per node, trainer, tensor and element. */
@@ -46,27 +48,28 @@ static float value(int node, int local, int t, uint64_t i)
 	return (float)((int)((node * 7 + local * 3 + t * 5 + i) % 16) - 8);
 }
 
-static float reduced(int t, uint64_t i)
+static float reduced(unsigned local, int t, uint64_t i)
 {
 	float s = 0;
 	for (int n = 0; n < 2; n++)
-		for (int l = 0; l < LOCAL; l++)
+		for (int l = 0; l < (int)local; l++)
 			s += value(n, l, t, i);
 	return s;
 }
 
 struct rank_state {
 	struct gs_backend *b;
+	unsigned local;
 	struct gs_plan plan;
-	float *tensors[LOCAL][NT];
-	struct gs_pack_params pack[LOCAL];
-	uint64_t clipped[LOCAL], nonfinite;
+	float *tensors[MAX_LOCAL][NT];
+	struct gs_pack_params pack[MAX_LOCAL];
+	uint64_t clipped[MAX_LOCAL], nonfinite;
 	struct gs_vote vote;
 };
 
 static int reduce(struct rank_state *s, uint32_t bucket, unsigned nranks, bool abort)
 {
-	float *const *tensors[LOCAL] = { s->tensors[0], s->tensors[1] };
+	float *const *tensors[MAX_LOCAL] = { s->tensors[0], s->tensors[1] };
 	s->vote = (struct gs_vote){ 0 };
 	if (abort)
 		s->vote = (struct gs_vote){ 1, 1, 1, 2 };
@@ -85,9 +88,9 @@ static int check_bucket(struct rank_state *s, int rank, uint32_t bucket, bool wa
 	const struct gs_bucket *bk = &s->plan.buckets[bucket];
 	for (uint32_t m = 0; m < bk->count; m++) {
 		int t = (int)s->plan.members[bk->first + m];
-		for (int l = 0; l < LOCAL; l++)
+		for (int l = 0; l < (int)s->local; l++)
 			for (uint64_t i = 0; i < counts[t]; i++) {
-				float want = want_reduced ? reduced(t, i) : value(rank, l, t, i);
+				float want = want_reduced ? reduced(s->local, t, i) : value(rank, l, t, i);
 				if (s->tensors[l][t][i] != want) {
 					fprintf(stderr, "rank %d: tensor %d of trainer %d, element %llu is %g, want %g\n",
 						rank, t, l, (unsigned long long)i,
@@ -97,6 +100,28 @@ static int check_bucket(struct rank_state *s, int rank, uint32_t bucket, bool wa
 			}
 	}
 	return 0;
+}
+
+/* The group's store for join_group: the test's file store, whose keys
+ * hold no '/'. */
+static int kv_set(void *ctx, const char *key, const void *value, size_t len)
+{
+	char k[128];
+	snprintf(k, sizeof(k), "%s", key);
+	for (char *c = k; *c; c++)
+		*c = *c == '/' ? '_' : *c;
+	struct gs_gloo_store_ops *st = ctx;
+	return st->set(st->ctx, k, value, len);
+}
+
+static int kv_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+	char k[128];
+	snprintf(k, sizeof(k), "%s", key);
+	for (char *c = k; *c; c++)
+		*c = *c == '/' ? '_' : *c;
+	struct gs_gloo_store_ops *st = ctx;
+	return st->get(st->ctx, k, value, len, timeout_ms);
 }
 
 static int rank_main(int rank, int size, void *arg)
@@ -110,14 +135,19 @@ static int rank_main(int rank, int size, void *arg)
 		fprintf(stderr, "rank %d: %s\n", rank, err);
 		return 2;
 	}
-	s.b = gs_backend_host_create(LOCAL, su->wire, su->fusion, false);
+	s.local = su->local;
+	s.b = gs_backend_host_create(s.local, su->wire, su->fusion, false);
 	if (!s.b || gs_plan_build(counts, NT, THRESHOLD, &s.plan) != 0 || s.plan.nbuckets != 2)
 		return 3;
+	struct gs_kv kv = { .ctx = &store, .set = kv_set, .get = kv_get };
 	struct gs_group_join join = { .node_rank = (uint32_t)rank, .nodes = (uint32_t)size,
-				      .peer_timeout_ms = TIMEOUT_MS, .gloo = g };
-	if (s.b->ops->join_group(s.b, &join, err, sizeof(err)) != GS_OK || !s.b->votes_in_data)
+				      .join_timeout_ms = TIMEOUT_MS, .peer_timeout_ms = TIMEOUT_MS,
+				      .kv = &kv, .gloo = g };
+	if (s.b->ops->join_group(s.b, &join, err, sizeof(err)) != GS_OK || !s.b->votes_in_data) {
+		fprintf(stderr, "rank %d: join_group: %s\n", rank, err);
 		return 4;
-	for (int l = 0; l < LOCAL; l++) {
+	}
+	for (int l = 0; l < (int)s.local; l++) {
 		s.pack[l] = (struct gs_pack_params){ .prescale = 1.0f };
 		for (int t = 0; t < NT; t++) {
 			s.tensors[l][t] = malloc(counts[t] * sizeof(float));
@@ -129,7 +159,7 @@ static int rank_main(int rank, int size, void *arg)
 	}
 	int rc;
 	if (su->abort_rank < 0) {
-		if ((rc = reduce(&s, 0, LOCAL, false)) != GS_OK) {
+		if ((rc = reduce(&s, 0, s.local, false)) != GS_OK) {
 			fprintf(stderr, "rank %d: bucket 0: %d %s\n", rank, rc, s.b->error);
 			return 6;
 		}
@@ -137,7 +167,7 @@ static int rank_main(int rank, int size, void *arg)
 			return 7;
 	} else {
 		bool mine = rank == su->abort_rank;
-		rc = reduce(&s, 0, mine ? 0 : LOCAL, mine);
+		rc = reduce(&s, 0, mine ? 0 : s.local, mine);
 		if (rc != GS_EABORTED) {
 			fprintf(stderr, "rank %d: bucket 0 gave %d, want GS_EABORTED\n", rank, rc);
 			return 8;
@@ -151,7 +181,7 @@ static int rank_main(int rank, int size, void *arg)
 		if (check_bucket(&s, rank, 0, false))
 			return 10;
 	}
-	if ((rc = reduce(&s, 1, LOCAL, false)) != GS_OK) {
+	if ((rc = reduce(&s, 1, s.local, false)) != GS_OK) {
 		fprintf(stderr, "rank %d: bucket 1: %d %s\n", rank, rc, s.b->error);
 		return 11;
 	}
@@ -161,15 +191,15 @@ static int rank_main(int rank, int size, void *arg)
 	s.b->ops->destroy(s.b);
 	gs_gloo_destroy(g);
 	gs_plan_free(&s.plan);
-	for (int l = 0; l < LOCAL; l++)
+	for (int l = 0; l < (int)s.local; l++)
 		for (int t = 0; t < NT; t++)
 			free(s.tensors[l][t]);
 	return 0;
 }
 
-static void run(enum gs_wire wire, uint64_t fusion, int abort_rank)
+static void run(enum gs_wire wire, uint64_t fusion, int abort_rank, unsigned local)
 {
-	struct setup su = { file_store_dir_create(), wire, fusion, abort_rank };
+	struct setup su = { file_store_dir_create(), wire, fusion, abort_rank, local };
 	assert_non_null(su.dir);
 	struct ranks rk;
 	int status[2];
@@ -184,19 +214,19 @@ static void run(enum gs_wire wire, uint64_t fusion, int abort_rank)
 static void pipelined_fp16(void **state)
 {
 	(void)state;
-	run(GS_WIRE_F16, 4194304, -1);
+	run(GS_WIRE_F16, 4194304, -1, 2);
 }
 
 static void pipelined_bf16(void **state)
 {
 	(void)state;
-	run(GS_WIRE_BF16, 4194304, -1);
+	run(GS_WIRE_BF16, 4194304, -1, 1);
 }
 
 static void pipelined_fp32(void **state)
 {
 	(void)state;
-	run(GS_WIRE_F32, 4194304, -1);
+	run(GS_WIRE_F32, 4194304, -1, 2);
 }
 
 /* Bucket 0 through a fusion buffer of 600000: two chunks, three slices
@@ -204,19 +234,19 @@ static void pipelined_fp32(void **state)
 static void pipelined_staged(void **state)
 {
 	(void)state;
-	run(GS_WIRE_F16, 600000, -1);
+	run(GS_WIRE_F16, 600000, -1, 1);
 }
 
 static void vote_in_data_rank_1(void **state)
 {
 	(void)state;
-	run(GS_WIRE_F16, 4194304, 1);
+	run(GS_WIRE_F16, 4194304, 1, 1);
 }
 
 static void vote_in_data_rank_0_staged(void **state)
 {
 	(void)state;
-	run(GS_WIRE_BF16, 600000, 0);
+	run(GS_WIRE_BF16, 600000, 0, 2);
 }
 
 int main(void)

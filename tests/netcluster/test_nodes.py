@@ -56,14 +56,16 @@ def job_status(sock, job):
 
 
 class Nodes:
-    """A daemon on each node of cluster c, on sockets in tmp."""
+    """A daemon on each node of cluster c, on sockets in tmp; `cpus`: the
+    CPUs each may use ("0-1"), else its node's one."""
 
-    def __init__(self, c, tmp):
+    def __init__(self, c, tmp, cpus=None):
         self.c, self.tmp = c, tmp
         self.socks = [os.path.join(tmp, f"n{k}.sock") for k in range(2)]
         self.daemons = []
+        wide = ["taskset", "-c", cpus] if cpus else []
         for k in range(2):
-            argv = c.argv(k, DAEMON, f"--socket={self.socks[k]}",
+            argv = c.argv(k, *wide, DAEMON, f"--socket={self.socks[k]}",
                           f"--node-address=10.77.0.{k + 1}", f"--node-port={PORT}",
                           "--config=", f"--peer-timeout={PEER_TIMEOUT}")
             self.daemons.append(spawn(argv, os.path.join(tmp, f"daemon-{k}.log"),
@@ -82,9 +84,10 @@ class Nodes:
         return spawn(argv, log, env=env), log
 
 
-def on_cluster(suffix, rate, body):
+def on_cluster(suffix, rate, body, cpus=None):
     """body(cluster, nodes, tmp) with a daemon on each node of a cluster of
-    two at `rate`, their logs shown when it fails."""
+    two at `rate` (on `cpus`, as Nodes takes them), their logs shown when
+    it fails."""
     if not (DAEMON and TRAINER and CTL):
         raise Skip("GS_DAEMON, GS_TRAINER and GS_CTL are meson's: run it through meson test")
     if os.environ.get("GS_HAVE_GLOO") != "1":
@@ -92,7 +95,7 @@ def on_cluster(suffix, rate, body):
     with Cluster(suffix, 2, "--rate", rate) as c, \
             tempfile.TemporaryDirectory(prefix="gsnc-") as tmp:
         os.chmod(tmp, 0o755)
-        n = Nodes(c, tmp)
+        n = Nodes(c, tmp, cpus)
         try:
             body(c, n, tmp)
         except BaseException:
@@ -166,11 +169,12 @@ def run_job_and_cut(c, n):
     stop_cleanly(n, [p1])
 
 
-# The host backend's all-reduce of a chunk goes in slices of this many
-# elements, each followed by a status of STATUS elements (node protocol 7).
-SLICE, STATUS = 262144, 9
+# The host backend's all-reduce of a bucket goes in a head of HEAD elements
+# and then slices of SLICE (where node 0 has two CPUs), each followed by a
+# status of STATUS elements (node protocol 7).
+HEAD, SLICE, STATUS = 16384, 262144, 9
 # This layout is one bucket of three tensors (the third, in backpropagation
-# order, passes the threshold): 3000000 elements, 12 slices.
+# order, passes the threshold): 3000000 elements, a head and 12 slices.
 PIPE_TENSORS = [1000000, 1000000, 1000000]
 PIPE_RATE = "50mbit"  # a full slice (512 KiB of fp16) takes about 85 ms
 
@@ -178,12 +182,17 @@ PIPE_RATE = "50mbit"  # a full slice (512 KiB of fp16) takes about 85 ms
 def wire_bytes(elements):
     """fp16 bytes node 0 sends for a bucket on two nodes (a ring sends one
     buffer): every slice's elements and its status."""
-    slices = -(-elements // SLICE)
+    slices = 1 + -(-(elements - HEAD) // SLICE)
     return (elements + STATUS * slices) * 2
 
 
 def test_link_cut_mid_pipeline():
-    on_cluster("p", PIPE_RATE, run_cut_mid_pipeline)
+    # Node 0 offers pipeline slices only where it may use two CPUs: the
+    # daemons get every CPU rather than their node's one.
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise Skip("the pipeline needs node 0 on two CPUs; this machine lends one")
+    on_cluster("p", PIPE_RATE, run_cut_mid_pipeline, ",".join(map(str, cpus)))
 
 
 def run_cut_mid_pipeline(c, n, tmp):
@@ -197,7 +206,7 @@ def run_cut_mid_pipeline(c, n, tmp):
     full = wire_bytes(SLICE)
 
     # Step 1 whole; step 2 cut while node 0 has sent between 2 and 9 of
-    # bucket 0's 12 slices.
+    # the bucket's 12 slices after its head.
     t = [n.trainer(k, "pipe", 2, "--expect-abort-at", "2", layout=layout) for k in range(2)]
     def mid_bucket():
         js = job_status(n.socks[0], "pipe") or {}
@@ -205,7 +214,7 @@ def run_cut_mid_pipeline(c, n, tmp):
         check(sent < 10 * full, f"node 0 sent {sent} bytes of step 2 unseen: the status "
               "came too late to cut in the middle of bucket 0")
         return sent >= 2 * full and js.get("current_step") == 2
-    wait_for(mid_bucket, 60, "node 0 in the middle of step 2's bucket 0")
+    wait_for(mid_bucket, 60, "node 0 in the middle of step 2's bucket")
     cut_link(c, 1)
     at_cut = job_status(n.socks[0], "pipe")["internode_bytes"] - step
     for k, (p, log) in enumerate(t):

@@ -7,7 +7,7 @@
  *     the wire dtype and summed (fp32, one rounding) into the one fusion
  *     buffer, in a single pass over the trainers' memory (gs_pack_sum);
  *   all-reduce: that buffer across nodes with Gloo, when there are several,
- *     in pipeline slices (HOST_SLICE_ELEMENTS), each followed by its
+ *     in pipeline slices (see below), each followed by its
  *     status (chunk_status.h): whether some node lost a trainer's memory
  *     while it packed, and, in the bucket's first slice, the nodes' vote
  *     to go on with the step;
@@ -15,7 +15,15 @@
  *
  * With several nodes a chunk of several slices is pipelined: the comm
  * thread all-reduces slice k while slice k + 1 is packed, so the
- * conversion hides behind the link. The unpack waits for every slice: a
+ * conversion hides behind the link. A bucket's first chunk begins with a
+ * short head that carries the vote: its all-reduce alone waits for the
+ * other nodes' trainers (--step-timeout), the rest is packed meanwhile and
+ * goes with --peer-timeout, so a peer lost mid-bucket shows within that.
+ * Slices after the head need a CPU to spare: the all-reduce's TCP copies
+ * and wake-ups run on the CPU the pack holds, and each further all-reduce
+ * costs a round trip. So node 0 offers the slice at join_group,
+ * HOST_SLICE_ELEMENTS where it may use two CPUs or more, else none (the
+ * rest of a chunk goes in one all-reduce), and every node cuts alike. The unpack waits for every slice: a
  * peer lost, a vote to abort or a lost pack at any slice stops the bucket
  * on every node at the same slice (the status is a sum every node reads),
  * and no tensor of it has been written. A bucket of one slice (the small
@@ -43,6 +51,7 @@
  * does not depend on the split.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -61,6 +70,10 @@
 #define HOST_MAX_THREADS 8
 /* Elements of a slice: about 0.1 ms of work for two trainers here. */
 #define HOST_SLICE_ELEMENTS 262144
+/* The head of a bucket's first chunk, which carries the nodes' vote: short,
+ * so that its all-reduce ends soon after the last node's trainers are
+ * ready, while the rest of the chunk is packed. */
+#define HOST_HEAD_ELEMENTS 16384
 
 struct host_backend;
 
@@ -73,6 +86,14 @@ struct host_thread {
 	uint64_t nonfinite;
 };
 
+/* How a chunk of len elements is cut into pipeline slices: a head of
+ * `head` elements first when it carries the nodes' vote (0: none), then
+ * slices of `slice` elements. In the fusion buffer each slice is followed
+ * by its status (gap elements). */
+struct host_cut {
+	uint64_t len, head, slice;
+};
+
 /* One phase of one chunk, written by the worker thread before it opens
  * the phase's slices to claims (and not changed until all are done). */
 struct host_phase {
@@ -83,11 +104,13 @@ struct host_phase {
 	char *wire;          /* the chunk's wire-dtype elements */
 	/* With several nodes: status elements after every pipeline slice in
 	 * wire (the phase's slices are then those), and, packing, this node's
-	 * vote for slice 0's status (NULL: none) and whether each packed slice
-	 * goes to the comm thread at once. */
+	 * vote for slice 0's status (NULL: none); whether the chunk is several
+	 * pipeline slices, the phase's slices then, and whether each packed
+	 * slice goes to the comm thread at once. */
 	uint64_t gap;
+	struct host_cut cut;
 	const struct gs_vote *vote;
-	bool feed;
+	bool sliced, feed;
 };
 
 /* The communication thread: all-reduces a chunk's slices in order, each as
@@ -103,7 +126,7 @@ struct host_comm {
 	pthread_cond_t through; /* for the worker: the chunk is through */
 	uint64_t given, finished; /* chunks handed over, and done with */
 	char *wire;             /* the chunk: slices, each followed by its status */
-	uint64_t len;
+	struct host_cut cut;
 	uint32_t slices;
 	uint8_t *packed;        /* [slice]: packed, its status written */
 	size_t packed_room;
@@ -125,7 +148,10 @@ struct host_backend {
 	int gloo_timeout_ms;
 	uint32_t node_rank, nodes;
 	bool allow_hugetlb;
-	uint64_t pslice; /* elements of a pipeline slice */
+	uint64_t claim_len; /* elements of a slice the threads claim */
+	/* Elements of a pipeline slice, as node 0 chose it at join_group
+	 * (agree_slice); fusion_elements: a chunk is one slice. */
+	uint64_t pslice;
 	struct host_comm comm;
 
 	struct host_thread thread[HOST_MAX_THREADS];
@@ -149,6 +175,27 @@ struct host_backend {
 static struct host_backend *host(struct gs_backend *b)
 {
 	return (struct host_backend *)b;
+}
+
+/* Slices of a cut chunk (at least one), where slice k begins, and its
+ * length. */
+static uint32_t cut_slices(const struct host_cut *c)
+{
+	if (c->head && c->len > c->head)
+		return 1 + (uint32_t)((c->len - c->head + c->slice - 1) / c->slice);
+	return c->len <= c->slice ? 1 : (uint32_t)((c->len + c->slice - 1) / c->slice);
+}
+
+static uint64_t cut_first(const struct host_cut *c, uint32_t k)
+{
+	uint64_t first = c->head && c->len > c->head ? (k ? c->head + (k - 1) * c->slice : 0)
+						       : k * c->slice;
+	return first < c->len ? first : c->len;
+}
+
+static uint64_t cut_len(const struct host_cut *c, uint32_t k)
+{
+	return (k + 1 < cut_slices(c) ? cut_first(c, k + 1) : c->len) - cut_first(c, k);
 }
 
 static int host_import(struct gs_backend *b, const struct gs_buffer_desc *desc,
@@ -198,15 +245,16 @@ static void slice_unpack(struct host_backend *h, struct host_thread *t,
 	}
 }
 
-/* Elements [first, first + n) of the chunk in the current phase. */
-static void run_slice(struct host_backend *h, struct host_thread *t, uint64_t first, uint64_t n)
+/* Elements [first, first + n) of the chunk in the current phase, its
+ * slice k: in a sliced phase, pipeline slice k, after k statuses. */
+static void run_slice(struct host_backend *h, struct host_thread *t, uint32_t k, uint64_t first,
+		      uint64_t n)
 {
 	const struct host_phase *ph = &h->phase;
 	const struct gs_bucket_io *io = ph->io;
 	size_t nspans = gs_plan_chunk_spans(io->plan, io->counts, io->bucket, ph->start + first, n,
 					    t->spans, h->span_room);
-	/* A slice of a phase with statuses is one pipeline slice. */
-	uint64_t statuses = ph->gap ? first / h->pslice * ph->gap : 0;
+	uint64_t statuses = ph->sliced ? k * ph->gap : 0;
 	char *at = ph->wire + (first + statuses) * gs_wire_size(h->base.wire);
 	if (ph->unpack)
 		slice_unpack(h, t, t->spans, nspans, at);
@@ -249,9 +297,15 @@ static void work_round(struct host_backend *h, struct host_thread *t, uint32_t r
 {
 	uint32_t slice, slices;
 	while (claim_slice(h, round, &slice, &slices)) {
-		uint64_t len = h->phase.len, size = h->phase.slice, first = slice * size;
-		run_slice(h, t, first, len - first < size ? len - first : size);
-		if (h->phase.gap && !h->phase.unpack)
+		const struct host_phase *ph = &h->phase;
+		if (ph->sliced)
+			run_slice(h, t, slice, cut_first(&ph->cut, slice), cut_len(&ph->cut, slice));
+		else {
+			uint64_t first = slice * ph->slice;
+			run_slice(h, t, slice, first,
+				  ph->len - first < ph->slice ? ph->len - first : ph->slice);
+		}
+		if (h->phase.sliced && !h->phase.unpack)
 			slice_packed(h, slice);
 		if (atomic_fetch_add(&h->done, 1) + 1 == slices && t->index != 0) {
 			pthread_mutex_lock(&h->lock);
@@ -286,9 +340,13 @@ static void *helper_main(void *arg)
 static void run_phase(struct host_backend *h)
 {
 	uint64_t len = h->phase.len, size = len;
-	if ((h->phase.gap || h->nthreads > 1) && len > h->pslice)
-		size = h->pslice;
+	if (h->nthreads > 1 && len > h->claim_len)
+		size = h->claim_len;
 	uint32_t slices = len ? (uint32_t)((len + size - 1) / size) : 0;
+	/* A chunk of several pipeline slices is claimed slice by slice, each
+	 * followed by its status. */
+	if (h->phase.sliced)
+		slices = cut_slices(&h->phase.cut);
 	h->phase.slice = size;
 	/* Rounds run 1 .. ROUND_MASK: the helpers start having seen round 0. */
 	h->round = h->round % ROUND_MASK + 1;
@@ -334,23 +392,12 @@ static void start_helpers(struct host_backend *h, unsigned want)
 
 /* ---- The communication thread ----------------------------------------- */
 
-/* Slices of a chunk of len elements (at least one), and slice k's length. */
-static uint32_t slices_of(const struct host_backend *h, uint64_t len)
+/* Where slice k starts in wire, which keeps gap status elements after
+ * each slice. */
+static char *cut_at(const struct host_backend *h, const struct host_cut *c, char *wire,
+		    uint64_t gap, uint32_t k)
 {
-	return len <= h->pslice ? 1 : (uint32_t)((len + h->pslice - 1) / h->pslice);
-}
-
-static uint64_t slice_len(const struct host_backend *h, uint64_t len, uint32_t k)
-{
-	uint64_t first = (uint64_t)k * h->pslice;
-	return len - first < h->pslice ? len - first : h->pslice;
-}
-
-/* Where slice k of a chunk starts in wire, which keeps gap status
- * elements after each slice. */
-static char *slice_at(const struct host_backend *h, char *wire, uint64_t gap, uint32_t k)
-{
-	return wire + (uint64_t)k * (h->pslice + gap) * gs_wire_size(h->base.wire);
+	return wire + (cut_first(c, k) + k * gap) * gs_wire_size(h->base.wire);
 }
 
 static int all_nodes(struct host_backend *h, void *buf, size_t n, int timeout_ms)
@@ -366,17 +413,17 @@ static int all_nodes(struct host_backend *h, void *buf, size_t n, int timeout_ms
 	return GS_OK;
 }
 
-/* All-reduces slice k of a chunk of len elements at wire, with its status,
- * and reads the summed status into *st. Returns GS_OK while the nodes go
- * on; the all-reduce's code when it failed; GS_EABORTED when a node voted
- * to abort, GS_EBUFFER when a node's pack lost memory. Every node reads
- * the same sum, so all stop after the same slice. */
-static int reduce_slice(struct host_backend *h, char *wire, uint64_t len, uint32_t k,
+/* All-reduces slice k of a cut chunk at wire, with its status, and reads
+ * the summed status into *st. Returns GS_OK while the nodes go on; the
+ * all-reduce's code when it failed; GS_EABORTED when a node voted to
+ * abort, GS_EBUFFER when a node's pack lost memory. Every node reads the
+ * same sum, so all stop after the same slice. */
+static int reduce_slice(struct host_backend *h, char *wire, const struct host_cut *cut, uint32_t k,
 			int timeout_ms, struct gs_chunk_status *st)
 {
 	size_t esize = gs_wire_size(h->base.wire);
-	uint64_t n = slice_len(h, len, k);
-	char *at = slice_at(h, wire, GS_CHUNK_STATUS_ELEMENTS, k);
+	uint64_t n = cut_len(cut, k);
+	char *at = cut_at(h, cut, wire, GS_CHUNK_STATUS_ELEMENTS, k);
 	int rc = all_nodes(h, at, n + GS_CHUNK_STATUS_ELEMENTS, timeout_ms);
 	if (rc != GS_OK)
 		return rc;
@@ -401,8 +448,8 @@ static void comm_chunk(struct host_backend *h)
 			break;
 		}
 		pthread_mutex_unlock(&c->lock);
-		c->rc = reduce_slice(h, c->wire, c->len, k, k == 0 ? c->first_timeout_ms
-								     : h->gloo_timeout_ms,
+		c->rc = reduce_slice(h, c->wire, &c->cut, k, k == 0 ? c->first_timeout_ms
+								      : h->gloo_timeout_ms,
 				     &c->status);
 		pthread_mutex_lock(&c->lock);
 	}
@@ -445,13 +492,14 @@ static bool comm_start(struct host_backend *h, uint32_t slices)
 
 /* Hands the chunk at wire to the comm thread; its slices follow as the
  * pack finishes each (slice_packed). The thread is idle here. */
-static void comm_give(struct host_backend *h, char *wire, uint64_t len, int first_timeout_ms)
+static void comm_give(struct host_backend *h, char *wire, const struct host_cut *cut,
+		      int first_timeout_ms)
 {
 	struct host_comm *c = &h->comm;
 	pthread_mutex_lock(&c->lock);
 	c->wire = wire;
-	c->len = len;
-	c->slices = slices_of(h, len);
+	c->cut = *cut;
+	c->slices = cut_slices(cut);
 	c->first_timeout_ms = first_timeout_ms;
 	memset(c->packed, 0, c->slices);
 	c->given++;
@@ -486,6 +534,15 @@ static void comm_stop(struct host_backend *h)
 }
 
 /* ---- A bucket ----------------------------------------------------------- */
+
+/* The cut of a chunk of len elements: with the nodes' vote, its head is
+ * short, so that its all-reduce, which waits for every node's trainers
+ * (the vote's timeout), carries little and the rest of the chunk goes with
+ * --peer-timeout. */
+static struct host_cut chunk_cut(const struct host_backend *h, uint64_t len, bool vote)
+{
+	return (struct host_cut){ len, vote ? HOST_HEAD_ELEMENTS : 0, h->pslice };
+}
 
 static int ensure_span_room(struct host_backend *h, size_t members)
 {
@@ -542,7 +599,7 @@ static void slice_packed(struct host_backend *h, uint32_t k)
 {
 	const struct host_phase *ph = &h->phase;
 	size_t esize = gs_wire_size(h->base.wire);
-	char *tail = slice_at(h, ph->wire, ph->gap, k) + slice_len(h, ph->len, k) * esize;
+	char *tail = cut_at(h, &ph->cut, ph->wire, ph->gap, k) + cut_len(&ph->cut, k) * esize;
 	gs_chunk_status_put(h->base.wire, tail, h->node_rank, lost_rank(ph->io),
 			    k == 0 ? ph->vote : NULL);
 	if (!ph->feed)
@@ -570,18 +627,22 @@ static int chunk_result(struct host_backend *h, const struct gs_bucket_io *io, i
  * several slices is pipelined: the comm thread all-reduces each slice as
  * soon as it is packed while the next is packed. */
 static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
-			uint64_t len)
+			const struct host_cut *cut)
 {
-	uint32_t slices = slices_of(h, len);
+	uint64_t len = cut->len;
+	uint32_t slices = cut_slices(cut);
 	bool feed = h->gloo && slices > 1 && comm_start(h, slices);
 	int first_timeout = start == 0 && io->vote ? io->vote_timeout_ms : h->gloo_timeout_ms;
 	h->phase = (struct host_phase){ .io = io, .start = start, .len = len, .wire = h->fusion,
 					.gap = h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0,
-					.feed = feed, .vote = start == 0 ? io->vote : NULL };
+					.cut = *cut, .sliced = h->gloo && slices > 1, .feed = feed,
+					.vote = start == 0 ? io->vote : NULL };
 	gs_io_mark(io, GS_MARK_PACK, start, len);
 	if (feed)
-		comm_give(h, h->fusion, len, first_timeout);
+		comm_give(h, h->fusion, cut, first_timeout);
 	run_phase(h);
+	if (h->gloo && slices == 1)
+		slice_packed(h, 0);
 	int lost = lost_rank(io);
 	note_lost(io, lost);
 	gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
@@ -594,7 +655,7 @@ static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, u
 	if (feed)
 		rc = comm_wait(h, &st);
 	for (uint32_t k = 0; !feed && k < slices && rc == GS_OK; k++)
-		rc = reduce_slice(h, h->fusion, len, k, k == 0 ? first_timeout : h->gloo_timeout_ms,
+		rc = reduce_slice(h, h->fusion, cut, k, k == 0 ? first_timeout : h->gloo_timeout_ms,
 				  &st);
 	return chunk_result(h, io, rc, &st);
 }
@@ -605,32 +666,37 @@ static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, u
 static int vote_only(struct host_backend *h, const struct gs_bucket_io *io)
 {
 	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
-	uint64_t len = gs_chunk_len(bk->elements, 0, h->base.fusion_elements);
-	uint64_t n = slice_len(h, len, 0);
+	struct host_cut cut = chunk_cut(h, gs_chunk_len(bk->elements, 0, h->base.fusion_elements),
+					true);
+	uint64_t n = cut_len(&cut, 0);
 	size_t esize = gs_wire_size(h->base.wire);
 	memset(h->fusion, 0, n * esize);
 	gs_chunk_status_put(h->base.wire, (char *)h->fusion + n * esize, h->node_rank, -1, io->vote);
 	struct gs_chunk_status st = { 0 };
-	int rc = reduce_slice(h, h->fusion, len, 0, io->vote_timeout_ms, &st);
+	int rc = reduce_slice(h, h->fusion, &cut, 0, io->vote_timeout_ms, &st);
 	return chunk_result(h, io, rc, &st);
 }
 
 /* Copies a reduced chunk's slices, without their statuses, to dst. */
-static void copy_slices(struct host_backend *h, char *dst, uint64_t len, uint64_t gap)
+static void copy_slices(struct host_backend *h, char *dst, const struct host_cut *cut,
+			uint64_t gap)
 {
 	size_t esize = gs_wire_size(h->base.wire);
-	for (uint32_t k = 0; k < slices_of(h, len); k++) {
-		uint64_t n = slice_len(h, len, k);
-		memcpy(dst, slice_at(h, h->fusion, gap, k), n * esize);
+	for (uint32_t k = 0; k < cut_slices(cut); k++) {
+		uint64_t n = cut_len(cut, k);
+		memcpy(dst, cut_at(h, cut, h->fusion, gap, k), n * esize);
 		dst += n * esize;
 	}
 }
 
+/* Unpacks a chunk from wire, cut as it was reduced (gap 0: a staged
+ * bucket's chunk, contiguous). */
 static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
-			 uint64_t len, char *wire, uint64_t gap)
+			 const struct host_cut *cut, char *wire, uint64_t gap)
 {
-	h->phase = (struct host_phase){ .io = io, .start = start, .len = len, .unpack = true,
-					.wire = wire, .gap = gap };
+	h->phase = (struct host_phase){ .io = io, .start = start, .len = cut->len, .unpack = true,
+					.wire = wire, .gap = gap, .cut = *cut,
+					.sliced = gap && cut_slices(cut) > 1 };
 	run_phase(h);
 }
 
@@ -682,20 +748,24 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 	uint64_t start = 0;
 	do {
 		uint64_t len = gs_chunk_len(bk->elements, start, b->fusion_elements);
-		rc = reduce_chunk(h, io, start, len);
+		struct host_cut cut = chunk_cut(h, len, start == 0 && io->vote);
+		rc = reduce_chunk(h, io, start, &cut);
 		if (rc != GS_OK)
 			break;
 		gs_io_mark(io, GS_MARK_UNPACK, start, len);
 		if (staged)
-			copy_slices(h, h->staging + start * esize, len, gap);
+			copy_slices(h, h->staging + start * esize, &cut, gap);
 		else
-			unpack_chunk(h, io, start, len, h->fusion, gap);
+			unpack_chunk(h, io, start, &cut, h->fusion, gap);
 		gs_io_mark(io, GS_MARK_DONE, start, len);
 		start += b->fusion_elements;
 	} while (start < bk->elements);
-	for (start = 0; staged && rc == GS_OK && start < bk->elements; start += b->fusion_elements)
-		unpack_chunk(h, io, start, gs_chunk_len(bk->elements, start, b->fusion_elements),
-			     h->staging + start * esize, 0);
+	for (start = 0; staged && rc == GS_OK && start < bk->elements; start += b->fusion_elements) {
+		/* Contiguous in the staging buffer: one slice. */
+		struct host_cut whole = { gs_chunk_len(bk->elements, start, b->fusion_elements), 0,
+					  b->fusion_elements };
+		unpack_chunk(h, io, start, &whole, h->staging + start * esize, 0);
+	}
 	if (rc == GS_OK)
 		note_lost(io, lost_rank(io));
 	for (unsigned t = 0; t < h->nthreads; t++) {
@@ -706,14 +776,76 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 	return rc;
 }
 
+/* ---- The group ---------------------------------------------------------- */
+
+#define SLICE_KEY "host/pipeline-slice"
+
+/* The pipeline slice node 0 offers: HOST_SLICE_ELEMENTS where it has a CPU
+ * to spare for the comm thread, else 0 (a chunk is one slice). With one
+ * CPU the pack cannot overlap the all-reduce, whose TCP copies and wake-ups
+ * need that CPU too, and every further all-reduce costs a round trip. */
+static uint64_t offered_slice(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 2)
+		return 0;
+	return HOST_SLICE_ELEMENTS;
+}
+
+/* Every node must cut its chunks alike, so node 0's choice goes to the
+ * others through the group's store. Returns GS_OK or a GS_E* code with
+ * err. */
+static int agree_slice(struct host_backend *h, const struct gs_group_join *g, char *err,
+		       size_t errlen)
+{
+	char text[24];
+	uint64_t slice = offered_slice();
+	if (!g->kv) /* no store: every node takes whole chunks */
+		slice = 0;
+	else if (g->node_rank == 0) {
+		int n = snprintf(text, sizeof(text), "%llu", (unsigned long long)slice);
+		int rc = g->kv->set(g->kv->ctx, SLICE_KEY, text, (size_t)n);
+		if (rc != GS_OK) {
+			snprintf(err, errlen, "offering the pipeline slice (store key %s) failed: %s",
+				 SLICE_KEY, gs_error_desc(rc));
+			return rc;
+		}
+	} else {
+		void *value = NULL;
+		size_t len = 0;
+		int rc = g->kv->get(g->kv->ctx, SLICE_KEY, &value, &len, g->join_timeout_ms);
+		if (rc != GS_OK) {
+			snprintf(err, errlen, "node 0's pipeline slice (store key %s) did not come: %s",
+				 SLICE_KEY, gs_error_desc(rc));
+			return rc;
+		}
+		len = len < sizeof(text) - 1 ? len : sizeof(text) - 1;
+		memcpy(text, value, len);
+		text[len] = '\0';
+		free(value);
+		char *end;
+		slice = strtoull(text, &end, 10);
+		/* The fusion buffer has room for the statuses of slices this long. */
+		if (end == text || *end || (slice && slice < HOST_SLICE_ELEMENTS)) {
+			snprintf(err, errlen, "node 0 offers a pipeline slice of '%s' elements; 0 or at least %u expected",
+				 text, HOST_SLICE_ELEMENTS);
+			return GS_EPROTO;
+		}
+	}
+	h->pslice = slice && slice < h->base.fusion_elements ? slice : h->base.fusion_elements;
+	return GS_OK;
+}
+
 /* From now on the all-reduce also sums across nodes through the group's
- * Gloo context (after the local reduce), waiting at most --peer-timeout. */
+ * Gloo context (after the local reduce), waiting at most --peer-timeout,
+ * in the pipeline slices node 0 chose. */
 static int host_join_group(struct gs_backend *b, const struct gs_group_join *g, char *err,
 			   size_t errlen)
 {
-	(void)err;
-	(void)errlen;
 	struct host_backend *h = host(b);
+	int rc = agree_slice(h, g, err, errlen);
+	if (rc != GS_OK)
+		return rc;
 	h->gloo = g->gloo;
 	h->gloo_timeout_ms = g->peer_timeout_ms;
 	h->node_rank = g->node_rank;
@@ -791,9 +923,10 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->allow_hugetlb = allow_hugetlb;
 	/* A slice is claimed by its index, below 2^20 (a fusion buffer past
 	 * 2^38 elements takes longer slices). */
-	h->pslice = HOST_SLICE_ELEMENTS;
-	while (fusion_elements / h->pslice >= SLICE_MASK)
-		h->pslice *= 2;
+	h->claim_len = HOST_SLICE_ELEMENTS;
+	while (fusion_elements / h->claim_len >= SLICE_MASK)
+		h->claim_len *= 2;
+	h->pslice = fusion_elements;
 	h->nodes = 1;
 	h->nthreads = 1;
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
@@ -806,7 +939,7 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	pthread_cond_init(&h->comm.through, NULL);
 	/* Sized for the widest wire dtype and a status after every slice,
 	 * rounded to whole cache lines. */
-	uint64_t statuses = (fusion_elements / h->pslice + 1) * GS_CHUNK_STATUS_ELEMENTS;
+	uint64_t statuses = (fusion_elements / HOST_SLICE_ELEMENTS + 1) * GS_CHUNK_STATUS_ELEMENTS;
 	size_t bytes = ((fusion_elements + statuses) * sizeof(float) + 63) & ~(size_t)63;
 	h->fusion = aligned_alloc(64, bytes);
 	if (!h->fusion)
