@@ -203,7 +203,7 @@ def run_cut_mid_pipeline(c, n, tmp):
             f.write(f"t{i} {count} {count}\n")
     bucket0 = wire_bytes(sum(PIPE_TENSORS))
     step = bucket0
-    full = wire_bytes(SLICE)
+    full = (SLICE + STATUS) * 2  # bytes of one slice after the head
 
     # Step 1 whole; step 2 cut while node 0 has sent between 2 and 9 of
     # the bucket's 12 slices after its head.
