@@ -23,7 +23,7 @@
  *   7  the host backend's all-reduces go in pipeline slices: a bucket's
  *      first chunk begins with a head of 16384 elements, and the rest goes
  *      in slices of the size node 0 offers in the group's store
- *      ("host/pipeline-slice": 262144 elements, or 0 for the rest in one);
+ *      ("host/pipeline-slice": 1048576 elements, or 0 for the rest in one);
  *      each has a status of 9 elements after it that carries, in the head,
  *      every node's vote to go on, no longer a collective of its own
  */

@@ -28,8 +28,10 @@
 
 #define TIMEOUT_MS 20000
 #define MAX_LOCAL 2
-/* Bucket 0: four tensors, 1062151 elements, five slices of 262144 (the
- * crossing tensor flushes it at the threshold); bucket 1: one tensor of 5. */
+/* Bucket 0: four tensors, 1062151 elements (the crossing tensor flushes
+ * it at the threshold): a head of 16384 and, where rank 0 has two CPUs,
+ * slices of 1048576 (two trainers claim them in pieces of 262144); bucket
+ * 1: one tensor of 5. */
 #define NT 5
 static const uint64_t counts[NT] = { 300000, 500000, 7, 262144, 5 };
 #define THRESHOLD 1000000

@@ -62,14 +62,14 @@ pid_t spawn_trainer(const struct node *n, unsigned rank, const char *layout,
  * rule as DESIGN.md words it, counted here and not by the code under test:
  * a bucket's first chunk begins with a head of 16384 elements (which
  * carries the nodes' vote), and the rest of each chunk goes in pipeline
- * slices of 262144 elements where node 0 may use two CPUs or more (node
+ * slices of 1048576 elements where node 0 may use two CPUs or more (node
  * protocol 7; the daemons run on this test's CPUs), else in one. */
 static uint64_t slices_of(uint64_t elements)
 {
 	const uint64_t fusion = 4194304, head = 16384;
 	cpu_set_t cpus;
 	bool spare = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) >= 2;
-	const uint64_t slice = spare ? 262144 : fusion;
+	const uint64_t slice = spare ? 1048576 : fusion;
 	uint64_t n = 0;
 	for (uint64_t start = 0; start < elements; start += fusion) {
 		uint64_t len = elements - start < fusion ? elements - start : fusion;

@@ -22,8 +22,10 @@
  * Slices after the head need a CPU to spare: the all-reduce's TCP copies
  * and wake-ups run on the CPU the pack holds, and each further all-reduce
  * costs a round trip. So node 0 offers the slice at join_group,
- * HOST_SLICE_ELEMENTS where it may use two CPUs or more, else none (the
- * rest of a chunk goes in one all-reduce), and every node cuts alike. The unpack waits for every slice: a
+ * HOST_PIPE_SLICE_ELEMENTS where it may use two CPUs or more, else none
+ * (the rest of a chunk goes in one all-reduce), and every node cuts alike.
+ * The threads claim a slice in pieces (HOST_SLICE_ELEMENTS), so that a
+ * node of several trainers packs it on several threads. The unpack waits for every slice: a
  * peer lost, a vote to abort or a lost pack at any slice stops the bucket
  * on every node at the same slice (the status is a sum every node reads),
  * and no tensor of it has been written. A bucket of one slice (the small
@@ -70,6 +72,11 @@
 #define HOST_MAX_THREADS 8
 /* Elements of a slice: about 0.1 ms of work for two trainers here. */
 #define HOST_SLICE_ELEMENTS 262144
+/* Elements of a pipeline slice, as node 0 offers it: 2 MB of fp16, 17 ms
+ * on a 1 Gbit/s link. Shorter slices measured slower here: every
+ * all-reduce costs its round trips and wake-ups, which a loaded node pays
+ * in milliseconds. */
+#define HOST_PIPE_SLICE_ELEMENTS 1048576
 /* The head of a bucket's first chunk, which carries the nodes' vote: short,
  * so that its all-reduce ends soon after the last node's trainers are
  * ready, while the rest of the chunk is packed. */
@@ -109,6 +116,7 @@ struct host_phase {
 	 * slice goes to the comm thread at once. */
 	uint64_t gap;
 	struct host_cut cut;
+	uint64_t unit; /* sliced: each slice is claimed in units of at most this */
 	const struct gs_vote *vote;
 	bool sliced, feed;
 };
@@ -129,7 +137,6 @@ struct host_comm {
 	struct host_cut cut;
 	uint32_t slices;
 	uint8_t *packed;        /* [slice]: packed, its status written */
-	size_t packed_room;
 	int first_timeout_ms;   /* slice 0's wait: the vote's, in a bucket's first chunk */
 	/* The chunk's result: GS_OK, or what stopped it (reduce_slice), and
 	 * the summed status of its last slice all-reduced. */
@@ -153,6 +160,10 @@ struct host_backend {
 	 * (agree_slice); fusion_elements: a chunk is one slice. */
 	uint64_t pslice;
 	struct host_comm comm;
+	/* [slice] of a sliced pack: its units not yet packed. Room for the
+	 * most slices a chunk can have (max_slices). */
+	_Atomic uint32_t *left;
+	uint32_t max_slices;
 
 	struct host_thread thread[HOST_MAX_THREADS];
 	size_t span_room; /* spans each thread has room for */
@@ -245,6 +256,29 @@ static void slice_unpack(struct host_backend *h, struct host_thread *t,
 	}
 }
 
+/* A sliced phase is claimed in units: each slice in pieces of at most
+ * ph->unit elements, so that the threads share a slice as they share an
+ * unsliced chunk. Unit i of the phase is a piece of slice *k. */
+static uint32_t units_in(const struct host_phase *ph, uint32_t k)
+{
+	uint64_t n = cut_len(&ph->cut, k);
+	return n <= ph->unit ? 1 : (uint32_t)((n + ph->unit - 1) / ph->unit);
+}
+
+static void unit_at(const struct host_phase *ph, uint32_t i, uint32_t *k, uint64_t *first,
+		    uint64_t *n)
+{
+	uint32_t s = 0, u;
+	while (i >= (u = units_in(ph, s))) {
+		i -= u;
+		s++;
+	}
+	uint64_t begin = cut_first(&ph->cut, s), end = begin + cut_len(&ph->cut, s);
+	*k = s;
+	*first = begin + i * ph->unit;
+	*n = end - *first < ph->unit ? end - *first : ph->unit;
+}
+
 /* Elements [first, first + n) of the chunk in the current phase, its
  * slice k: in a sliced phase, pipeline slice k, after k statuses. */
 static void run_slice(struct host_backend *h, struct host_thread *t, uint32_t k, uint64_t first,
@@ -298,15 +332,19 @@ static void work_round(struct host_backend *h, struct host_thread *t, uint32_t r
 	uint32_t slice, slices;
 	while (claim_slice(h, round, &slice, &slices)) {
 		const struct host_phase *ph = &h->phase;
-		if (ph->sliced)
-			run_slice(h, t, slice, cut_first(&ph->cut, slice), cut_len(&ph->cut, slice));
-		else {
+		if (ph->sliced) {
+			uint32_t k;
+			uint64_t first, n;
+			unit_at(ph, slice, &k, &first, &n);
+			run_slice(h, t, k, first, n);
+			/* The thread that packs a slice's last unit gives it on. */
+			if (!ph->unpack && atomic_fetch_sub(&h->left[k], 1) == 1)
+				slice_packed(h, k);
+		} else {
 			uint64_t first = slice * ph->slice;
-			run_slice(h, t, slice, first,
+			run_slice(h, t, 0, first,
 				  ph->len - first < ph->slice ? ph->len - first : ph->slice);
 		}
-		if (h->phase.sliced && !h->phase.unpack)
-			slice_packed(h, slice);
 		if (atomic_fetch_add(&h->done, 1) + 1 == slices && t->index != 0) {
 			pthread_mutex_lock(&h->lock);
 			pthread_cond_signal(&h->finished);
@@ -343,11 +381,16 @@ static void run_phase(struct host_backend *h)
 	if (h->nthreads > 1 && len > h->claim_len)
 		size = h->claim_len;
 	uint32_t slices = len ? (uint32_t)((len + size - 1) / size) : 0;
-	/* A chunk of several pipeline slices is claimed slice by slice, each
-	 * followed by its status. */
-	if (h->phase.sliced)
-		slices = cut_slices(&h->phase.cut);
-	h->phase.slice = size;
+	struct host_phase *ph = &h->phase;
+	if (ph->sliced) { /* one thread: a unit a slice, given on at once */
+		ph->unit = h->nthreads > 1 ? h->claim_len : UINT64_MAX;
+		slices = 0;
+		for (uint32_t k = 0; k < cut_slices(&ph->cut); k++) {
+			atomic_store(&h->left[k], units_in(ph, k));
+			slices += units_in(ph, k);
+		}
+	}
+	ph->slice = size;
 	/* Rounds run 1 .. ROUND_MASK: the helpers start having seen round 0. */
 	h->round = h->round % ROUND_MASK + 1;
 	atomic_store(&h->done, 0);
@@ -475,16 +518,9 @@ static void *comm_main(void *arg)
 
 /* Starts the thread at the first chunk that needs it; false when it cannot
  * start (the chunks then go in sequence on the worker thread). */
-static bool comm_start(struct host_backend *h, uint32_t slices)
+static bool comm_start(struct host_backend *h)
 {
 	struct host_comm *c = &h->comm;
-	if (slices > c->packed_room) {
-		uint8_t *p = realloc(c->packed, slices);
-		if (!p)
-			return false;
-		c->packed = p;
-		c->packed_room = slices;
-	}
 	if (!c->started)
 		c->started = pthread_create(&c->thread, NULL, comm_main, h) == 0;
 	return c->started;
@@ -631,7 +667,7 @@ static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, u
 {
 	uint64_t len = cut->len;
 	uint32_t slices = cut_slices(cut);
-	bool feed = h->gloo && slices > 1 && comm_start(h, slices);
+	bool feed = h->gloo && slices > 1 && comm_start(h);
 	int first_timeout = start == 0 && io->vote ? io->vote_timeout_ms : h->gloo_timeout_ms;
 	h->phase = (struct host_phase){ .io = io, .start = start, .len = len, .wire = h->fusion,
 					.gap = h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0,
@@ -780,7 +816,7 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 
 #define SLICE_KEY "host/pipeline-slice"
 
-/* The pipeline slice node 0 offers: HOST_SLICE_ELEMENTS where it has a CPU
+/* The pipeline slice node 0 offers: HOST_PIPE_SLICE_ELEMENTS where it has a CPU
  * to spare for the comm thread, else 0 (a chunk is one slice). With one
  * CPU the pack cannot overlap the all-reduce, whose TCP copies and wake-ups
  * need that CPU too, and every further all-reduce costs a round trip. */
@@ -789,7 +825,7 @@ static uint64_t offered_slice(void)
 	cpu_set_t set;
 	if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 2)
 		return 0;
-	return HOST_SLICE_ELEMENTS;
+	return HOST_PIPE_SLICE_ELEMENTS;
 }
 
 /* Every node must cut its chunks alike, so node 0's choice goes to the
@@ -876,6 +912,7 @@ static void host_destroy(struct gs_backend *b)
 	pthread_cond_destroy(&h->comm.wake);
 	pthread_cond_destroy(&h->comm.through);
 	free(h->comm.packed);
+	free(h->left);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->go);
 	pthread_cond_destroy(&h->finished);
@@ -937,9 +974,16 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	pthread_mutex_init(&h->comm.lock, NULL);
 	pthread_cond_init(&h->comm.wake, NULL);
 	pthread_cond_init(&h->comm.through, NULL);
+	/* Slices of at least HOST_SLICE_ELEMENTS after a head (agree_slice
+	 * refuses shorter ones). */
+	h->max_slices = (uint32_t)(fusion_elements / HOST_SLICE_ELEMENTS + 2);
+	h->comm.packed = calloc(h->max_slices, 1);
+	h->left = calloc(h->max_slices, sizeof(*h->left));
+	if (!h->comm.packed || !h->left)
+		goto err;
 	/* Sized for the widest wire dtype and a status after every slice,
 	 * rounded to whole cache lines. */
-	uint64_t statuses = (fusion_elements / HOST_SLICE_ELEMENTS + 1) * GS_CHUNK_STATUS_ELEMENTS;
+	uint64_t statuses = (uint64_t)h->max_slices * GS_CHUNK_STATUS_ELEMENTS;
 	size_t bytes = ((fusion_elements + statuses) * sizeof(float) + 63) & ~(size_t)63;
 	h->fusion = aligned_alloc(64, bytes);
 	if (!h->fusion)
