@@ -382,7 +382,9 @@ static void run_phase(struct host_backend *h)
 		size = h->claim_len;
 	uint32_t slices = len ? (uint32_t)((len + size - 1) / size) : 0;
 	struct host_phase *ph = &h->phase;
-	if (ph->sliced) { /* one thread: a unit a slice, given on at once */
+	/* A sliced chunk in units: one thread packs each slice whole, to give
+	 * it on as soon as it is packed; several share it in pieces. */
+	if (ph->sliced) {
 		ph->unit = h->nthreads > 1 ? h->claim_len : UINT64_MAX;
 		slices = 0;
 		for (uint32_t k = 0; k < cut_slices(&ph->cut); k++) {
