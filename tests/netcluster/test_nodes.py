@@ -4,9 +4,11 @@ every element the verifying trainers check, then node 1's link cut in the
 middle of a step: node 0's trainer has the step aborted, naming node 1,
 within --peer-timeout and a slack, node 0's daemon answers status
 throughout, and both daemons then stop cleanly. Then, on a slow link, the
-cut comes in the middle of a bucket of many pipeline slices, some of them
-all-reduced: each trainer finds every tensor its own, bit for bit (none
-half reduced), and both daemons stop cleanly. Skipped (77) where
+cut comes in the middle of a bucket of several pipeline slices, some of
+them all-reduced: each trainer finds every tensor its own, bit for bit
+(none half reduced), and both daemons stop cleanly; and the same with node
+1's daemon SIGKILLed instead, node 0's trainer checked and node 0's daemon
+stopping cleanly. Skipped (77) where
 namespaces cannot be made or without Gloo.
 
 Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
@@ -186,16 +188,27 @@ def wire_bytes(elements):
     return (elements + STATUS * slices) * 2
 
 
-def test_link_cut_mid_pipeline():
+def mid_pipeline(suffix, lose):
     # Node 0 offers pipeline slices only where it may use two CPUs: the
     # daemons get every CPU rather than their node's one.
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         raise Skip("the pipeline needs node 0 on two CPUs; this machine lends one")
-    on_cluster("p", PIPE_RATE, run_cut_mid_pipeline, ",".join(map(str, cpus)))
+    on_cluster(suffix, PIPE_RATE, lambda c, n, tmp: run_mid_pipeline(c, n, tmp, lose),
+               ",".join(map(str, cpus)))
 
 
-def run_cut_mid_pipeline(c, n, tmp):
+def test_link_cut_mid_pipeline():
+    mid_pipeline("p", "cut")
+
+
+def test_peer_killed_mid_pipeline():
+    mid_pipeline("q", "kill")
+
+
+def run_mid_pipeline(c, n, tmp, lose):
+    """Node 1 lost while node 0 is in the middle of a bucket's pipeline: its
+    link cut ("cut"), or its daemon SIGKILLed ("kill")."""
     layout = os.path.join(tmp, "pipeline.txt")
     with open(layout, "w") as f:
         f.write("# one bucket of many pipeline slices\n")
@@ -215,9 +228,14 @@ def run_cut_mid_pipeline(c, n, tmp):
               "came too late to cut in the middle of bucket 0")
         return sent >= full and js.get("current_step") == 2
     wait_for(mid_bucket, 60, "node 0 in the middle of step 2's bucket")
-    cut_link(c, 1)
+    if lose == "cut":
+        cut_link(c, 1)
+    else:
+        n.daemons[1].kill()
+        n.daemons[1].wait(timeout=10)
     at_cut = job_status(n.socks[0], "pipe")["internode_bytes"] - step
-    for k, (p, log) in enumerate(t):
+    # Node 1's trainer loses its daemon with it; node 0's is checked alone.
+    for k, (p, log) in enumerate(t if lose == "cut" else t[:1]):
         rc = p.wait(timeout=60)
         out = text(log)
         print(out.strip())
@@ -232,8 +250,12 @@ def run_cut_mid_pipeline(c, n, tmp):
           f"in all, of {bucket0} ({full} a slice)")
     check(full <= at_cut <= sent < bucket0,
           f"not cut in the middle of bucket 0: {at_cut}, then {sent} of {bucket0} bytes")
+    if lose == "kill":
+        t[1][0].kill()
+        t[1][0].wait(timeout=10)
+        n.daemons = n.daemons[:1]
     stop_cleanly(n, [])
 
 
 if __name__ == "__main__":
-    run([test_job_and_link_cut, test_link_cut_mid_pipeline])
+    run([test_job_and_link_cut, test_link_cut_mid_pipeline, test_peer_killed_mid_pipeline])
