@@ -8,9 +8,9 @@
  * unpack run on the worker thread, one chunk at a time; a backend that
  * does a whole bucket at once (the CUDA backend: one kernel launch per
  * bucket, not per tensor; the host backend: pack, all-reduce and unpack
- * overlapped on threads of its own) provides reduce_bucket instead. With several
- * nodes, a backend joins their group and leaves it through its ops too
- * (join_group, leave_group), so that nothing above names a backend.
+ * overlapped on threads of its own) provides reduce_bucket instead. With
+ * several nodes, a backend joins their group and leaves it through its ops
+ * too (join_group, leave_group), so that nothing above names a backend.
  */
 #ifndef GS_BACKEND_H
 #define GS_BACKEND_H
