@@ -20,10 +20,16 @@
  *   6  One node port serves every job's rendezvous: NodeAuth names the
  *      job (job_id), and a job whose node 0 has no trainer yet is refused
  *      with GS_EAGAIN
+ *   7  the host backend's all-reduces go in pipeline slices: a bucket's
+ *      first chunk begins with a head of 16384 elements, and the rest goes
+ *      in slices of the size node 0 offers in the group's store
+ *      ("host/pipeline-slice": 1048576 elements, or 0 for the rest in one);
+ *      each has a status of 9 elements after it that carries, in the head,
+ *      every node's vote to go on, no longer a collective of its own
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 6
+#define GS_NODE_PROTOCOL_VERSION 7
 
 #endif

@@ -7,9 +7,10 @@
  * (cast, scale, count non-finite values, scatter). pack, allreduce and
  * unpack run on the worker thread, one chunk at a time; a backend that
  * does a whole bucket at once (the CUDA backend: one kernel launch per
- * bucket, not per tensor) provides reduce_bucket instead. With several
- * nodes, a backend joins their group and leaves it through its ops too
- * (join_group, leave_group), so that nothing above names a backend.
+ * bucket, not per tensor; the host backend: pack, all-reduce and unpack
+ * overlapped on threads of its own) provides reduce_bucket instead. With
+ * several nodes, a backend joins their group and leaves it through its ops
+ * too (join_group, leave_group), so that nothing above names a backend.
  */
 #ifndef GS_BACKEND_H
 #define GS_BACKEND_H
@@ -32,6 +33,14 @@ enum gs_buffer_kind {
 
 #define GS_CUDA_IPC_HANDLE_SIZE 64 /* cudaIpcMemHandle_t, cudaIpcEventHandle_t */
 #define GS_CUDA_READY_RING_MAX 64  /* a trainer's ready events, at most */
+
+/* The nodes' vote on a bucket, summed: how many nodes abort the step
+ * (0: all go on) and, when one does, which (node rank, and the local rank
+ * its reason names) and why (a number of the engine's). */
+struct gs_vote {
+	uint32_t aborts;
+	uint32_t node, rank, reason;
+};
 
 struct gs_buffer_desc {
 	enum gs_buffer_kind kind;
@@ -70,6 +79,14 @@ struct gs_bucket_io {
 	 * pages while the bucket read or wrote it (shm_guard.h); the caller
 	 * then finds whose and drops it. */
 	bool *lost;
+	/* With several nodes, where the backend votes in the data
+	 * (gs_backend.votes_in_data): this node's vote on the bucket, and
+	 * where the sum over the nodes goes; NULL: no vote. A node that votes
+	 * to abort has no tensors (nranks 0): it takes part in the bucket's
+	 * first all-reduce only. The backend returns GS_EABORTED when the
+	 * sum has an abort, before it unpacks anything of the bucket. */
+	struct gs_vote *vote;
+	int vote_timeout_ms; /* the first all-reduce's wait, for the slowest node's trainers */
 };
 
 enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };
@@ -138,7 +155,8 @@ struct gs_backend_ops {
 	 * unpack). When set, the per-chunk calls below are not used. Returns 0
 	 * or a GS_E* code with the reason in error: GS_EBUFFER when a
 	 * trainer's memory (here or on another node) lost its pages while it
-	 * was packed, and so no node unpacked the bucket. */
+	 * was packed, and so no node unpacked the bucket; GS_EABORTED when
+	 * the nodes' vote (io->vote) stopped it. */
 	int (*reduce_bucket)(struct gs_backend *b, const struct gs_bucket_io *io);
 	/* Packs spans of local rank `rank` (tensor base pointers `tensors`)
 	 * into its fusion buffer, back to back. Returns elements clipped. */
@@ -179,6 +197,9 @@ struct gs_backend {
 	unsigned local_size;
 	enum gs_wire wire;
 	uint64_t fusion_elements; /* capacity of each fusion buffer */
+	/* The nodes' vote on each bucket rides in its first all-reduce
+	 * (gs_bucket_io.vote), rather than the engine's collective of its own. */
+	bool votes_in_data;
 	_Atomic uint64_t internode_bytes;
 	char error[256]; /* why the last allreduce failed (worker thread) */
 };

@@ -2,17 +2,36 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
-void gs_chunk_status_put(enum gs_wire w, void *tail, uint32_t node, int rank)
+void gs_chunk_status_put(enum gs_wire w, void *tail, uint32_t node, int rank,
+			 const struct gs_vote *vote)
 {
-	float v[GS_CHUNK_STATUS_ELEMENTS] = { 0, 0, 0, 0 };
+	float v[GS_CHUNK_STATUS_ELEMENTS];
+	memset(v, 0, sizeof(v));
 	if (rank >= 0) {
 		v[0] = 1;
 		v[1] = (float)(node / 32);
 		v[2] = (float)(node % 32);
 		v[3] = (float)rank;
 	}
+	if (vote && vote->aborts) {
+		v[4] = 1;
+		v[5] = (float)(node / 32);
+		v[6] = (float)(node % 32);
+		v[7] = (float)vote->rank;
+		v[8] = (float)vote->reason;
+	}
 	gs_pack(w, tail, v, GS_CHUNK_STATUS_ELEMENTS, NULL);
+}
+
+/* A summed count: anything but a clean zero is at least one, even what is
+ * no count. */
+static unsigned count_of(float v)
+{
+	if (v == 0)
+		return 0;
+	return v >= 1 && v <= 1024 ? (unsigned)lrintf(v) : GS_CHUNK_LOST_UNKNOWN;
 }
 
 void gs_chunk_status_get(enum gs_wire w, const void *tail, struct gs_chunk_status *out)
@@ -20,16 +39,23 @@ void gs_chunk_status_get(enum gs_wire w, const void *tail, struct gs_chunk_statu
 	float v[GS_CHUNK_STATUS_ELEMENTS];
 	float *dst = v;
 	gs_unpack(w, &dst, 1, tail, GS_CHUNK_STATUS_ELEMENTS, 1.0f);
-	out->lost_nodes = 0;
-	out->node = out->rank = 0;
-	if (v[0] == 0)
-		return;
-	/* Anything but a clean zero is a loss, even what is no count. */
-	out->lost_nodes = v[0] >= 1 && v[0] <= 1024 ? (unsigned)lrintf(v[0]) : GS_CHUNK_LOST_UNKNOWN;
+	memset(out, 0, sizeof(*out));
+	out->lost_nodes = count_of(v[0]);
 	if (out->lost_nodes == 1) {
 		out->node = (uint32_t)lrintf(v[1]) * 32 + (uint32_t)lrintf(v[2]);
 		out->rank = (uint32_t)lrintf(v[3]);
 	}
+	out->vote.aborts = count_of(v[4]);
+	if (out->vote.aborts == 1) {
+		out->vote.node = (uint32_t)lrintf(v[5]) * 32 + (uint32_t)lrintf(v[6]);
+		out->vote.rank = (uint32_t)lrintf(v[7]);
+		out->vote.reason = (uint32_t)lrintf(v[8]);
+	}
+}
+
+bool gs_chunk_status_stops(const struct gs_chunk_status *s)
+{
+	return s->lost_nodes != 0 || s->vote.aborts != 0;
 }
 
 void gs_chunk_status_describe(const struct gs_chunk_status *s, uint32_t bucket, char *out,

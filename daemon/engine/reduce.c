@@ -48,20 +48,65 @@ static void on_mark(const struct gs_bucket_io *io, int mark, uint64_t first, uin
 	}
 }
 
+/* The nodes' summed vote stopped the step: why, in one wording whichever
+ * way the vote went. */
+static void describe_abort(struct gs_bucket_run *run, const struct gs_vote *v)
+{
+	run->status = GS_EABORTED;
+	unsigned long long step = (unsigned long long)run->step_number;
+	if (v->aborts > 1)
+		snprintf(run->error, sizeof(run->error), "%u nodes aborted step %llu", v->aborts,
+			 step);
+	else if (v->reason == GS_ABORT_TRAINER_GONE)
+		snprintf(run->error, sizeof(run->error),
+			 "trainer local rank %u of node %u went away during step %llu", v->rank,
+			 v->node, step);
+	else if (v->reason == GS_ABORT_MEMORY)
+		snprintf(run->error, sizeof(run->error),
+			 "trainer local rank %u of node %u lost the pages of its shared memory while gradsyncd read it (SIGBUS) during step %llu",
+			 v->rank, v->node, step);
+	else if (v->reason == GS_ABORT_TIMEOUT)
+		snprintf(run->error, sizeof(run->error),
+			 "step %llu timed out on node %u waiting for gradients (its log names them)",
+			 step, v->node);
+	else
+		snprintf(run->error, sizeof(run->error), "node %u aborted step %llu", v->node, step);
+}
+
+/* This node's vote on the bucket: go on, or abort with its reason. */
+static void own_vote(struct gs_bucket_run *run)
+{
+	run->vote = (struct gs_vote){ 0 };
+	if (run->abort_reason)
+		run->vote = (struct gs_vote){ 1, run->node_rank, run->abort_rank,
+					      (uint32_t)run->abort_reason };
+}
+
+static int vote_timeout_ms(const struct gs_bucket_run *run)
+{
+	const struct gs_settings *s = run->job->env.settings;
+	return (int)((s->step_timeout + s->peer_timeout) * 1000);
+}
+
 /* A backend that reduces a bucket at once (CUDA: one kernel launch per
  * bucket, chunked only where the bucket passes the fusion buffer). */
 static void run_whole(struct gs_bucket_run *run)
 {
 	struct gs_backend *b = run->backend;
+	bool in_data = run->nodes > 1 && b->votes_in_data;
 	struct gs_bucket_io io = {
 		run->plan, run->counts, run->bucket, run->nranks,
 		(float *const *const *)run->tensors, run->pack, run->postscale,
 		run->clipped, &run->nonfinite, on_mark, run, run->ready_event,
-		&run->lost,
+		&run->lost, in_data ? &run->vote : NULL, in_data ? vote_timeout_ms(run) : 0,
 	};
+	if (in_data)
+		own_vote(run);
 	uint64_t start = gs_now_ns();
 	int err = b->ops->reduce_bucket(b, &io);
-	if (err != GS_OK) {
+	if (err == GS_EABORTED && in_data && run->vote.aborts)
+		describe_abort(run, &run->vote);
+	else if (err != GS_OK) {
 		run->status = err;
 		snprintf(run->error, sizeof(run->error), "%s", b->error);
 	}
@@ -80,13 +125,9 @@ static void run_whole(struct gs_bucket_run *run)
  * exact for these small integers. */
 static void vote(struct gs_bucket_run *run)
 {
-	float v[4] = { 0, 0, 0, 0 };
-	if (run->abort_reason) {
-		v[0] = 1;
-		v[1] = (float)run->node_rank;
-		v[2] = (float)run->abort_rank;
-		v[3] = (float)run->abort_reason;
-	}
+	own_vote(run);
+	float v[4] = { (float)run->vote.aborts, (float)run->vote.node, (float)run->vote.rank,
+		       (float)run->vote.reason };
 	char err[256];
 	const struct gs_group_port *g = &run->job->env.group;
 	int rc = g->vote(g->ctx, v, 4, err, sizeof(err));
@@ -95,28 +136,28 @@ static void vote(struct gs_bucket_run *run)
 		snprintf(run->error, sizeof(run->error), "%s", err);
 		return;
 	}
-	if (v[0] == 0)
-		return;
-	run->status = GS_EABORTED;
-	unsigned node = (unsigned)v[1], rank = (unsigned)v[2];
-	if (v[0] > 1)
-		snprintf(run->error, sizeof(run->error), "%u nodes aborted step %llu",
-			 (unsigned)v[0], (unsigned long long)run->step_number);
-	else if ((int)v[3] == GS_ABORT_TRAINER_GONE)
-		snprintf(run->error, sizeof(run->error),
-			 "trainer local rank %u of node %u went away during step %llu", rank, node,
-			 (unsigned long long)run->step_number);
-	else if ((int)v[3] == GS_ABORT_MEMORY)
-		snprintf(run->error, sizeof(run->error),
-			 "trainer local rank %u of node %u lost the pages of its shared memory while gradsyncd read it (SIGBUS) during step %llu",
-			 rank, node, (unsigned long long)run->step_number);
-	else if ((int)v[3] == GS_ABORT_TIMEOUT)
-		snprintf(run->error, sizeof(run->error),
-			 "step %llu timed out on node %u waiting for gradients (its log names them)",
-			 (unsigned long long)run->step_number, node);
-	else
-		snprintf(run->error, sizeof(run->error), "node %u aborted step %llu", node,
-			 (unsigned long long)run->step_number);
+	struct gs_vote sum = { (uint32_t)v[0], (uint32_t)v[1], (uint32_t)v[2], (uint32_t)v[3] };
+	if (sum.aborts)
+		describe_abort(run, &sum);
+}
+
+/* A node that aborts, where the vote rides in the data: the bucket's
+ * first all-reduce with its vote and no tensors. */
+static void vote_in_data(struct gs_bucket_run *run)
+{
+	struct gs_backend *b = run->backend;
+	own_vote(run);
+	struct gs_bucket_io io = {
+		.plan = run->plan, .counts = run->counts, .bucket = run->bucket,
+		.vote = &run->vote, .vote_timeout_ms = vote_timeout_ms(run),
+	};
+	int rc = b->ops->reduce_bucket(b, &io);
+	if (rc == GS_EABORTED && run->vote.aborts)
+		describe_abort(run, &run->vote);
+	else {
+		run->status = rc == GS_OK ? GS_EABORTED : rc;
+		snprintf(run->error, sizeof(run->error), "%s", b->error);
+	}
 }
 
 static void bucket_work(struct gs_work *w)
@@ -129,8 +170,11 @@ static void bucket_work(struct gs_work *w)
 			 (unsigned long long)run->step_number);
 		return;
 	}
-	if (run->nodes > 1)
+	bool in_data = run->nodes > 1 && run->backend->votes_in_data;
+	if (run->nodes > 1 && !in_data)
 		vote(run);
+	else if (in_data && run->abort_reason)
+		vote_in_data(run);
 	if (run->abort_reason && run->status == GS_OK)
 		run->status = GS_EABORTED;
 	if (run->status != GS_OK) {

@@ -39,10 +39,14 @@ struct gs_bucket_run {
 	float postscale;
 	struct gs_span *spans; /* room for one chunk's spans */
 	/* With several nodes every bucket starts with a vote: a node that
-	 * aborts the step takes part in the vote only, with its reason. */
+	 * aborts the step takes part in the vote only, with its reason. The
+	 * vote is a collective of its own, or, where the backend carries it
+	 * (votes_in_data), rides in the bucket's first all-reduce; then vote
+	 * holds this node's and, after, the nodes' sum. */
 	uint32_t nodes, node_rank;
 	int abort_reason; /* 0: go on */
 	uint32_t abort_rank;
+	struct gs_vote vote;
 	/* For the trace: the step's first readiness and this launch, and the
 	 * backend's marks of the chunk in progress (gs_io_mark). */
 	uint64_t ready_ns, launch_ns;

@@ -43,10 +43,12 @@ def peer_state(sock, job, node):
 
 class Nodes:
     """A daemon on each of the `count` nodes of cluster c, on sockets in
-    tmp, with `flags` besides the node's address and port."""
+    tmp, with `flags` besides the node's address and port; `cpus`: the
+    CPUs each daemon may use ("0-1"), else its node's one."""
 
-    def __init__(self, c, tmp, count, *flags):
+    def __init__(self, c, tmp, count, *flags, cpus=None):
         self.c, self.tmp, self.count, self.flags = c, tmp, count, flags
+        self.wide = ["taskset", "-c", cpus] if cpus else []
         self.socks = [os.path.join(tmp, f"n{k}.sock") for k in range(count)]
         self.daemons = [None] * count
         self.starts = [0] * count
@@ -62,7 +64,7 @@ class Nodes:
     def start(self, k):
         """Starts node k's daemon (again, once the last one is gone)."""
         self.starts[k] += 1
-        argv = self.c.argv(k, DAEMON, f"--socket={self.socks[k]}",
+        argv = self.c.argv(k, *self.wide, DAEMON, f"--socket={self.socks[k]}",
                            f"--node-address=10.77.0.{k + 1}", f"--node-port={PORT}",
                            "--config=", *self.flags)
         self.daemons[k] = spawn(argv, self.log(k), env=daemon_env())

@@ -3,7 +3,13 @@ reaching the other over its shaped link: a job of 2 nodes x 1 trainer whose
 every element the verifying trainers check, then node 1's link cut in the
 middle of a step: node 0's trainer has the step aborted, naming node 1,
 within --peer-timeout and a slack, node 0's daemon answers status
-throughout, and both daemons then stop cleanly. Skipped (77) where namespaces cannot be made or without Gloo.
+throughout, and both daemons then stop cleanly. Then, on a slow link, the
+cut comes in the middle of a bucket of several pipeline slices, some of
+them all-reduced: each trainer finds every tensor its own, bit for bit
+(none half reduced), and both daemons stop cleanly; and the same with node
+1's daemon SIGKILLed instead, node 0's trainer checked and node 0's daemon
+stopping cleanly. Skipped (77) where
+namespaces cannot be made or without Gloo.
 
 Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
 GS_HAVE_GLOO, GS_SOURCE_ROOT.
@@ -27,20 +33,46 @@ PEER_TIMEOUT = 2
 SLACK = 3
 
 
-def test_job_and_link_cut():
+def on_cluster(suffix, rate, body, cpus=None):
+    """body(cluster, nodes, tmp) with a daemon on each node of a cluster of
+    two at `rate` (on `cpus`, as Nodes takes them), their logs shown when
+    it fails."""
     if not (DAEMON and TRAINER and CTL):
         raise Skip("GS_DAEMON, GS_TRAINER and GS_CTL are meson's: run it through meson test")
     if os.environ.get("GS_HAVE_GLOO") != "1":
         raise Skip("several nodes need Gloo")
-    with Cluster("g", 2, "--rate", "1gbit") as c, \
+    with Cluster(suffix, 2, "--rate", rate) as c, \
             tempfile.TemporaryDirectory(prefix="gsnc-") as tmp:
         os.chmod(tmp, 0o755)
-        n = Nodes(c, tmp, 2, f"--peer-timeout={PEER_TIMEOUT}")
+        n = Nodes(c, tmp, 2, f"--peer-timeout={PEER_TIMEOUT}", cpus=cpus)
         try:
-            run_job_and_cut(c, n)
+            body(c, n, tmp)
         except BaseException:
-            n.dump()  # the daemons' side, before tmp goes
+            for k in range(2):  # the daemons' side, before tmp goes
+                print(f"--- node {k}'s daemon:\n"
+                      + text(os.path.join(tmp, f"daemon-{k}.log"))[-4000:])
             raise
+
+
+def test_job_and_link_cut():
+    on_cluster("g", "1gbit", lambda c, n, tmp: run_job_and_cut(c, n))
+
+
+def cut_link(c, k):
+    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n{k}", "link", "set", "eth0", "down"],
+                   check=True, timeout=10)
+
+
+def stop_cleanly(n, trainers):
+    """Both daemons stop cleanly (under the sanitizers, with their checks),
+    node 1's with its link still down."""
+    for p in trainers:
+        p.kill()
+        p.wait(timeout=10)
+    for d in n.daemons:
+        d.send_signal(signal.SIGTERM)
+    for k, d in enumerate(n.daemons):
+        check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
 
 
 def run_job_and_cut(c, n):
@@ -62,8 +94,7 @@ def run_job_and_cut(c, n):
              and job_status(n.socks[0], "cut")["state"] == "in step",
              30, "node 0 in step 2")
     cut = time.monotonic()
-    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n1", "link", "set", "eth0", "down"],
-                   check=True, timeout=10)
+    cut_link(c, 1)
     slowest = 0.0
     while "ABORTED step 2 as expected" not in text(log0):
         check(time.monotonic() - cut < PEER_TIMEOUT + SLACK,
@@ -84,15 +115,94 @@ def run_job_and_cut(c, n):
                      "node 0's status of the job")
     check(peers[1]["state"] == "lost", f"node 0 shows node 1 as {peers[1]}")
 
-    # Both daemons stop cleanly (under the sanitizers, with their checks),
-    # node 1's with its link still down.
-    p1.kill()
-    p1.wait(timeout=10)
-    for d in n.daemons:
-        d.send_signal(signal.SIGTERM)
-    for k, d in enumerate(n.daemons):
-        check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
+    stop_cleanly(n, [p1])
+
+
+# The host backend's all-reduce of a bucket goes in a head of HEAD elements
+# and then slices of SLICE (where node 0 has two CPUs), each followed by a
+# status of STATUS elements (node protocol 7).
+HEAD, SLICE, STATUS = 16384, 1048576, 9
+# This layout is one bucket of three tensors (the third, in backpropagation
+# order, passes the threshold): 3000000 elements, a head and 3 slices.
+PIPE_TENSORS = [1000000, 1000000, 1000000]
+PIPE_RATE = "25mbit"  # a full slice (2 MiB of fp16) takes about 0.7 s
+
+
+def wire_bytes(elements):
+    """fp16 bytes node 0 sends for a bucket on two nodes (a ring sends one
+    buffer): every slice's elements and its status."""
+    slices = 1 + -(-(elements - HEAD) // SLICE)
+    return (elements + STATUS * slices) * 2
+
+
+def mid_pipeline(suffix, lose):
+    # Node 0 offers pipeline slices only where it may use two CPUs: the
+    # daemons get every CPU rather than their node's one.
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise Skip("the pipeline needs node 0 on two CPUs; this machine lends one")
+    on_cluster(suffix, PIPE_RATE, lambda c, n, tmp: run_mid_pipeline(c, n, tmp, lose),
+               ",".join(map(str, cpus)))
+
+
+def test_link_cut_mid_pipeline():
+    mid_pipeline("p", "cut")
+
+
+def test_peer_killed_mid_pipeline():
+    mid_pipeline("q", "kill")
+
+
+def run_mid_pipeline(c, n, tmp, lose):
+    """Node 1 lost while node 0 is in the middle of a bucket's pipeline: its
+    link cut ("cut"), or its daemon SIGKILLed ("kill")."""
+    layout = os.path.join(tmp, "pipeline.txt")
+    with open(layout, "w") as f:
+        f.write("# one bucket of many pipeline slices\n")
+        for i, count in enumerate(PIPE_TENSORS):
+            f.write(f"t{i} {count} {count}\n")
+    bucket0 = wire_bytes(sum(PIPE_TENSORS))
+    step = bucket0
+    full = (SLICE + STATUS) * 2  # bytes of one slice after the head
+
+    # Step 1 whole; step 2 cut while node 0 sends the second of the
+    # bucket's 3 slices after its head (the first and the head are sent).
+    t = [n.trainer(k, "pipe", layout, 2, "--expect-abort-at", "2") for k in range(2)]
+    def mid_bucket():
+        js = job_status(n.socks[0], "pipe") or {}
+        sent = js.get("internode_bytes", 0) - step
+        check(sent < 2 * full, f"node 0 sent {sent} bytes of step 2 unseen: the status "
+              "came too late to cut in the middle of bucket 0")
+        return sent >= full and js.get("current_step") == 2
+    wait_for(mid_bucket, 60, "node 0 in the middle of step 2's bucket")
+    if lose == "cut":
+        cut_link(c, 1)
+    else:
+        n.daemons[1].kill()
+        n.daemons[1].wait(timeout=10)
+    at_cut = job_status(n.socks[0], "pipe")["internode_bytes"] - step
+    # Node 1's trainer loses its daemon with it; node 0's is checked alone.
+    for k, (p, log) in enumerate(t if lose == "cut" else t[:1]):
+        rc = p.wait(timeout=60)
+        out = text(log)
+        print(out.strip())
+        check(rc == 0 and "ABORTED step 2 as expected" in out,
+              f"node {k}'s trainer exited {rc}: {out}")
+        # The bucket was cut: none of its tensors reduced; the trainer
+        # checked each is its own, bit for bit.
+        check(f"0 of {len(PIPE_TENSORS)} tensors reduced" in out,
+              f"node {k}'s trainer: tensors reduced after the cut: {out}")
+    sent = job_status(n.socks[0], "pipe")["internode_bytes"] - step
+    print(f"node 0 had sent {at_cut} bytes of step 2's bucket 0 at the cut and {sent} "
+          f"in all, of {bucket0} ({full} a slice)")
+    check(full <= at_cut <= sent < bucket0,
+          f"not cut in the middle of bucket 0: {at_cut}, then {sent} of {bucket0} bytes")
+    if lose == "kill":
+        t[1][0].kill()
+        t[1][0].wait(timeout=10)
+        n.daemons = n.daemons[:1]
+    stop_cleanly(n, [])
 
 
 if __name__ == "__main__":
-    run([test_job_and_link_cut])
+    run([test_job_and_link_cut, test_link_cut_mid_pipeline, test_peer_killed_mid_pipeline])

@@ -1,0 +1,265 @@
+/*
+ * The host backend's pipeline between real processes: two ranks, each a
+ * host backend of one or two local trainers joined to a Gloo group on loopback
+ * (the pipeline slice rank 0 offers through the store: with one CPU here,
+ * whole chunks), reduce a bucket of several pipeline slices (and one of several chunks
+ * through a small fusion buffer) and a bucket of one slice. The expected
+ * sums are the test's own (small integers, exact in every wire dtype).
+ * Then one rank votes to abort in the bucket's data: both stop at that
+ * bucket with the same summed vote, the other rank's tensors bit for bit
+ * its own, and the next bucket goes through on both (the two issued the
+ * same all-reduces).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "backend/gloo/gloo_comm.h"
+#include "errors.h"
+#include "file_store.h"
+#include "ranks.h"
+
+#define TIMEOUT_MS 20000
+#define MAX_LOCAL 2
+/* Bucket 0: four tensors, 1062151 elements (the crossing tensor flushes
+ * it at the threshold): a head of 16384 and, where rank 0 has two CPUs,
+ * slices of 1048576 (two trainers claim them in pieces of 262144); bucket
+ * 1: one tensor of 5. */
+#define NT 5
+static const uint64_t counts[NT] = { 300000, 500000, 7, 262144, 5 };
+#define THRESHOLD 1000000
+
+struct setup {
+	char *dir;
+	enum gs_wire wire;
+	uint64_t fusion;
+	int abort_rank; /* votes to abort bucket 0; -1: none */
+	unsigned local; /* trainers per node, 1 or 2 */
+};
+
+/* A small integer, different per node, trainer, tensor and element. */
+static float value(int node, int local, int t, uint64_t i)
+{
+	return (float)((int)((node * 7 + local * 3 + t * 5 + i) % 16) - 8);
+}
+
+static float reduced(unsigned local, int t, uint64_t i)
+{
+	float s = 0;
+	for (int n = 0; n < 2; n++)
+		for (int l = 0; l < (int)local; l++)
+			s += value(n, l, t, i);
+	return s;
+}
+
+struct rank_state {
+	struct gs_backend *b;
+	unsigned local;
+	struct gs_plan plan;
+	float *tensors[MAX_LOCAL][NT];
+	struct gs_pack_params pack[MAX_LOCAL];
+	uint64_t clipped[MAX_LOCAL], nonfinite;
+	struct gs_vote vote;
+};
+
+static int reduce(struct rank_state *s, uint32_t bucket, unsigned nranks, bool abort)
+{
+	float *const *tensors[MAX_LOCAL] = { s->tensors[0], s->tensors[1] };
+	s->vote = (struct gs_vote){ 0 };
+	if (abort)
+		s->vote = (struct gs_vote){ 1, 1, 1, 2 };
+	struct gs_bucket_io io = {
+		.plan = &s->plan, .counts = counts, .bucket = bucket, .nranks = nranks,
+		.tensors = tensors, .pack = s->pack, .postscale = 1.0f, .clipped = s->clipped,
+		.nonfinite = &s->nonfinite, .vote = &s->vote, .vote_timeout_ms = TIMEOUT_MS,
+	};
+	return s->b->ops->reduce_bucket(s->b, &io);
+}
+
+/* 0 when every tensor of bucket `bucket` holds the reduced sum (reduced)
+ * or, bit for bit, this rank's own values. */
+static int check_bucket(struct rank_state *s, int rank, uint32_t bucket, bool want_reduced)
+{
+	const struct gs_bucket *bk = &s->plan.buckets[bucket];
+	for (uint32_t m = 0; m < bk->count; m++) {
+		int t = (int)s->plan.members[bk->first + m];
+		for (int l = 0; l < (int)s->local; l++)
+			for (uint64_t i = 0; i < counts[t]; i++) {
+				float want = want_reduced ? reduced(s->local, t, i) : value(rank, l, t, i);
+				if (s->tensors[l][t][i] != want) {
+					fprintf(stderr, "rank %d: tensor %d of trainer %d, element %llu is %g, want %g\n",
+						rank, t, l, (unsigned long long)i,
+						(double)s->tensors[l][t][i], (double)want);
+					return 1;
+				}
+			}
+	}
+	return 0;
+}
+
+/* The group's store for join_group: the test's file store, whose keys
+ * hold no '/'. */
+static int kv_set(void *ctx, const char *key, const void *value, size_t len)
+{
+	char k[128];
+	snprintf(k, sizeof(k), "%s", key);
+	for (char *c = k; *c; c++)
+		*c = *c == '/' ? '_' : *c;
+	struct gs_gloo_store_ops *st = ctx;
+	return st->set(st->ctx, k, value, len);
+}
+
+static int kv_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+	char k[128];
+	snprintf(k, sizeof(k), "%s", key);
+	for (char *c = k; *c; c++)
+		*c = *c == '/' ? '_' : *c;
+	struct gs_gloo_store_ops *st = ctx;
+	return st->get(st->ctx, k, value, len, timeout_ms);
+}
+
+static int rank_main(int rank, int size, void *arg)
+{
+	const struct setup *su = arg;
+	struct rank_state s = { 0 };
+	char err[256];
+	struct gs_gloo_store_ops store = file_store(su->dir);
+	struct gs_gloo *g = NULL;
+	if (gs_gloo_create(&store, rank, size, "127.0.0.1", TIMEOUT_MS, &g, err, sizeof(err)) != GS_OK) {
+		fprintf(stderr, "rank %d: %s\n", rank, err);
+		return 2;
+	}
+	s.local = su->local;
+	s.b = gs_backend_host_create(s.local, su->wire, su->fusion, false);
+	if (!s.b || gs_plan_build(counts, NT, THRESHOLD, &s.plan) != 0 || s.plan.nbuckets != 2)
+		return 3;
+	struct gs_kv kv = { .ctx = &store, .set = kv_set, .get = kv_get };
+	struct gs_group_join join = { .node_rank = (uint32_t)rank, .nodes = (uint32_t)size,
+				      .join_timeout_ms = TIMEOUT_MS, .peer_timeout_ms = TIMEOUT_MS,
+				      .kv = &kv, .gloo = g };
+	if (s.b->ops->join_group(s.b, &join, err, sizeof(err)) != GS_OK || !s.b->votes_in_data) {
+		fprintf(stderr, "rank %d: join_group: %s\n", rank, err);
+		return 4;
+	}
+	for (int l = 0; l < (int)s.local; l++) {
+		s.pack[l] = (struct gs_pack_params){ .prescale = 1.0f };
+		for (int t = 0; t < NT; t++) {
+			s.tensors[l][t] = malloc(counts[t] * sizeof(float));
+			if (!s.tensors[l][t])
+				return 5;
+			for (uint64_t i = 0; i < counts[t]; i++)
+				s.tensors[l][t][i] = value(rank, l, t, i);
+		}
+	}
+	int rc;
+	if (su->abort_rank < 0) {
+		if ((rc = reduce(&s, 0, s.local, false)) != GS_OK) {
+			fprintf(stderr, "rank %d: bucket 0: %d %s\n", rank, rc, s.b->error);
+			return 6;
+		}
+		if (check_bucket(&s, rank, 0, true))
+			return 7;
+	} else {
+		bool mine = rank == su->abort_rank;
+		rc = reduce(&s, 0, mine ? 0 : s.local, mine);
+		if (rc != GS_EABORTED) {
+			fprintf(stderr, "rank %d: bucket 0 gave %d, want GS_EABORTED\n", rank, rc);
+			return 8;
+		}
+		if (s.vote.aborts != 1 || s.vote.node != (uint32_t)su->abort_rank || s.vote.rank != 1 ||
+		    s.vote.reason != 2) {
+			fprintf(stderr, "rank %d: summed vote %u %u %u %u\n", rank, s.vote.aborts,
+				s.vote.node, s.vote.rank, s.vote.reason);
+			return 9;
+		}
+		if (check_bucket(&s, rank, 0, false))
+			return 10;
+	}
+	if ((rc = reduce(&s, 1, s.local, false)) != GS_OK) {
+		fprintf(stderr, "rank %d: bucket 1: %d %s\n", rank, rc, s.b->error);
+		return 11;
+	}
+	if (check_bucket(&s, rank, 1, true))
+		return 12;
+	s.b->ops->leave_group(s.b);
+	s.b->ops->destroy(s.b);
+	gs_gloo_destroy(g);
+	gs_plan_free(&s.plan);
+	for (int l = 0; l < (int)s.local; l++)
+		for (int t = 0; t < NT; t++)
+			free(s.tensors[l][t]);
+	return 0;
+}
+
+static void run(enum gs_wire wire, uint64_t fusion, int abort_rank, unsigned local)
+{
+	struct setup su = { file_store_dir_create(), wire, fusion, abort_rank, local };
+	assert_non_null(su.dir);
+	struct ranks rk;
+	int status[2];
+	assert_int_equal(ranks_start(&rk, 2, rank_main, &su), 0);
+	int overran = ranks_wait(&rk, 3 * TIMEOUT_MS, status);
+	file_store_dir_remove(su.dir);
+	assert_int_equal(overran, 0);
+	assert_int_equal(status[0], 0);
+	assert_int_equal(status[1], 0);
+}
+
+static void pipelined_fp16(void **state)
+{
+	(void)state;
+	run(GS_WIRE_F16, 4194304, -1, 2);
+}
+
+static void pipelined_bf16(void **state)
+{
+	(void)state;
+	run(GS_WIRE_BF16, 4194304, -1, 1);
+}
+
+static void pipelined_fp32(void **state)
+{
+	(void)state;
+	run(GS_WIRE_F32, 4194304, -1, 2);
+}
+
+/* Bucket 0 through a fusion buffer of 600000: two chunks, three slices
+ * and two. */
+static void pipelined_staged(void **state)
+{
+	(void)state;
+	run(GS_WIRE_F16, 600000, -1, 1);
+}
+
+static void vote_in_data_rank_1(void **state)
+{
+	(void)state;
+	run(GS_WIRE_F16, 4194304, 1, 1);
+}
+
+static void vote_in_data_rank_0_staged(void **state)
+{
+	(void)state;
+	run(GS_WIRE_BF16, 600000, 0, 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(pipelined_fp16),
+		cmocka_unit_test(pipelined_bf16),
+		cmocka_unit_test(pipelined_fp32),
+		cmocka_unit_test(pipelined_staged),
+		cmocka_unit_test(vote_in_data_rank_1),
+		cmocka_unit_test(vote_in_data_rank_0_staged),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
