@@ -4,9 +4,11 @@
  * bucket and one process per node, as Horovod's timeline shows tensors.
  * Phases: WAIT_FOR_GRADIENTS (from the step's first readiness to the
  * bucket's launch), QUEUE (launched, waiting for the worker and, with
- * several nodes, for every node's vote to go on), then PACK,
- * ALLREDUCE and UNPACK for each chunk that goes through the fusion buffer
- * (or one REDUCE for the bucket, from a backend that does not mark them).
+ * several nodes on the CUDA backend, for every node's vote to go on), then
+ * PACK, ALLREDUCE and UNPACK for each chunk that goes through the fusion
+ * buffer (or one REDUCE for the bucket, from a backend that does not mark
+ * them). The host backend's vote rides in a chunk's data, so there the
+ * wait for the other nodes shows in the first chunk's ALLREDUCE.
  *
  * The file is opened by gradsyncctl, as the user who asked, and passed to
  * the daemon as a descriptor: the daemon writes where that user may write
