@@ -21,6 +21,27 @@
 
 /* ---- The group, built on the worker thread -------------------------------- */
 
+/* The group's Gloo handle changes on the worker thread, which alone runs
+ * collectives on it; the old one, if any, is destroyed. */
+static void set_gloo(struct gs_cluster *c, struct gs_gloo *g)
+{
+	pthread_mutex_lock(&c->gloo_lock);
+	struct gs_gloo *old = c->gloo;
+	c->gloo = g;
+	pthread_mutex_unlock(&c->gloo_lock);
+	gs_gloo_destroy(old);
+}
+
+/* A node is gone (the loop thread's news): a collective the worker waits
+ * in would only wait out its deadline (a vote's is --step-timeout plus
+ * --peer-timeout), and the group is to be rebuilt, so end it now. */
+static void interrupt_group(struct gs_cluster *c, const char *why)
+{
+	pthread_mutex_lock(&c->gloo_lock);
+	gs_gloo_interrupt(c->gloo, why);
+	pthread_mutex_unlock(&c->gloo_lock);
+}
+
 /* Store keys of one group generation of one coordinator's incarnation, so
  * that a rebuilt group never reads a departed one's addresses, nor one
  * built for a coordinator that has since restarted: the store of the
@@ -139,20 +160,20 @@ static int build_group(struct gs_cluster *c, struct gs_rdv_client *rdv,
 		return rc;
 	struct gs_gloo_store_ops store = { &gs, store_set, store_get };
 	char why[400];
+	struct gs_gloo *g = NULL;
 	rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
-			    s->gloo_host[0] ? s->gloo_host : NULL, join_timeout_ms(c), &c->gloo, why,
+			    s->gloo_host[0] ? s->gloo_host : NULL, join_timeout_ms(c), &g, why,
 			    sizeof(why));
 	if (rc != GS_OK) {
 		snprintf(err, n, "building the Gloo group: %s", why);
 		return rc;
 	}
+	set_gloo(c, g);
 	gs_info("the group of %u nodes sums buckets of up to %zu bytes by recursive doubling, up to %zu by Rabenseifner's halving and doubling, larger ones by Gloo's ring",
 		s->nodes, gs_gloo_doubling_up_to(c->gloo), gs_gloo_rabenseifner_up_to(c->gloo));
 	rc = join_backend(c, &kv, nodes, err, n);
-	if (rc != GS_OK) {
-		gs_gloo_destroy(c->gloo);
-		c->gloo = NULL;
-	}
+	if (rc != GS_OK)
+		set_gloo(c, NULL);
 	return rc;
 }
 
@@ -204,6 +225,7 @@ static void on_node_lost(struct gs_cluster *c, const Gradsync__NodeLost *m)
 	snprintf(why, sizeof(why), "node %u went away: %s", m->node_rank,
 		 m->reason ? m->reason : "");
 	gs_warn("%s; steps wait until it returns", why);
+	interrupt_group(c, why);
 	gs_job_peer_lost(c->job, why);
 }
 
@@ -224,8 +246,10 @@ static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *
 	case GRADSYNC__MESSAGE__BODY_REGROUP:
 		/* A group that failed on some node: the step in flight cannot
 		 * finish on any node. */
-		if (m->regroup->reason && m->regroup->reason[0])
+		if (m->regroup->reason && m->regroup->reason[0]) {
+			interrupt_group(c, m->regroup->reason);
 			gs_job_peer_lost(c->job, m->regroup->reason);
+		}
 		start_regroup(c, m->regroup->generation);
 		break;
 	case GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT: {
@@ -263,6 +287,7 @@ static void coordinator_closed(struct gs_conn *conn)
 	c->group_ready = false;
 	if (c->node_rank == 0) {
 		gs_error("lost this node's own connection to its rendezvous: several-node steps stop until gradsyncd is restarted");
+		interrupt_group(c, "node 0 lost its connection to its own rendezvous");
 		gs_job_peer_lost(c->job, "node 0 lost its connection to its own rendezvous");
 		return;
 	}
@@ -273,6 +298,7 @@ static void coordinator_closed(struct gs_conn *conn)
 		 c->settings->coordinator);
 	gs_error("lost the connection to the coordinator (node 0) at %s: re-joining it when it is back (steps wait meanwhile, each up to --step-timeout)",
 		 c->settings->coordinator);
+	interrupt_group(c, why);
 	gs_job_peer_lost(c->job, why);
 	drop_group(c);
 	start_rejoin(c);
@@ -339,8 +365,7 @@ static void drop_group_run(struct gs_cluster *c)
 	struct gs_backend *b = c->backend;
 	if (b->ops->leave_group)
 		b->ops->leave_group(b);
-	gs_gloo_destroy(c->gloo);
-	c->gloo = NULL;
+	set_gloo(c, NULL);
 }
 
 struct regroup_work {
@@ -656,6 +681,7 @@ void gs_cluster_init(struct gs_cluster *c, const struct gs_cluster_parts *parts)
 		.port = parts->port,
 		.cancel_fd = -1,
 	};
+	pthread_mutex_init(&c->gloo_lock, NULL);
 }
 
 int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, const char *why),
@@ -712,6 +738,9 @@ void gs_cluster_cancel(struct gs_cluster *c)
 	c->stopping = true;
 	if (c->cancel_fd >= 0 && write(c->cancel_fd, &one, sizeof(one)) < 0)
 		gs_warn("cannot signal the cluster's waits to end");
+	/* A vote the worker waits in (an aborting trainer's, say) would
+	 * hold the shutdown for --step-timeout. */
+	interrupt_group(c, "gradsyncd is shutting down");
 	if (c->rejoiner_started) {
 		c->rejoiner_started = false;
 		gs_worker_stop(&c->rejoiner);
@@ -720,7 +749,9 @@ void gs_cluster_cancel(struct gs_cluster *c)
 
 void gs_cluster_close(struct gs_cluster *c)
 {
-	/* The job may end long before the daemon: its connections go now. */
+	/* The job may end long before the daemon: its connections go now,
+	 * and so does a collective its worker still waits in. */
+	interrupt_group(c, "the job ended on this node");
 	if (c->conn)
 		gs_conn_close(c->conn);
 	gs_rdv_server_stop(c->rdv_server);
@@ -736,8 +767,7 @@ void gs_cluster_destroy(struct gs_cluster *c)
 	if (c->cancel_fd >= 0)
 		close(c->cancel_fd);
 	c->cancel_fd = -1;
-	gs_gloo_destroy(c->gloo);
-	c->gloo = NULL;
+	set_gloo(c, NULL);
 	gs_rdv_client_close(c->rdv);
 	c->rdv = NULL;
 	free(c->node);

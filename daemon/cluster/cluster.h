@@ -19,6 +19,7 @@
 #ifndef GS_CLUSTER_H
 #define GS_CLUSTER_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,7 +66,10 @@ struct gs_cluster {
 	uint32_t rank_base;   /* global rank of this node's local rank 0 */
 	struct gs_node_info *node; /* by node rank */
 	struct gs_rdv_client *rdv; /* worker thread only */
+	/* Made and dropped by the worker thread; the loop thread reaches it
+	 * only to interrupt it (a node gone), under gloo_lock. */
 	struct gs_gloo *gloo;
+	pthread_mutex_t gloo_lock;
 	bool joined;
 	int cancel_fd; /* an eventfd: readable once the daemon shuts down */
 	/* After joining, the loop holds the connection to the coordinator. */

@@ -5,10 +5,13 @@
  * (SIGKILL) in the middle of a stream of all-reduces, and bad arguments;
  * recursive doubling's and Rabenseifner's waits end at the call's timeout,
  * a vote's small buffer included, where Gloo's classic halving-doubling
- * ends at the group's (the reason the daemon does not run it).
+ * ends at the group's (the reason the daemon does not run it); and an
+ * interrupt from another thread ends doubling's and Rabenseifner's waits
+ * at once, naming why.
  * After a failure the handle refuses further work (GS_ESTATE) and can be
  * destroyed without hanging.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -367,6 +370,89 @@ static void doubling_killed_peer_fails_in_time(void **state)
 	scenario_free(s);
 }
 
+/* ------------------------------------------- an interrupt from another thread */
+
+struct interrupter {
+	struct gs_gloo *g;
+	int after_ms;
+};
+
+static void *interrupt_later(void *arg)
+{
+	struct interrupter *i = arg;
+	nanosleep(&(struct timespec){i->after_ms / 1000, (i->after_ms % 1000) * 1000000L}, NULL);
+	gs_gloo_interrupt(i->g, "node 1 went away (the test says)");
+	return NULL;
+}
+
+/* Rank 0 calls with a long timeout (a vote's: --step-timeout plus
+ * --peer-timeout) while rank 1 stalls; another thread of rank 0
+ * interrupts it, as the daemon does when its liveness finds a node gone. */
+static int interrupted_rank(int rank, int size, void *arg)
+{
+	struct algo_case *c = arg;
+	struct scenario *s = c->s;
+	struct outcome *o = &s->out[rank];
+	struct gs_gloo *g = join(s, rank);
+	float *buf = calloc(c->count, sizeof(*buf));
+	if (!g || !buf)
+		return 1;
+	if (rank == c->stall) {
+		double give_up = gs_now_ms() + 4 * (s->timeout + c->call_timeout);
+		while (__atomic_load_n(&s->out[0].rc_after, __ATOMIC_ACQUIRE) == 0 &&
+		       gs_now_ms() < give_up)
+			nanosleep(&(struct timespec){0, 10000000}, NULL);
+	} else {
+		struct interrupter i = {g, 300};
+		pthread_t t;
+		if (pthread_create(&t, NULL, interrupt_later, &i) != 0)
+			return 1;
+		o->start = gs_now_ms();
+		o->rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
+					       c->call_timeout, o->msg, MSG_LEN);
+		o->end = gs_now_ms();
+		pthread_join(t, NULL);
+		int rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
+						c->call_timeout, o->msg_after, MSG_LEN);
+		__atomic_store_n(&o->rc_after, rc, __ATOMIC_RELEASE);
+	}
+	gs_gloo_destroy(g);
+	free(buf);
+	return 0;
+}
+
+/* The interrupted call ends at the interrupt, not at its 60 s timeout,
+ * naming why; the handle then refuses further work. */
+static void run_interrupted(int algo, size_t count)
+{
+	struct algo_case c = {scenario_new(2, 8000), algo, count, 60000, 1};
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, 2, interrupted_rank, &c), 0);
+	assert_int_equal(ranks_wait(&rk, 30000, status), 0);
+	assert_int_equal(status[0], 0);
+	assert_int_equal(status[1], 0);
+	struct outcome *o = &c.s->out[0];
+	print_message("%s, interrupted 300 ms in: %s after %.0f ms (call's timeout %d ms): %s\n",
+		      gs_gloo_algo_name(algo), gs_error_name(o->rc), o->end - o->start,
+		      c.call_timeout, o->msg);
+	assert_int_equal(o->rc, GS_EDISCONNECTED);
+	assert_true(o->end - o->start <= 300 + SLACK_MS);
+	assert_non_null(strstr(o->msg, "node 1 went away (the test says)"));
+	assert_int_equal(o->rc_after, GS_ESTATE);
+	scenario_free(c.s);
+}
+
+static void interrupt_ends_a_doubling_wait(void **state)
+{
+	run_interrupted(GS_GLOO_ALGO_DOUBLING, 16);
+}
+
+static void interrupt_ends_a_rabenseifner_wait(void **state)
+{
+	run_interrupted(GS_GLOO_ALGO_RABENSEIFNER, 100000);
+}
+
 /* ---------------------------------------------------------- bad arguments */
 
 static int never_set(void *ctx, const char *key, const void *value, size_t len)
@@ -425,6 +511,8 @@ int main(void)
 	    cmocka_unit_test(rabenseifner_stalled_peer_times_out),
 	    cmocka_unit_test(halving_doubling_waits_the_group_timeout),
 	    cmocka_unit_test(doubling_killed_peer_fails_in_time),
+	    cmocka_unit_test(interrupt_ends_a_doubling_wait),
+	    cmocka_unit_test(interrupt_ends_a_rabenseifner_wait),
 	    /* In this process, after every fork: they start Gloo threads. */
 	    cmocka_unit_test(bad_arguments),
 	    cmocka_unit_test(failing_store),

@@ -48,14 +48,19 @@ def on_cluster(suffix, rate, body, cpus=None):
         try:
             body(c, n, tmp)
         except BaseException:
-            for k in range(2):  # the daemons' side, before tmp goes
-                print(f"--- node {k}'s daemon:\n"
-                      + text(os.path.join(tmp, f"daemon-{k}.log"))[-4000:])
+            n.dump()  # the daemons' side, before tmp goes
             raise
 
 
 def test_job_and_link_cut():
-    on_cluster("g", "1gbit", lambda c, n, tmp: run_job_and_cut(c, n))
+    on_cluster("g", "1gbit", lambda c, n, tmp: run_job_and_cut(c, n, 5))
+
+
+def test_link_cut_in_a_vote():
+    # Node 1's trainer marks nothing of step 2: node 0 waits in bucket 0's
+    # head, whose wait for the other nodes' vote may last --step-timeout
+    # (180 s) plus --peer-timeout; the cut must end it at node 1's loss.
+    on_cluster("h", "1gbit", lambda c, n, tmp: run_job_and_cut(c, n, 0))
 
 
 def cut_link(c, k):
@@ -75,7 +80,7 @@ def stop_cleanly(n, trainers):
         check(d.wait(timeout=20) == 0, f"node {k}'s daemon exited {d.returncode}")
 
 
-def run_job_and_cut(c, n):
+def run_job_and_cut(c, n, marks):
     # A job of two nodes, every element of two steps checked.
     t = [n.trainer(k, "verified", LAYOUT, 2) for k in range(2)]
     for k, (p, log) in enumerate(t):
@@ -84,15 +89,17 @@ def run_job_and_cut(c, n):
               f"node {k}'s trainer exited {rc}: {text(log)}")
     print(text(t[0][1]).strip())
 
-    # Another job: node 1's trainer stops in step 2 with a few tensors
+    # Another job: node 1's trainer stops in step 2 with `marks` tensors
     # marked, so that node 0's step 2 is in flight (it waits for node 1)
     # when node 1's link goes down.
     p0, log0 = n.trainer(0, "cut", LAYOUT, 2, "--expect-abort-at", "2")
-    p1, log1 = n.trainer(1, "cut", LAYOUT, 3, "--pause-at-step", "2", "--pause-after", "5")
+    p1, log1 = n.trainer(1, "cut", LAYOUT, 3, "--pause-at-step", "2", "--pause-after",
+                         str(marks))
     wait_for(lambda: "PAUSED in step 2" in text(log1), 30, "node 1's trainer to pause")
     wait_for(lambda: (job_status(n.socks[0], "cut") or {}).get("current_step") == 2
              and job_status(n.socks[0], "cut")["state"] == "in step",
              30, "node 0 in step 2")
+    time.sleep(0.5)  # node 0's trainer's marks in, its buckets launched
     cut = time.monotonic()
     cut_link(c, 1)
     slowest = 0.0
@@ -205,4 +212,5 @@ def run_mid_pipeline(c, n, tmp, lose):
 
 
 if __name__ == "__main__":
-    run([test_job_and_link_cut, test_link_cut_mid_pipeline, test_peer_killed_mid_pipeline])
+    run([test_job_and_link_cut, test_link_cut_in_a_vote, test_link_cut_mid_pipeline,
+         test_peer_killed_mid_pipeline])

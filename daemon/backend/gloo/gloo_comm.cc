@@ -49,6 +49,8 @@ struct gs_gloo {
 	std::string broken;
 	// Recursive doubling's receive buffer, kept between calls.
 	std::vector<char> scratch;
+	// gs_gloo_interrupt's: ends doubling's and Rabenseifner's waits.
+	gs::Interrupt interrupt;
 	// What AUTO runs: the model's pick, or one algorithm for every call
 	// (GRADSYNCD_GLOO_ALGO, for benchmarks' baselines).
 	int forced = GS_GLOO_ALGO_AUTO;
@@ -263,10 +265,12 @@ void run_algorithm(gs_gloo *g, int wire, int algo, void *buf, size_t count, SumF
 	size_t elsize = wire == GS_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
 	switch (algo) {
 	case GS_GLOO_ALGO_DOUBLING:
-		gs::doubling_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout);
+		gs::doubling_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout,
+				       g->interrupt);
 		return;
 	case GS_GLOO_ALGO_RABENSEIFNER:
-		gs::rabenseifner_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout);
+		gs::rabenseifner_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout,
+					   g->interrupt);
 		return;
 	case GS_GLOO_ALGO_HALVING_DOUBLING:
 		if (wire == GS_WIRE_F32)
@@ -363,8 +367,15 @@ int run_allreduce(gs_gloo *g, int wire, void *buf, size_t count, int sum, int al
 	algo = resolve(g, wire, count, algo);
 	milliseconds timeout = timeout_ms > 0 ? milliseconds(timeout_ms) : g->timeout;
 	std::string msg;
-	rc = guarded([&] { run_algorithm(g, wire, algo, buf, count, fn, timeout); },
-		     op_name(g, wire, count, algo), err, errlen, &msg);
+	rc = guarded(
+		[&] {
+			// Interrupted: the group is to be rebuilt; not even the
+			// ring, which the interrupt cannot wake, may start.
+			if (g->interrupt.fired())
+				throw gloo::IoException("interrupted: " + g->interrupt.why());
+			run_algorithm(g, wire, algo, buf, count, fn, timeout);
+		},
+		op_name(g, wire, count, algo), err, errlen, &msg);
 	if (rc < 0) {
 		// Dropping the context closes every connection, so no late
 		// message can land in buf after we return.
@@ -492,6 +503,18 @@ extern "C" int gs_gloo_rank(const struct gs_gloo *g)
 extern "C" int gs_gloo_size(const struct gs_gloo *g)
 {
 	return g->size;
+}
+
+extern "C" void gs_gloo_interrupt(struct gs_gloo *g, const char *why)
+{
+	if (!g)
+		return;
+	try {
+		g->interrupt.fire(why ? why : "no reason given");
+	} catch (...) {
+		// A string that cannot be copied: the waits are not ended, and
+		// the call's deadline still bounds them.
+	}
 }
 
 extern "C" void gs_gloo_destroy(struct gs_gloo *g)

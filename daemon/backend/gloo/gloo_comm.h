@@ -125,6 +125,16 @@ size_t gs_gloo_rabenseifner_up_to(const struct gs_gloo *g);
 int gs_gloo_rank(const struct gs_gloo *g);
 int gs_gloo_size(const struct gs_gloo *g);
 
+/* Ends the wait of the all-reduce in progress on g and fails every later
+ * one at once (GS_EDISCONNECTED, the message ending in why): for a caller
+ * that learned by other means, its liveness pings, that a rank is gone, so
+ * that a call does not wait out its deadline. Any thread may call it while
+ * g lives; NULL does nothing. Doubling and Rabenseifner (the votes, the
+ * small buckets, every bucket's head) are woken; Gloo's ring, for large
+ * buffers, ends at its deadline, --peer-timeout. Then destroy g and create
+ * a new group. */
+void gs_gloo_interrupt(struct gs_gloo *g, const char *why);
+
 /* Closes the connections and frees g; NULL does nothing. Peers blocked in
  * an all-reduce with this rank then fail with GS_EDISCONNECTED. */
 void gs_gloo_destroy(struct gs_gloo *g);

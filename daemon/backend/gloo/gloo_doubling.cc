@@ -40,19 +40,80 @@ private:
 	steady_clock::time_point end_;
 };
 
-// A wait that returns false was aborted from elsewhere; nothing here aborts,
-// but say so rather than go on with a half-received buffer.
-void check(bool done, const char *what, int peer)
+// A wait that returns false was aborted: by the interrupt, which says why.
+void check(bool done, const char *what, int peer, Interrupt &interrupt)
 {
 	if (!done)
 		throw gloo::IoException(std::string("recursive doubling: ") + what + " with rank " +
-					std::to_string(peer) + " was aborted");
+					std::to_string(peer) + " was interrupted: " +
+					interrupt.why());
 }
+
+// Arms the interrupt with a call's two buffers for the call's life; made
+// after the buffers, so it disarms before they go.
+class Armed {
+public:
+	Armed(Interrupt &i, gloo::transport::UnboundBuffer *a, gloo::transport::UnboundBuffer *b)
+		: i_(i)
+	{
+		i_.arm(a, b);
+	}
+	~Armed()
+	{
+		i_.disarm();
+	}
+	Armed(const Armed &) = delete;
+	Armed &operator=(const Armed &) = delete;
+
+private:
+	Interrupt &i_;
+};
 
 } // namespace
 
+void Interrupt::fire(const std::string &why)
+{
+	std::lock_guard<std::mutex> lock(m_);
+	if (!fired_)
+		why_ = why;
+	fired_ = true;
+	for (auto *b : { a_, b_ })
+		if (b) {
+			b->abortWaitRecv();
+			b->abortWaitSend();
+		}
+}
+
+bool Interrupt::fired()
+{
+	std::lock_guard<std::mutex> lock(m_);
+	return fired_;
+}
+
+std::string Interrupt::why()
+{
+	std::lock_guard<std::mutex> lock(m_);
+	return why_;
+}
+
+void Interrupt::arm(gloo::transport::UnboundBuffer *a, gloo::transport::UnboundBuffer *b)
+{
+	std::lock_guard<std::mutex> lock(m_);
+	if (fired_)
+		throw gloo::IoException("interrupted: " + why_);
+	a_ = a;
+	b_ = b;
+}
+
+void Interrupt::disarm()
+{
+	std::lock_guard<std::mutex> lock(m_);
+	a_ = b_ = nullptr;
+}
+
 void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
-			size_t elsize, SumFn fn, std::vector<char> &scratch, milliseconds timeout)
+			size_t elsize, SumFn fn, std::vector<char> &scratch, milliseconds timeout,
+			Interrupt &interrupt)
 {
 	const int rank = ctx->rank, size = ctx->size;
 	if (size == 1 || count == 0)
@@ -64,6 +125,7 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 0);
 	auto mine = ctx->createUnboundBuffer(buf, bytes);
 	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
+	const Armed armed(interrupt, mine.get(), theirs.get());
 	int p = 1;
 	while (p * 2 <= size)
 		p *= 2;
@@ -74,14 +136,14 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 		// receive into buf may be posted at once.
 		mine->send(rank - p, slot);
 		mine->recv(rank - p, slot);
-		check(mine->waitRecv(d.left()), "the receive", rank - p);
-		check(mine->waitSend(d.left()), "the send", rank - p);
+		check(mine->waitRecv(d.left()), "the receive", rank - p, interrupt);
+		check(mine->waitSend(d.left()), "the send", rank - p, interrupt);
 		return;
 	}
 	const bool partner = rank + p < size;
 	if (partner) {
 		theirs->recv(rank + p, slot);
-		check(theirs->waitRecv(d.left()), "the receive", rank + p);
+		check(theirs->waitRecv(d.left()), "the receive", rank + p, interrupt);
 		fn(buf, buf, scratch.data(), count);
 	}
 	for (int mask = 1; mask < p; mask <<= 1) {
@@ -92,13 +154,13 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 		// this Gloo leaves a send waiting on a peer that never posted its
 		// receive asleep until the deadline. buf is being sent: add into
 		// it only once the send is done too.
-		check(theirs->waitRecv(d.left()), "the receive", peer);
-		check(mine->waitSend(d.left()), "the send", peer);
+		check(theirs->waitRecv(d.left()), "the receive", peer, interrupt);
+		check(mine->waitSend(d.left()), "the send", peer, interrupt);
 		fn(buf, buf, scratch.data(), count);
 	}
 	if (partner) {
 		mine->send(rank + p, slot);
-		check(mine->waitSend(d.left()), "the send", rank + p);
+		check(mine->waitSend(d.left()), "the send", rank + p, interrupt);
 	}
 }
 
@@ -115,23 +177,23 @@ struct Range {
 // sides know (they split the same range the same way).
 void exchange(gloo::transport::UnboundBuffer &out, gloo::transport::UnboundBuffer &into,
 	      int peer, uint64_t slot, size_t elsize, size_t so, size_t sn, size_t ro,
-	      size_t rn, const Deadline &d)
+	      size_t rn, const Deadline &d, Interrupt &interrupt)
 {
 	if (rn)
 		into.recv(peer, slot, ro * elsize, rn * elsize);
 	if (sn)
 		out.send(peer, slot, so * elsize, sn * elsize);
 	if (rn)
-		check(into.waitRecv(d.left()), "the receive", peer);
+		check(into.waitRecv(d.left()), "the receive", peer, interrupt);
 	if (sn)
-		check(out.waitSend(d.left()), "the send", peer);
+		check(out.waitSend(d.left()), "the send", peer, interrupt);
 }
 
 } // namespace
 
 void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
 			    size_t elsize, SumFn fn, std::vector<char> &scratch,
-			    milliseconds timeout)
+			    milliseconds timeout, Interrupt &interrupt)
 {
 	const int rank = ctx->rank, size = ctx->size;
 	if (size == 1 || count == 0)
@@ -143,6 +205,7 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 1);
 	auto mine = ctx->createUnboundBuffer(buf, bytes);
 	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
+	const Armed armed(interrupt, mine.get(), theirs.get());
 	char *b = static_cast<char *>(buf);
 	int p = 1, steps = 0;
 	while (p * 2 <= size) {
@@ -153,14 +216,14 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 		// As in doubling: the partner sums for the extra ranks.
 		mine->send(rank - p, slot);
 		mine->recv(rank - p, slot);
-		check(mine->waitRecv(d.left()), "the receive", rank - p);
-		check(mine->waitSend(d.left()), "the send", rank - p);
+		check(mine->waitRecv(d.left()), "the receive", rank - p, interrupt);
+		check(mine->waitSend(d.left()), "the send", rank - p, interrupt);
 		return;
 	}
 	const bool partner = rank + p < size;
 	if (partner) {
 		theirs->recv(rank + p, slot);
-		check(theirs->waitRecv(d.left()), "the receive", rank + p);
+		check(theirs->waitRecv(d.left()), "the receive", rank + p, interrupt);
 		fn(buf, buf, scratch.data(), count);
 	}
 	// Reduce-scatter by halving, pairs r ^ 1 first (the same tree of
@@ -176,7 +239,7 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 		const Range keep = upper ? Range{mid, r.hi} : Range{r.lo, mid};
 		const Range give = upper ? Range{r.lo, mid} : Range{mid, r.hi};
 		exchange(*mine, *theirs, peer, slot, elsize, give.lo, give.hi - give.lo, keep.lo,
-			 keep.hi - keep.lo, d);
+			 keep.hi - keep.lo, d, interrupt);
 		if (keep.hi > keep.lo)
 			fn(b + keep.lo * elsize, b + keep.lo * elsize,
 			   scratch.data() + keep.lo * elsize, keep.hi - keep.lo);
@@ -190,11 +253,11 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 		const Range get = have.lo == parent.lo ? Range{have.hi, parent.hi}
 						       : Range{parent.lo, have.lo};
 		exchange(*mine, *mine, peer, slot, elsize, have.lo, have.hi - have.lo, get.lo,
-			 get.hi - get.lo, d);
+			 get.hi - get.lo, d, interrupt);
 	}
 	if (partner) {
 		mine->send(rank + p, slot);
-		check(mine->waitSend(d.left()), "the send", rank + p);
+		check(mine->waitSend(d.left()), "the send", rank + p, interrupt);
 	}
 }
 

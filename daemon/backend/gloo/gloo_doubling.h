@@ -8,8 +8,8 @@
  * call's deadline, as Gloo's ring does.
  *
  * Internal to backend/gloo (C++); gloo_comm.cc calls it inside its
- * exception guard: it throws gloo::IoException on a timeout or a broken
- * pair, like Gloo's own collectives.
+ * exception guard: it throws gloo::IoException on a timeout, a broken
+ * pair or an interrupt, like Gloo's own collectives.
  */
 #ifndef GS_GLOO_DOUBLING_H
 #define GS_GLOO_DOUBLING_H
@@ -17,11 +17,35 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 namespace gs {
+
+/* Ends, from another thread, the waits of the all-reduce in progress: the
+ * daemon's liveness found a node gone, and the call would only wait out its
+ * deadline (a vote's is --step-timeout plus --peer-timeout). Once fired it
+ * stays so, and every later call fails at once: the group it belongs to is
+ * to be rebuilt. One call at a time arms it with the buffers it waits on. */
+class Interrupt {
+public:
+	void fire(const std::string &why);
+	bool fired();
+	std::string why();
+	// Throws gloo::IoException, naming why, when already fired.
+	void arm(gloo::transport::UnboundBuffer *a, gloo::transport::UnboundBuffer *b);
+	void disarm();
+
+private:
+	std::mutex m_;
+	bool fired_ = false;
+	std::string why_;
+	gloo::transport::UnboundBuffer *a_ = nullptr, *b_ = nullptr;
+};
 
 /* c = a + b over n elements; c may be a. */
 using SumFn = void (*)(void *c, const void *a, const void *b, size_t n);
@@ -33,7 +57,7 @@ using SumFn = void (*)(void *c, const void *a, const void *b, size_t n);
  * same count, in the same order as their other collectives. */
 void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
 			size_t elsize, SumFn fn, std::vector<char> &scratch,
-			std::chrono::milliseconds timeout);
+			std::chrono::milliseconds timeout, Interrupt &interrupt);
 
 /* Rabenseifner's all-reduce on the same pairs, for buffers too large for
  * doubling's log2 N full copies: a reduce-scatter by recursive halving (each
@@ -44,7 +68,7 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
  * bits; same arguments and errors. */
 void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
 			    size_t elsize, SumFn fn, std::vector<char> &scratch,
-			    std::chrono::milliseconds timeout);
+			    std::chrono::milliseconds timeout, Interrupt &interrupt);
 
 } // namespace gs
 
