@@ -69,6 +69,48 @@ private:
 	Interrupt &i_;
 };
 
+// The largest power of two <= size; *steps its log2.
+int power_below(int size, int *steps)
+{
+	int p = 1;
+	*steps = 0;
+	while (p * 2 <= size) {
+		p *= 2;
+		(*steps)++;
+	}
+	return p;
+}
+
+// One of the N - P extra ranks: its partner (rank - P) sums for it and
+// hands the sum back. The sum comes back only after the partner has read
+// all of buf, so the receive into buf may be posted at once.
+void lean_on_partner(gloo::transport::UnboundBuffer &mine, int partner, uint64_t slot,
+		     const Deadline &d, Interrupt &interrupt)
+{
+	mine.send(partner, slot);
+	mine.recv(partner, slot);
+	check(mine.waitRecv(d.left()), "the receive", partner, interrupt);
+	check(mine.waitSend(d.left()), "the send", partner, interrupt);
+}
+
+// A rank below P with an extra rank: adds the extra rank's buffer into buf.
+void fold_in(gloo::transport::UnboundBuffer &theirs, int extra, uint64_t slot, void *buf,
+	     const std::vector<char> &scratch, size_t count, SumFn fn, const Deadline &d,
+	     Interrupt &interrupt)
+{
+	theirs.recv(extra, slot);
+	check(theirs.waitRecv(d.left()), "the receive", extra, interrupt);
+	fn(buf, buf, scratch.data(), count);
+}
+
+// And hands it the sum at the end.
+void hand_back(gloo::transport::UnboundBuffer &mine, int extra, uint64_t slot, const Deadline &d,
+	       Interrupt &interrupt)
+{
+	mine.send(extra, slot);
+	check(mine.waitSend(d.left()), "the send", extra, interrupt);
+}
+
 } // namespace
 
 void Interrupt::fire(const std::string &why)
@@ -126,26 +168,15 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 	auto mine = ctx->createUnboundBuffer(buf, bytes);
 	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
 	const Armed armed(interrupt, mine.get(), theirs.get());
-	int p = 1;
-	while (p * 2 <= size)
-		p *= 2;
-
+	int steps;
+	const int p = power_below(size, &steps);
 	if (rank >= p) {
-		// One of the N - P extra ranks: its partner sums for it. The sum
-		// comes back only after the partner has read all of buf, so the
-		// receive into buf may be posted at once.
-		mine->send(rank - p, slot);
-		mine->recv(rank - p, slot);
-		check(mine->waitRecv(d.left()), "the receive", rank - p, interrupt);
-		check(mine->waitSend(d.left()), "the send", rank - p, interrupt);
+		lean_on_partner(*mine, rank - p, slot, d, interrupt);
 		return;
 	}
 	const bool partner = rank + p < size;
-	if (partner) {
-		theirs->recv(rank + p, slot);
-		check(theirs->waitRecv(d.left()), "the receive", rank + p, interrupt);
-		fn(buf, buf, scratch.data(), count);
-	}
+	if (partner)
+		fold_in(*theirs, rank + p, slot, buf, scratch, count, fn, d, interrupt);
 	for (int mask = 1; mask < p; mask <<= 1) {
 		const int peer = rank ^ mask;
 		theirs->recv(peer, slot);
@@ -158,10 +189,8 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 		check(mine->waitSend(d.left()), "the send", peer, interrupt);
 		fn(buf, buf, scratch.data(), count);
 	}
-	if (partner) {
-		mine->send(rank + p, slot);
-		check(mine->waitSend(d.left()), "the send", rank + p, interrupt);
-	}
+	if (partner)
+		hand_back(*mine, rank + p, slot, d, interrupt);
 }
 
 /* ------------------------------------------------------------ Rabenseifner */
@@ -207,25 +236,15 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
 	const Armed armed(interrupt, mine.get(), theirs.get());
 	char *b = static_cast<char *>(buf);
-	int p = 1, steps = 0;
-	while (p * 2 <= size) {
-		p *= 2;
-		steps++;
-	}
-	if (rank >= p) {
-		// As in doubling: the partner sums for the extra ranks.
-		mine->send(rank - p, slot);
-		mine->recv(rank - p, slot);
-		check(mine->waitRecv(d.left()), "the receive", rank - p, interrupt);
-		check(mine->waitSend(d.left()), "the send", rank - p, interrupt);
+	int steps;
+	const int p = power_below(size, &steps);
+	if (rank >= p) { // as in doubling: the partner sums for the extra ranks
+		lean_on_partner(*mine, rank - p, slot, d, interrupt);
 		return;
 	}
 	const bool partner = rank + p < size;
-	if (partner) {
-		theirs->recv(rank + p, slot);
-		check(theirs->waitRecv(d.left()), "the receive", rank + p, interrupt);
-		fn(buf, buf, scratch.data(), count);
-	}
+	if (partner)
+		fold_in(*theirs, rank + p, slot, buf, scratch, count, fn, d, interrupt);
 	// Reduce-scatter by halving, pairs r ^ 1 first (the same tree of
 	// additions as doubling): keep the half this rank's bit says, send
 	// the other, add the peer's copy of the kept one.
@@ -255,10 +274,8 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 		exchange(*mine, *mine, peer, slot, elsize, have.lo, have.hi - have.lo, get.lo,
 			 get.hi - get.lo, d, interrupt);
 	}
-	if (partner) {
-		mine->send(rank + p, slot);
-		check(mine->waitSend(d.left()), "the send", rank + p, interrupt);
-	}
+	if (partner)
+		hand_back(*mine, rank + p, slot, d, interrupt);
 }
 
 } // namespace gs
