@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -229,10 +230,26 @@ struct algo_case {
 	size_t count;
 	int call_timeout; /* ms */
 	int stall;
+	int interrupt_ms; /* > 0: another thread of rank 0 interrupts it then */
 };
 
+struct interrupter {
+	struct gs_gloo *g;
+	int after_ms;
+};
+
+static void *interrupt_later(void *arg)
+{
+	struct interrupter *i = arg;
+	nanosleep(&(struct timespec){i->after_ms / 1000, (i->after_ms % 1000) * 1000000L}, NULL);
+	gs_gloo_interrupt(i->g, "node 1 went away (the test says)");
+	return NULL;
+}
+
 /* Every rank but c->stall calls once, then once more on the same handle;
- * the stalled one is connected but busy until rank 0 has given up. */
+ * the stalled one is connected but busy until rank 0 has given up. With
+ * c->interrupt_ms, another thread of rank 0 interrupts its call, as the
+ * daemon does when its liveness finds a node gone. */
 static int stalling_rank(int rank, int size, void *arg)
 {
 	struct algo_case *c = arg;
@@ -248,10 +265,17 @@ static int stalling_rank(int rank, int size, void *arg)
 		       gs_now_ms() < give_up)
 			nanosleep(&(struct timespec){0, 10000000}, NULL);
 	} else {
+		struct interrupter i = {g, c->interrupt_ms};
+		pthread_t t;
+		bool interrupting = rank == 0 && c->interrupt_ms > 0;
+		if (interrupting && pthread_create(&t, NULL, interrupt_later, &i) != 0)
+			return 1;
 		o->start = gs_now_ms();
 		o->rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
 					       c->call_timeout, o->msg, MSG_LEN);
 		o->end = gs_now_ms();
+		if (interrupting)
+			pthread_join(t, NULL);
 		int rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
 						c->call_timeout, o->msg_after, MSG_LEN);
 		__atomic_store_n(&o->rc_after, rc, __ATOMIC_RELEASE);
@@ -286,7 +310,7 @@ static double run_stalled(struct algo_case *c, int size)
  * well before the group's. */
 static void doubling_stalled_peer_times_out(void **state)
 {
-	struct algo_case c = {scenario_new(3, 8000), GS_GLOO_ALGO_DOUBLING, 16, 1000, 2};
+	struct algo_case c = {scenario_new(3, 8000), GS_GLOO_ALGO_DOUBLING, 16, 1000, 2, 0};
 	double took = run_stalled(&c, 3);
 	assert_true(took >= c.call_timeout - 50);
 	assert_true(took <= c.call_timeout + SLACK_MS);
@@ -300,7 +324,7 @@ static void doubling_stalled_peer_times_out(void **state)
  * close instead, GS_EDISCONNECTED, at about the same time.) */
 static void rabenseifner_stalled_peer_times_out(void **state)
 {
-	struct algo_case c = {scenario_new(4, 8000), GS_GLOO_ALGO_RABENSEIFNER, 100000, 1000, 1};
+	struct algo_case c = {scenario_new(4, 8000), GS_GLOO_ALGO_RABENSEIFNER, 100000, 1000, 1, 0};
 	double took = run_stalled(&c, 4);
 	assert_true(took >= c.call_timeout - 50);
 	assert_true(took <= c.call_timeout + SLACK_MS);
@@ -312,7 +336,7 @@ static void rabenseifner_stalled_peer_times_out(void **state)
  * at connection from the group's: the call's longer one is not heeded. */
 static void halving_doubling_waits_the_group_timeout(void **state)
 {
-	struct algo_case c = {scenario_new(2, 1000), GS_GLOO_ALGO_HALVING_DOUBLING, 1000, 8000, 1};
+	struct algo_case c = {scenario_new(2, 1000), GS_GLOO_ALGO_HALVING_DOUBLING, 1000, 8000, 1, 0};
 	double took = run_stalled(&c, 2);
 	assert_true(took >= c.s->timeout - 50);
 	assert_true(took <= c.s->timeout + SLACK_MS);
@@ -372,63 +396,16 @@ static void doubling_killed_peer_fails_in_time(void **state)
 
 /* ------------------------------------------- an interrupt from another thread */
 
-struct interrupter {
-	struct gs_gloo *g;
-	int after_ms;
-};
-
-static void *interrupt_later(void *arg)
-{
-	struct interrupter *i = arg;
-	nanosleep(&(struct timespec){i->after_ms / 1000, (i->after_ms % 1000) * 1000000L}, NULL);
-	gs_gloo_interrupt(i->g, "node 1 went away (the test says)");
-	return NULL;
-}
-
 /* Rank 0 calls with a long timeout (a vote's: --step-timeout plus
- * --peer-timeout) while rank 1 stalls; another thread of rank 0
- * interrupts it, as the daemon does when its liveness finds a node gone. */
-static int interrupted_rank(int rank, int size, void *arg)
-{
-	struct algo_case *c = arg;
-	struct scenario *s = c->s;
-	struct outcome *o = &s->out[rank];
-	struct gs_gloo *g = join(s, rank);
-	float *buf = calloc(c->count, sizeof(*buf));
-	if (!g || !buf)
-		return 1;
-	if (rank == c->stall) {
-		double give_up = gs_now_ms() + 4 * (s->timeout + c->call_timeout);
-		while (__atomic_load_n(&s->out[0].rc_after, __ATOMIC_ACQUIRE) == 0 &&
-		       gs_now_ms() < give_up)
-			nanosleep(&(struct timespec){0, 10000000}, NULL);
-	} else {
-		struct interrupter i = {g, 300};
-		pthread_t t;
-		if (pthread_create(&t, NULL, interrupt_later, &i) != 0)
-			return 1;
-		o->start = gs_now_ms();
-		o->rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
-					       c->call_timeout, o->msg, MSG_LEN);
-		o->end = gs_now_ms();
-		pthread_join(t, NULL);
-		int rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, buf, c->count, c->algo,
-						c->call_timeout, o->msg_after, MSG_LEN);
-		__atomic_store_n(&o->rc_after, rc, __ATOMIC_RELEASE);
-	}
-	gs_gloo_destroy(g);
-	free(buf);
-	return 0;
-}
-
-/* The interrupted call ends at the interrupt, not at its 60 s timeout,
- * naming why; the handle then refuses further work. */
+ * --peer-timeout) while rank 1 stalls, and is interrupted 300 ms in: the
+ * call ends then, not at its 60 s timeout, naming why; the handle then
+ * refuses further work. */
 static void run_interrupted(int algo, size_t count)
 {
-	struct algo_case c = {scenario_new(2, 8000), algo, count, 60000, 1};
+	struct algo_case c = {scenario_new(2, 8000), algo, count, 60000, 1, 300};
 	struct ranks rk;
 	int status[RANKS_MAX];
-	assert_int_equal(ranks_start(&rk, 2, interrupted_rank, &c), 0);
+	assert_int_equal(ranks_start(&rk, 2, stalling_rank, &c), 0);
 	assert_int_equal(ranks_wait(&rk, 30000, status), 0);
 	assert_int_equal(status[0], 0);
 	assert_int_equal(status[1], 0);
