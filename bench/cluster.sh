@@ -47,29 +47,8 @@ tmp=$(mktemp -d /tmp/gradsync-cluster-XXXXXX)
 pids=()
 STEP_TIMEOUT=300 # seconds for one system on one layout at one rate
 
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  "$nc" down "$name" >/dev/null 2>&1 || true
-  if [ "$rc" -ne 0 ]; then
-    echo "cluster.sh: failed (status $rc); logs in $tmp" >&2
-  else
-    rm -rf "$tmp"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
-
-t0=$SECONDS
-say() { printf '[%4d s] %s\n' $((SECONDS - t0)) "$*"; }
-
-# Waits for every pid in $@ with the step's bound; fails when any fails.
-wait_all() {
-  local p rc=0
-  for p in "$@"; do wait "$p" || rc=$?; done
-  return "$rc"
-}
+bench=cluster.sh
+. bench/netbench.sh
 
 # gradsync on layout $1 at rate $2: two daemons, then a trainer per node.
 run_gradsync() {

@@ -75,28 +75,8 @@ tmp=$(mktemp -d /tmp/gradsync-small-buckets-XXXXXX)
 pids=()
 TIMEOUT=600 # seconds for any one part
 
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  "$nc" down "$name" >/dev/null 2>&1 || true
-  if [ "$rc" -ne 0 ]; then
-    echo "small-buckets.sh: failed (status $rc); logs in $tmp" >&2
-  else
-    rm -rf "$tmp"
-  fi
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 143' TERM INT HUP
-
-t0=$SECONDS
-say() { printf '[%4d s] %s\n' $((SECONDS - t0)) "$*"; }
-
-wait_all() {
-  local p rc=0
-  for p in "$@"; do wait "$p" || rc=$?; done
-  return "$rc"
-}
+bench=small-buckets.sh
+. bench/netbench.sh
 
 # The layouts: B tensors of E elements, and one.
 layout() {
