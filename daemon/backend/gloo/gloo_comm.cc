@@ -262,7 +262,7 @@ void halving_doubling(const std::shared_ptr<gloo::Context> &ctx, void *buf, size
 void run_algorithm(gs_gloo *g, int wire, int algo, void *buf, size_t count, SumFn fn,
 		   milliseconds timeout)
 {
-	size_t elsize = wire == GS_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
+	size_t elsize = gs_wire_size(static_cast<enum gs_wire>(wire));
 	switch (algo) {
 	case GS_GLOO_ALGO_DOUBLING:
 		gs::doubling_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout,
@@ -295,7 +295,7 @@ int resolve(const gs_gloo *g, int wire, size_t count, int algo)
 		return algo;
 	if (g->forced != GS_GLOO_ALGO_AUTO)
 		return g->forced;
-	size_t elsize = wire == GS_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
+	size_t elsize = gs_wire_size(static_cast<enum gs_wire>(wire));
 	return gs_gloo_pick(count * elsize, g->size);
 }
 
