@@ -54,17 +54,7 @@ bench=cluster.sh
 run_gradsync() {
   local layout=$1 rate=$2 dir=$tmp/gradsync-$1-$2 k t=()
   mkdir -p "$dir"
-  pids=()
-  for k in 0 1; do
-    timeout -s KILL $((STEP_TIMEOUT + 30)) "$nc" exec "$name" "$k" "$build/daemon/gradsyncd" \
-      --socket="$dir/n$k.sock" --node-address="$("$nc" addr "$k")" --node-port=29450 \
-      --backend=host --join-timeout=60 --config= >"$dir/gradsyncd-$k.log" 2>&1 &
-    pids+=($!)
-  done
-  for k in 0 1; do
-    for ((i = 0; i < 300; i++)); do [ -S "$dir/n$k.sock" ] && break; sleep 0.1; done
-    [ -S "$dir/n$k.sock" ] || { cat "$dir/gradsyncd-$k.log" >&2; return 1; }
-  done
+  start_daemons "$build/daemon/gradsyncd" "$dir" $((STEP_TIMEOUT + 30))
   for k in 0 1; do
     GRADSYNC_NODES=2 GRADSYNC_NODE_RANK=$k GRADSYNC_COORDINATOR=10.77.0.1 GRADSYNC_LOCAL_SIZE=1 \
       GRADSYNC_JOB_ID="$layout-$rate" timeout -s KILL "$STEP_TIMEOUT" \
@@ -77,9 +67,7 @@ run_gradsync() {
     cat "$dir"/*.log >&2
     return 1
   fi
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait_all "${pids[@]}" || true
-  pids=()
+  stop_daemons
   for k in 0 1; do
     sed "s/^/$layout,$rate,gradsync,/" "$dir/trainer-$k.csv" | cut -d, -f1-6,8 >>"$tmp/steps.csv"
   done

@@ -110,23 +110,8 @@ run_gloo() {
   done
 }
 
-# gradsync: two daemons ($1 the binary), then a trainer per node on layout
-# $2 for $3 steps, as system $4.
-start_daemons() {
-  local k i
-  rm -f "$tmp"/n?.sock
-  for k in 0 1; do
-    timeout -s KILL $((3 * TIMEOUT)) "$nc" exec "$name" "$k" "$1" \
-      --socket="$tmp/n$k.sock" --node-address="$("$nc" addr "$k")" --node-port=29450 \
-      --backend=host --join-timeout=60 --config= >"$tmp/gradsyncd-$k.log" 2>&1 &
-    pids+=($!)
-  done
-  for k in 0 1; do
-    for ((i = 0; i < 300; i++)); do [ -S "$tmp/n$k.sock" ] && break; sleep 0.1; done
-    [ -S "$tmp/n$k.sock" ] || { cat "$tmp/gradsyncd-$k.log" >&2; return 1; }
-  done
-}
-
+# gradsync: a trainer per node (the daemons started) on layout $1 for $2
+# steps, as system $3.
 run_gradsync() {
   local layout=$1 nsteps=$2 system=$3 dir=$tmp/$3-$1 k t=()
   mkdir -p "$dir"
@@ -161,13 +146,11 @@ for d in "${daemon_list[@]}"; do
   system=gradsync${d%%=*}
   [ "$system" = gradsync ] || system=gradsync-${d%%=*}
   say "$system: $buckets buckets a step"
-  start_daemons "${d#*=}"
+  start_daemons "${d#*=}" "$tmp" $((3 * TIMEOUT))
   run_gradsync many "$steps" "$system"
   say "$system: one bucket a step"
   run_gradsync one "$one_steps" "$system"
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait_all "${pids[@]}" || true
-  pids=()
+  stop_daemons
   grep -h 'buckets (threshold' "$tmp"/gradsyncd-0.log | sed 's/^/  node 0: /' || true
 done
 say "Gloo, second pass (plain, then SCHED_BATCH)"
