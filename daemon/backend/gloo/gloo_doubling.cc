@@ -49,21 +49,32 @@ void check(bool done, const char *what, int peer, Interrupt &interrupt)
 					interrupt.why());
 }
 
-// Arms the interrupt with a call's two buffers for the call's life; made
-// after the buffers, so it disarms before they go.
-class Armed {
+char *grown(std::vector<char> &scratch, size_t bytes)
+{
+	if (scratch.size() < bytes)
+		scratch.resize(bytes);
+	return scratch.data();
+}
+
+// A call's two buffers: buf, and scratch (grown to the call's bytes) for
+// what the peers send; armed for an interrupt for the call's life.
+class Buffers {
 public:
-	Armed(Interrupt &i, gloo::transport::UnboundBuffer *a, gloo::transport::UnboundBuffer *b)
-		: i_(i)
+	Buffers(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t bytes,
+		std::vector<char> &scratch, Interrupt &interrupt)
+		: mine(ctx->createUnboundBuffer(buf, bytes)),
+		  theirs(ctx->createUnboundBuffer(grown(scratch, bytes), bytes)), i_(interrupt)
 	{
-		i_.arm(a, b);
+		i_.arm(mine.get(), theirs.get());
 	}
-	~Armed()
+	~Buffers()
 	{
 		i_.disarm();
 	}
-	Armed(const Armed &) = delete;
-	Armed &operator=(const Armed &) = delete;
+	Buffers(const Buffers &) = delete;
+	Buffers &operator=(const Buffers &) = delete;
+
+	std::unique_ptr<gloo::transport::UnboundBuffer> mine, theirs;
 
 private:
 	Interrupt &i_;
@@ -160,14 +171,10 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 	const int rank = ctx->rank, size = ctx->size;
 	if (size == 1 || count == 0)
 		return;
-	const size_t bytes = count * elsize;
-	if (scratch.size() < bytes)
-		scratch.resize(bytes);
 	const Deadline d(timeout);
 	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 0);
-	auto mine = ctx->createUnboundBuffer(buf, bytes);
-	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
-	const Armed armed(interrupt, mine.get(), theirs.get());
+	Buffers io(ctx, buf, count * elsize, scratch, interrupt);
+	auto &mine = io.mine, &theirs = io.theirs;
 	int steps;
 	const int p = power_below(size, &steps);
 	if (rank >= p) {
@@ -227,14 +234,10 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 	const int rank = ctx->rank, size = ctx->size;
 	if (size == 1 || count == 0)
 		return;
-	const size_t bytes = count * elsize;
-	if (scratch.size() < bytes)
-		scratch.resize(bytes);
 	const Deadline d(timeout);
 	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 1);
-	auto mine = ctx->createUnboundBuffer(buf, bytes);
-	auto theirs = ctx->createUnboundBuffer(scratch.data(), bytes);
-	const Armed armed(interrupt, mine.get(), theirs.get());
+	Buffers io(ctx, buf, count * elsize, scratch, interrupt);
+	auto &mine = io.mine, &theirs = io.theirs;
 	char *b = static_cast<char *>(buf);
 	int steps;
 	const int p = power_below(size, &steps);
