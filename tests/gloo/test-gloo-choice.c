@@ -1,7 +1,7 @@
 /*
  * The model's pick among ring, recursive doubling and Rabenseifner
  * (gloo_choice.c), without Gloo or processes: the message counts against
- * hand-counted schedules, and the pick's shape (bands: doubling for the
+ * hand-counted schedules, the bytes each rank sends, and the pick's shape (bands: doubling for the
  * smallest buffers, Rabenseifner, then the ring; each pick the fastest
  * prediction; the ring's band receding and doubling's narrowing as the
  * group grows).
@@ -14,6 +14,28 @@
 #include <cmocka.h>
 
 #include "backend/gloo/gloo_choice.h"
+
+/* Bytes each rank sends, counted by hand from the schedules of a 1200-byte
+ * buffer: the ring 2 (N - 1) / N of it; at 3 nodes, doubling's rank 0
+ * exchanges with 1 (1200) and hands rank 2 the sum (1200), rank 1 sends
+ * once, rank 2 hands its buffer over; Rabenseifner's rank 0 sends half and
+ * half back (1200) plus the hand-back; at 8 nodes doubling sends the
+ * buffer 3 times, Rabenseifner 600 + 300 + 150 twice. */
+static void sent_bytes(void **state)
+{
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_RING, 1200, 0, 1), 0);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_RING, 1200, 0, 2), 1200);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_RING, 1200, 1, 3), 1600);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_DOUBLING, 1200, 0, 2), 1200);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_RABENSEIFNER, 1200, 1, 2), 1200);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_DOUBLING, 1200, 0, 3), 2400);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_DOUBLING, 1200, 1, 3), 1200);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_DOUBLING, 1200, 2, 3), 1200);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_RABENSEIFNER, 1200, 0, 3), 2400);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_RABENSEIFNER, 1200, 1, 3), 1200);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_DOUBLING, 1200, 5, 8), 3600);
+	assert_int_equal(gs_gloo_sent_bytes(GS_GLOO_ALGO_RABENSEIFNER, 1200, 5, 8), 2100);
+}
 
 /* Counted by hand from the schedules in gloo_doubling.cc: 3 nodes fold
  * rank 2 into rank 0 (1), exchange 0-1 (1), hand back (1); 6 nodes fold
@@ -90,6 +112,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 	    cmocka_unit_test(message_counts),
+	    cmocka_unit_test(sent_bytes),
 	    cmocka_unit_test(picks_are_bands),
 	    cmocka_unit_test(names),
 	};

@@ -25,8 +25,7 @@ static const double DOUBLING_BETA_NS = 0.806;
 static const double RABENSEIFNER_ALPHA_US = 13.0;
 static const double RABENSEIFNER_BETA_NS = 1.005;
 
-/* The largest power of two <= nodes, and its log2. */
-static int pow2_below(int nodes, int *log2)
+int gs_gloo_pow2_below(int nodes, int *log2)
 {
 	int p = 1, steps = 0;
 	while (nodes > 1 && p * 2 <= nodes) {
@@ -44,14 +43,31 @@ int gs_gloo_ring_steps(int nodes)
 
 int gs_gloo_doubling_steps(int nodes)
 {
-	int steps, p = pow2_below(nodes, &steps);
+	int steps, p = gs_gloo_pow2_below(nodes, &steps);
 	return p == nodes ? steps : steps + 2;
 }
 
 int gs_gloo_rabenseifner_steps(int nodes)
 {
-	int steps, p = pow2_below(nodes, &steps);
+	int steps, p = gs_gloo_pow2_below(nodes, &steps);
 	return p == nodes ? 2 * steps : 2 * steps + 2;
+}
+
+uint64_t gs_gloo_sent_bytes(enum gs_gloo_algo algo, uint64_t bytes, int rank, int nodes)
+{
+	if (nodes < 2)
+		return 0;
+	int steps, p = gs_gloo_pow2_below(nodes, &steps);
+	if (algo != GS_GLOO_ALGO_DOUBLING && algo != GS_GLOO_ALGO_RABENSEIFNER)
+		return 2 * (uint64_t)(nodes - 1) * bytes / (uint64_t)nodes;
+	if (rank >= p) /* an extra rank hands its buffer to its partner */
+		return bytes;
+	uint64_t handed_back = rank + p < nodes ? bytes : 0;
+	if (algo == GS_GLOO_ALGO_DOUBLING) /* the whole buffer each step */
+		return (uint64_t)steps * bytes + handed_back;
+	/* Halving sends half of what is left each step, the all-gather as
+	 * much back: 2 B (P - 1) / P. */
+	return 2 * bytes * (uint64_t)(p - 1) / (uint64_t)p + handed_back;
 }
 
 double gs_gloo_predict_us(enum gs_gloo_algo algo, size_t bytes, int nodes)
@@ -59,7 +75,7 @@ double gs_gloo_predict_us(enum gs_gloo_algo algo, size_t bytes, int nodes)
 	if (nodes <= 1)
 		return 0;
 	double n = (double)bytes;
-	int log2, p = pow2_below(nodes, &log2);
+	int log2, p = gs_gloo_pow2_below(nodes, &log2);
 	switch (algo) {
 	case GS_GLOO_ALGO_DOUBLING:
 		return gs_gloo_doubling_steps(nodes) * (DOUBLING_ALPHA_US + n * DOUBLING_BETA_NS / 1e3);

@@ -19,6 +19,7 @@
 #define GS_GLOO_CHOICE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -58,6 +59,13 @@ size_t gs_gloo_ring_above(int nodes);
 
 /* "ring", "doubling", "halving-doubling", "auto"; "?" for others. */
 const char *gs_gloo_algo_name(int algo);
+
+/* The largest power of two <= nodes (1 for one node), and its log2. */
+int gs_gloo_pow2_below(int nodes, int *log2);
+
+/* Bytes rank `rank` of `nodes` sends in one all-reduce of `bytes` by algo
+ * (RING for anything but DOUBLING and RABENSEIFNER). */
+uint64_t gs_gloo_sent_bytes(enum gs_gloo_algo algo, uint64_t bytes, int rank, int nodes);
 
 /* Messages each rank waits on, one after another, in one call. */
 int gs_gloo_ring_steps(int nodes);

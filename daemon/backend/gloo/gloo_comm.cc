@@ -495,6 +495,16 @@ extern "C" bool gs_gloo_available(void)
 	return true;
 }
 
+extern "C" uint64_t gs_gloo_call_sent_bytes(const struct gs_gloo *g, enum gs_wire wire,
+					   size_t count)
+{
+	if (!g)
+		return 0;
+	int algo = resolve(g, as_int(&wire), count, GS_GLOO_ALGO_AUTO);
+	return gs_gloo_sent_bytes(static_cast<enum gs_gloo_algo>(algo), count * gs_wire_size(wire),
+				  g->rank, g->size);
+}
+
 extern "C" int gs_gloo_rank(const struct gs_gloo *g)
 {
 	return g->rank;

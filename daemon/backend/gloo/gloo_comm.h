@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "backend/gloo/gloo_choice.h"
 #include "convert.h"
@@ -121,6 +122,10 @@ enum gs_gloo_algo gs_gloo_choice(const struct gs_gloo *g, enum gs_wire wire, siz
  * SIZE_MAX: always), for the daemon's log. */
 size_t gs_gloo_doubling_up_to(const struct gs_gloo *g);
 size_t gs_gloo_rabenseifner_up_to(const struct gs_gloo *g);
+
+/* Bytes this rank sends in gs_gloo_allreduce of count elements of wire:
+ * what the algorithm it runs for them sends (gs_gloo_sent_bytes). */
+uint64_t gs_gloo_call_sent_bytes(const struct gs_gloo *g, enum gs_wire wire, size_t count);
 
 int gs_gloo_rank(const struct gs_gloo *g);
 int gs_gloo_size(const struct gs_gloo *g);

@@ -11,6 +11,8 @@
 #include <gloo/common/error.h>
 #include <gloo/types.h>
 
+#include "backend/gloo/gloo_choice.h"
+
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
@@ -79,18 +81,6 @@ public:
 private:
 	Interrupt &i_;
 };
-
-// The largest power of two <= size; *steps its log2.
-int power_below(int size, int *steps)
-{
-	int p = 1;
-	*steps = 0;
-	while (p * 2 <= size) {
-		p *= 2;
-		(*steps)++;
-	}
-	return p;
-}
 
 // One of the N - P extra ranks: its partner (rank - P) sums for it and
 // hands the sum back. The sum comes back only after the partner has read
@@ -176,7 +166,7 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 	Buffers io(ctx, buf, count * elsize, scratch, interrupt);
 	auto &mine = io.mine, &theirs = io.theirs;
 	int steps;
-	const int p = power_below(size, &steps);
+	const int p = gs_gloo_pow2_below(size, &steps);
 	if (rank >= p) {
 		lean_on_partner(*mine, rank - p, slot, d, interrupt);
 		return;
@@ -240,7 +230,7 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 	auto &mine = io.mine, &theirs = io.theirs;
 	char *b = static_cast<char *>(buf);
 	int steps;
-	const int p = power_below(size, &steps);
+	const int p = gs_gloo_pow2_below(size, &steps);
 	if (rank >= p) { // as in doubling: the partner sums for the extra ranks
 		lean_on_partner(*mine, rank - p, slot, d, interrupt);
 		return;

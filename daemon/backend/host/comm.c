@@ -25,9 +25,7 @@ static int all_nodes(struct host_backend *h, void *buf, size_t n, int timeout_ms
 				   sizeof(b->error));
 	if (rc != GS_OK)
 		return rc;
-	/* A ring all-reduce sends 2 (N - 1) / N of the buffer. */
-	uint64_t nodes = h->nodes;
-	atomic_fetch_add(&b->internode_bytes, 2 * (nodes - 1) * n * gs_wire_size(b->wire) / nodes);
+	atomic_fetch_add(&b->internode_bytes, gs_gloo_call_sent_bytes(h->gloo, b->wire, n));
 	return GS_OK;
 }
 
