@@ -94,6 +94,11 @@ def main():
         gmax = max(gmax, max(p.grad.abs().max().item() for p in model.parameters()))
     out = {f"p{i}": p.detach().numpy().copy() for i, p in enumerate(model.parameters())}
     np.savez(a.out, gmax=np.float64(gmax), losses=np.array(losses), **out)
+    if a.mode == "ddp":
+        # Left to the interpreter's exit, the group's Gloo threads are
+        # torn down under it: "terminate called without an active
+        # exception", and the process aborts after its work is done.
+        torch.distributed.destroy_process_group()
     print(f"done: loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
 
 
