@@ -15,7 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
-#include "suite.h"
+#include "gloo_baseline.h"
 
 static void usage(FILE *f)
 {
@@ -112,7 +112,6 @@ static int small_main(const struct options *o)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[GLOO_SYSTEMS] = {"gloo-fp32", "gloo-fp16"};
 	struct options o = {.steps = 20, .warmup = 3};
 	int rc = parse_args(argc, argv, &o);
 	if (rc >= 0)
@@ -135,7 +134,7 @@ int main(int argc, char **argv)
 		 : 1;
 	for (unsigned s = 0; rc == 0 && s < GLOO_SYSTEMS; s++)
 		for (unsigned k = 0; k < o.steps; k++)
-			fprintf(csv, "%s,%lu,%u,%.6f\n", names[s], o.rank, k + 1,
+			fprintf(csv, "%s,%lu,%u,%.6f\n", gloo_systems[s].name, o.rank, k + 1,
 				times[(s * o.size + o.rank) * o.steps + k]);
 	if (csv && fclose(csv) != 0)
 		rc = 1;
