@@ -12,7 +12,6 @@
  * however many steps run. Correctness is the example trainer's job; this
  * one only checks that the daemon saw no non-finite values.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,14 +19,14 @@
 
 #include "bench.h"
 #include "gradsync.h"
+#include "options.h"
 
 #define WAIT_TIMEOUT_MS 120000
 
 struct options {
 	const char *socket;
 	const char *layout;
-	uint32_t rank;
-	unsigned steps, warmup, batch;
+	unsigned rank, steps, warmup, batch;
 	const char *csv;
 	const char *progress; /* a label: print progress to stderr */
 	const char *phases;   /* where the node's time per phase goes */
@@ -61,62 +60,24 @@ static void usage(FILE *f)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-	static const struct option opts[] = {
-	    {"socket", required_argument, NULL, 's'},
-	    {"layout", required_argument, NULL, 'l'},
-	    {"rank", required_argument, NULL, 'r'},
-	    {"steps", required_argument, NULL, 'k'},
-	    {"warmup", required_argument, NULL, 'w'},
-	    {"batch", required_argument, NULL, 'b'},
-	    {"csv", required_argument, NULL, 'c'},
-	    {"progress", required_argument, NULL, 'p'},
-	    {"phases", required_argument, NULL, 'P'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	const struct bench_option opts[] = {
+	    BENCH_STRING("socket", &o->socket),
+	    BENCH_STRING("layout", &o->layout),
+	    BENCH_UINT("rank", &o->rank, 0, 63),
+	    BENCH_UINT("steps", &o->steps, 1, 1000000),
+	    BENCH_UINT("warmup", &o->warmup, 0, 1000000),
+	    BENCH_UINT("batch", &o->batch, 1, 1u << 20),
+	    BENCH_STRING("csv", &o->csv),
+	    BENCH_STRING("progress", &o->progress),
+	    BENCH_STRING("phases", &o->phases),
+	    BENCH_OPTIONS_END,
 	};
-	int opt, bad = 0;
-	unsigned long v = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (opt) {
-		case 's':
-			o->socket = optarg;
-			break;
-		case 'l':
-			o->layout = optarg;
-			break;
-		case 'r':
-			bad |= bench_parse_uint(optarg, 0, 63, &v);
-			o->rank = (uint32_t)v;
-			break;
-		case 'k':
-			bad |= bench_parse_uint(optarg, 1, 1000000, &v);
-			o->steps = (unsigned)v;
-			break;
-		case 'w':
-			bad |= bench_parse_uint(optarg, 0, 1000000, &v);
-			o->warmup = (unsigned)v;
-			break;
-		case 'b':
-			bad |= bench_parse_uint(optarg, 1, 1u << 20, &v);
-			o->batch = (unsigned)v;
-			break;
-		case 'c':
-			o->csv = optarg;
-			break;
-		case 'p':
-			o->progress = optarg;
-			break;
-		case 'P':
-			o->phases = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			bad = 1;
-		}
+	int r = bench_options_parse(argc, argv, opts);
+	if (r > 0) {
+		usage(stdout);
+		return 0;
 	}
-	if (bad || optind < argc || !o->layout) {
+	if (r < 0 || optind < argc || !o->layout) {
 		usage(stderr);
 		return 2;
 	}

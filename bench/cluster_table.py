@@ -13,6 +13,8 @@ import re
 import statistics
 import sys
 
+from quantile import quantile
+
 NODES = 2
 
 
@@ -33,14 +35,6 @@ def layout_elements(name):
             if line:
                 total += int(line[1])
     return total
-
-
-def pct(xs, q):
-    xs = sorted(xs)
-    at = q * (len(xs) - 1)
-    lo = int(at)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (at - lo)
 
 
 def main():
@@ -74,6 +68,7 @@ def main():
         layout, rate, system = key
         times = list(worst[key].values())
         med = statistics.median(times)
+        p10, p90 = quantile(times, .1), quantile(times, .9)
         elements = layout_elements(layout)
         s_bytes = wire.get(key) or elements * (2 if system == "gloo-fp16" else 4)
         busbw = 2 * (NODES - 1) / NODES * s_bytes * 8 / (med / 1e3) / 1e9
@@ -81,11 +76,11 @@ def main():
         link = busbw * 1e9 / bits if bits else 0
         g = worst.get((layout, rate, "gradsync"))
         ratio = med / statistics.median(g.values()) if g and system != "gradsync" else None
-        print(f"{layout:<10} {rate:<8} {system:<10} {med:10.1f} {pct(times, .1):9.1f} "
-              f"{pct(times, .9):9.1f} {s_bytes / 1e6:8.1f} {busbw:10.2f} {link:6.0%}  "
+        print(f"{layout:<10} {rate:<8} {system:<10} {med:10.1f} {p10:9.1f} "
+              f"{p90:9.1f} {s_bytes / 1e6:8.1f} {busbw:10.2f} {link:6.0%}  "
               + (f"{ratio:.2f}x" if ratio else ""))
-        rows.append([layout, rate, system, len(times), f"{med:.3f}", f"{pct(times, .1):.3f}",
-                     f"{pct(times, .9):.3f}", s_bytes, f"{busbw:.3f}", f"{link:.3f}",
+        rows.append([layout, rate, system, len(times), f"{med:.3f}", f"{p10:.3f}",
+                     f"{p90:.3f}", s_bytes, f"{busbw:.3f}", f"{link:.3f}",
                      f"{ratio:.3f}" if ratio else ""])
     with open(summary_csv, "w", newline="") as f:
         w = csv.writer(f)

@@ -11,7 +11,6 @@
  * all-reduce, then run W untimed and K timed calls back to back. Writes
  * 'algo,nodes,rank,bytes,call,us' per timed call.
  */
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "bench.h"
 #include "errors.h"
 #include "file_store.h"
+#include "options.h"
 
 #define MAX_SIZES 32
 #define TIMEOUT_MS 60000
@@ -35,14 +35,15 @@ static void usage(FILE *f)
 }
 
 struct options {
-	unsigned long rank, size, calls, warmup;
+	unsigned rank, size, calls, warmup;
 	const char *store, *address, *csv, *algos;
 	size_t bytes[MAX_SIZES];
 	int nbytes;
 };
 
-static int parse_bytes(char *list, struct options *o)
+static int parse_bytes(char *list, void *to)
 {
+	struct options *o = to;
 	o->nbytes = 0;
 	for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
 		unsigned long v;
@@ -55,31 +56,24 @@ static int parse_bytes(char *list, struct options *o)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-	static const struct option opts[] = {
-	    {"rank", required_argument, NULL, 'r'},  {"size", required_argument, NULL, 'n'},
-	    {"store", required_argument, NULL, 's'}, {"address", required_argument, NULL, 'a'},
-	    {"csv", required_argument, NULL, 'c'},   {"bytes", required_argument, NULL, 'b'},
-	    {"calls", required_argument, NULL, 'k'}, {"warmup", required_argument, NULL, 'w'},
-	    {"algos", required_argument, NULL, 'g'}, {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	const struct bench_option opts[] = {
+	    BENCH_UINT("rank", &o->rank, 0, 4095),
+	    BENCH_UINT("size", &o->size, 1, 4096),
+	    BENCH_STRING("store", &o->store),
+	    BENCH_STRING("address", &o->address),
+	    BENCH_STRING("csv", &o->csv),
+	    BENCH_PARSE("bytes", parse_bytes, o),
+	    BENCH_UINT("calls", &o->calls, 1, 100000),
+	    BENCH_UINT("warmup", &o->warmup, 0, 100000),
+	    BENCH_STRING("algos", &o->algos),
+	    BENCH_OPTIONS_END,
 	};
-	int opt, bad = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'r': bad |= bench_parse_uint(optarg, 0, 4095, &o->rank) < 0; break;
-		case 'n': bad |= bench_parse_uint(optarg, 1, 4096, &o->size) < 0; break;
-		case 'k': bad |= bench_parse_uint(optarg, 1, 100000, &o->calls) < 0; break;
-		case 'w': bad |= bench_parse_uint(optarg, 0, 100000, &o->warmup) < 0; break;
-		case 'b': bad |= parse_bytes(optarg, o); break;
-		case 's': o->store = optarg; break;
-		case 'a': o->address = optarg; break;
-		case 'c': o->csv = optarg; break;
-		case 'g': o->algos = optarg; break;
-		case 'h': usage(stdout); return 0;
-		default: bad = 1;
-		}
+	int r = bench_options_parse(argc, argv, opts);
+	if (r > 0) {
+		usage(stdout);
+		return 0;
 	}
-	if (bad || optind < argc || !o->store || !o->address || !o->csv || o->rank >= o->size) {
+	if (r < 0 || optind < argc || !o->store || !o->address || !o->csv || o->rank >= o->size) {
 		usage(stderr);
 		return 2;
 	}
@@ -105,7 +99,7 @@ static int time_one(struct gs_gloo *g, const struct options *o, int algo, size_t
 	size_t n = bytes / 4;
 	int rc = gs_gloo_allreduce_algo(g, GS_WIRE_F32, &one, 1, GS_GLOO_ALGO_DOUBLING,
 					TIMEOUT_MS, err, sizeof(err));
-	for (unsigned long k = 0; rc == GS_OK && k < o->warmup + o->calls; k++) {
+	for (unsigned k = 0; rc == GS_OK && k < o->warmup + o->calls; k++) {
 		for (size_t i = 0; i < n; i++)
 			buf[i] = (float)((o->rank + i) % 7);
 		double t0 = gs_now_ms();
@@ -113,11 +107,11 @@ static int time_one(struct gs_gloo *g, const struct options *o, int algo, size_t
 					    sizeof(err));
 		double us = (gs_now_ms() - t0) * 1e3;
 		if (rc == GS_OK && k >= o->warmup)
-			fprintf(csv, "%s,%lu,%lu,%zu,%lu,%.3f\n", gs_gloo_algo_name(algo), o->size,
+			fprintf(csv, "%s,%u,%u,%zu,%u,%.3f\n", gs_gloo_algo_name(algo), o->size,
 				o->rank, bytes, k - o->warmup + 1, us);
 	}
 	if (rc != GS_OK)
-		fprintf(stderr, "gradsync-bench-gloo-algo: rank %lu: %s\n", o->rank, err);
+		fprintf(stderr, "gradsync-bench-gloo-algo: rank %u: %s\n", o->rank, err);
 	return rc == GS_OK ? 0 : 1;
 }
 
@@ -148,7 +142,7 @@ int main(int argc, char **argv)
 	rc = gs_gloo_create(&store, (int)o.rank, (int)o.size, o.address, TIMEOUT_MS, &g, err,
 			    sizeof(err));
 	if (rc != GS_OK)
-		fprintf(stderr, "gradsync-bench-gloo-algo: rank %lu: %s\n", o.rank, err);
+		fprintf(stderr, "gradsync-bench-gloo-algo: rank %u: %s\n", o.rank, err);
 	char *algos = strdup(o.algos);
 	char *save = NULL;
 	for (char *a = strtok_r(algos, ",", &save); rc == GS_OK && a; a = strtok_r(NULL, ",", &save)) {

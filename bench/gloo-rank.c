@@ -11,11 +11,11 @@
  * of E elements, each timed, writing 'system,rank,call,us'; with
  * --sched-batch as well, under SCHED_BATCH (small_gloo.c says why).
  */
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 
-#include "suite.h"
+#include "gloo_baseline.h"
+#include "options.h"
 
 static void usage(FILE *f)
 {
@@ -31,63 +31,32 @@ static void usage(FILE *f)
 }
 
 struct options {
-	unsigned long rank, size, steps, warmup, small;
+	unsigned rank, size, steps, warmup, small;
 	bool sched_batch;
 	const char *store, *address, *layout, *csv;
 };
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-	static const struct option opts[] = {
-	    {"rank", required_argument, NULL, 'r'},   {"size", required_argument, NULL, 'n'},
-	    {"store", required_argument, NULL, 's'},  {"address", required_argument, NULL, 'a'},
-	    {"layout", required_argument, NULL, 'l'}, {"csv", required_argument, NULL, 'c'},
-	    {"steps", required_argument, NULL, 'k'},  {"warmup", required_argument, NULL, 'w'},
-	    {"small", required_argument, NULL, 'e'},  {"sched-batch", no_argument, NULL, 'b'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	const struct bench_option opts[] = {
+	    BENCH_UINT("rank", &o->rank, 0, 63),
+	    BENCH_UINT("size", &o->size, 1, 64),
+	    BENCH_STRING("store", &o->store),
+	    BENCH_STRING("address", &o->address),
+	    BENCH_STRING("layout", &o->layout),
+	    BENCH_STRING("csv", &o->csv),
+	    BENCH_UINT("steps", &o->steps, 1, 100000),
+	    BENCH_UINT("warmup", &o->warmup, 0, 100000),
+	    BENCH_UINT("small", &o->small, 1, 1ul << 20),
+	    BENCH_FLAG("sched-batch", &o->sched_batch),
+	    BENCH_OPTIONS_END,
 	};
-	int opt, bad = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'r':
-			bad |= bench_parse_uint(optarg, 0, 63, &o->rank);
-			break;
-		case 'n':
-			bad |= bench_parse_uint(optarg, 1, 64, &o->size);
-			break;
-		case 'k':
-			bad |= bench_parse_uint(optarg, 1, 100000, &o->steps);
-			break;
-		case 'w':
-			bad |= bench_parse_uint(optarg, 0, 100000, &o->warmup);
-			break;
-		case 'b':
-			o->sched_batch = true;
-			break;
-		case 'e':
-			bad |= bench_parse_uint(optarg, 1, 1ul << 20, &o->small);
-			break;
-		case 's':
-			o->store = optarg;
-			break;
-		case 'a':
-			o->address = optarg;
-			break;
-		case 'l':
-			o->layout = optarg;
-			break;
-		case 'c':
-			o->csv = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			bad = 1;
-		}
+	int r = bench_options_parse(argc, argv, opts);
+	if (r > 0) {
+		usage(stdout);
+		return 0;
 	}
-	if (bad || optind < argc || !o->store || !o->address || !o->layout == !o->small ||
+	if (r < 0 || optind < argc || !o->store || !o->address || !o->layout == !o->small ||
 	    (o->sched_batch && !o->small) || !o->csv || o->rank >= o->size) {
 		usage(stderr);
 		return 2;
@@ -102,9 +71,8 @@ static int small_main(const struct options *o)
 		perror(o->csv);
 		return 1;
 	}
-	int rc = small_gloo_rank(o->store, o->address, (unsigned)o->rank, (unsigned)o->size,
-				 o->small, (unsigned)o->warmup, (unsigned)o->steps, o->sched_batch,
-				 csv);
+	int rc = small_gloo_rank(o->store, o->address, o->rank, o->size, o->small, o->warmup,
+				 o->steps, o->sched_batch, csv);
 	if (fclose(csv) != 0)
 		rc = 1;
 	return rc;
@@ -112,7 +80,6 @@ static int small_main(const struct options *o)
 
 int main(int argc, char **argv)
 {
-	static const char *const names[GLOO_SYSTEMS] = {"gloo-fp32", "gloo-fp16"};
 	struct options o = {.steps = 20, .warmup = 3};
 	int rc = parse_args(argc, argv, &o);
 	if (rc >= 0)
@@ -123,19 +90,15 @@ int main(int argc, char **argv)
 	struct layout_file l;
 	if (layout_file_read(o.layout, &l) < 0)
 		return 1;
-	struct bench_config c = {.nodes = (unsigned)o.size,
-				 .trainers = 1,
-				 .steps = (unsigned)o.steps,
-				 .warmup = (unsigned)o.warmup};
+	struct bench_config c = {
+	    .nodes = o.size, .trainers = 1, .steps = o.steps, .warmup = o.warmup};
 	size_t n = (size_t)GLOO_SYSTEMS * o.size * o.steps;
 	double *times = calloc(n, sizeof(*times));
 	FILE *csv = times ? fopen(o.csv, "w") : NULL;
-	rc = csv ? sync_gloo_rank(&c, &l, o.store, o.address, (unsigned)o.rank, (unsigned)o.size,
-				  times)
-		 : 1;
+	rc = csv ? sync_gloo_rank(&c, &l, o.store, o.address, o.rank, o.size, times) : 1;
 	for (unsigned s = 0; rc == 0 && s < GLOO_SYSTEMS; s++)
 		for (unsigned k = 0; k < o.steps; k++)
-			fprintf(csv, "%s,%lu,%u,%.6f\n", names[s], o.rank, k + 1,
+			fprintf(csv, "%s,%u,%u,%.6f\n", gloo_systems[s].name, o.rank, k + 1,
 				times[(s * o.size + o.rank) * o.steps + k]);
 	if (csv && fclose(csv) != 0)
 		rc = 1;

@@ -15,7 +15,6 @@
  */
 #include <errno.h>
 #include <ftw.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 #include <unistd.h>
 
 #include "convert.h"
+#include "options.h"
 #include "suite.h"
 
 #ifndef GS_BENCH_DAEMON
@@ -44,7 +44,7 @@ struct options {
 	const char *layouts; /* comma-separated names or paths */
 	const char *layouts_dir;
 	const char *out;
-	size_t elements;	     /* of the kernel buffer */
+	unsigned elements;	     /* of the kernel buffer */
 	bool sync, kernels, control; /* the sections to run */
 	bool keep;		     /* keep the scratch directory (logs) */
 };
@@ -85,8 +85,9 @@ static void usage(FILE *f)
 		GS_BENCH_LAYOUTS, GS_BENCH_DAEMON, GS_BENCH_TRAINER);
 }
 
-static int parse_only(const char *list, struct options *o)
+static int parse_only(char *list, void *to)
 {
+	struct options *o = to;
 	char buf[256];
 	char *save = NULL;
 	snprintf(buf, sizeof(buf), "%s", list);
@@ -106,89 +107,33 @@ static int parse_only(const char *list, struct options *o)
 
 static int parse_args(int argc, char **argv, struct options *o)
 {
-	static const struct option opts[] = {
-	    {"nodes", required_argument, NULL, 'n'},
-	    {"trainers", required_argument, NULL, 'm'},
-	    {"steps", required_argument, NULL, 'k'},
-	    {"warmup", required_argument, NULL, 'w'},
-	    {"layouts", required_argument, NULL, 'l'},
-	    {"layouts-dir", required_argument, NULL, 'L'},
-	    {"reps", required_argument, NULL, 'r'},
-	    {"elements", required_argument, NULL, 'e'},
-	    {"roundtrips", required_argument, NULL, 't'},
-	    {"out", required_argument, NULL, 'o'},
-	    {"only", required_argument, NULL, 'O'},
-	    {"keep", no_argument, NULL, 'K'},
-	    {"daemon", required_argument, NULL, 'd'},
-	    {"trainer", required_argument, NULL, 'T'},
-	    {"help", no_argument, NULL, 'h'},
-	    {NULL, 0, NULL, 0},
+	const struct bench_option opts[] = {
+	    BENCH_UINT("nodes", &o->c.nodes, 1, 16),
+	    BENCH_UINT("trainers", &o->c.trainers, 1, 64),
+	    BENCH_UINT("steps", &o->c.steps, 1, 100000),
+	    BENCH_UINT("warmup", &o->c.warmup, 0, 100000),
+	    BENCH_STRING("layouts", &o->layouts),
+	    BENCH_STRING("layouts-dir", &o->layouts_dir),
+	    BENCH_UINT("reps", &o->c.reps, 1, 100000),
+	    BENCH_UINT("elements", &o->elements, 16, 1ul << 30),
+	    BENCH_UINT("roundtrips", &o->c.roundtrips, 10, 1000000),
+	    BENCH_STRING("out", &o->out),
+	    BENCH_PARSE("only", parse_only, o),
+	    BENCH_FLAG("keep", &o->keep),
+	    BENCH_STRING("daemon", &o->c.daemon),
+	    BENCH_STRING("trainer", &o->c.trainer),
+	    BENCH_OPTIONS_END,
 	};
-	int opt, bad = 0;
-	unsigned long v = 0;
-	while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		switch (opt) {
-		case 'n':
-			bad |= bench_parse_uint(optarg, 1, 16, &v);
-			o->c.nodes = (unsigned)v;
-			break;
-		case 'm':
-			bad |= bench_parse_uint(optarg, 1, 64, &v);
-			o->c.trainers = (unsigned)v;
-			break;
-		case 'k':
-			bad |= bench_parse_uint(optarg, 1, 100000, &v);
-			o->c.steps = (unsigned)v;
-			break;
-		case 'w':
-			bad |= bench_parse_uint(optarg, 0, 100000, &v);
-			o->c.warmup = (unsigned)v;
-			break;
-		case 'r':
-			bad |= bench_parse_uint(optarg, 1, 100000, &v);
-			o->c.reps = (unsigned)v;
-			break;
-		case 't':
-			bad |= bench_parse_uint(optarg, 10, 1000000, &v);
-			o->c.roundtrips = (unsigned)v;
-			break;
-		case 'e':
-			bad |= bench_parse_uint(optarg, 16, 1ul << 30, &v);
-			o->elements = v;
-			break;
-		case 'l':
-			o->layouts = optarg;
-			break;
-		case 'L':
-			o->layouts_dir = optarg;
-			break;
-		case 'o':
-			o->out = optarg;
-			break;
-		case 'O':
-			bad |= parse_only(optarg, o);
-			break;
-		case 'K':
-			o->keep = true;
-			break;
-		case 'd':
-			o->c.daemon = optarg;
-			break;
-		case 'T':
-			o->c.trainer = optarg;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			bad = 1;
-		}
+	int r = bench_options_parse(argc, argv, opts);
+	if (r > 0) {
+		usage(stdout);
+		return 0;
 	}
-	if (!bad && o->c.nodes * o->c.trainers > 64) {
+	if (r == 0 && o->c.nodes * o->c.trainers > 64) {
 		fprintf(stderr, "gradsync-bench: at most 64 trainers in all\n");
 		return 2;
 	}
-	if (bad || optind < argc) {
+	if (r < 0 || optind < argc) {
 		usage(stderr);
 		return 2;
 	}

@@ -16,13 +16,7 @@ import statistics
 import sys
 from collections import defaultdict
 
-
-def quantile(xs, q):
-    xs = sorted(xs)
-    pos = q * (len(xs) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+from quantile import quantile
 
 
 def slower_node(rows):

@@ -15,20 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "file_store.h"
-#include "backend/gloo/gloo_comm.h"
-#include "gradsync.h"
-#include "suite.h"
+#include "gloo_baseline.h"
 
 #define GLOO_TIMEOUT_MS 60000
-
-static const struct {
-	const char *name;
-	enum gs_wire wire;
-} systems[GLOO_SYSTEMS] = {
-    {"gloo-fp32", GS_WIRE_F32},
-    {"gloo-fp16", GS_WIRE_F16},
-};
 
 /* reps timed calls after warmup untimed ones, of one wire dtype; us[k]
  * gets call k's time in microseconds. */
@@ -56,33 +45,28 @@ static int time_calls(struct gs_gloo *g, enum gs_wire wire, float *src, void *bu
 int small_gloo_rank(const char *store_dir, const char *host, unsigned rank, unsigned world,
 		    uint64_t elements, unsigned warmup, unsigned reps, bool sched_batch, FILE *csv)
 {
-	char err[512] = "out of memory";
-	struct gs_gloo_store_ops store = file_store(store_dir);
-	struct gs_gloo *g = NULL;
+	struct gloo_member m = {.err = "out of memory"};
 	float *src = calloc(elements, sizeof(*src));
 	float *buf = calloc(elements, sizeof(*buf)); /* room for the widest dtype */
 	double *us = calloc(reps, sizeof(*us));
 	int rc = src && buf && us ? GS_OK : GS_ENOMEM;
 	if (rc == GS_OK && sched_batch &&
 	    pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){0}) != 0) {
-		snprintf(err, sizeof(err), "cannot run SCHED_BATCH");
+		snprintf(m.err, sizeof(m.err), "cannot run SCHED_BATCH");
 		rc = GS_ESYSTEM;
 	}
 	if (rc == GS_OK)
-		rc = gs_gloo_create(&store, (int)rank, (int)world, host, GLOO_TIMEOUT_MS, &g, err,
-				    sizeof(err));
+		rc = gloo_join(&m, store_dir, host, rank, world, GLOO_TIMEOUT_MS);
 	for (unsigned s = 0; rc == GS_OK && s < GLOO_SYSTEMS; s++) {
-		rc = time_calls(g, systems[s].wire, src, buf, elements, warmup, reps, us, err,
-				sizeof(err));
+		rc = time_calls(m.g, gloo_systems[s].wire, src, buf, elements, warmup, reps, us,
+				m.err, sizeof(m.err));
 		for (unsigned k = 0; rc == GS_OK && k < reps; k++)
-			fprintf(csv, "%s%s,%u,%u,%.3f\n", systems[s].name,
+			fprintf(csv, "%s%s,%u,%u,%.3f\n", gloo_systems[s].name,
 				sched_batch ? "-batch" : "", rank, k + 1, us[k]);
 	}
-	if (rc != GS_OK)
-		fprintf(stderr, "gradsync-bench-gloo-rank: rank %u: %s\n", rank, err);
-	gs_gloo_destroy(g);
+	int status = gloo_leave(&m, rc, "gradsync-bench-gloo-rank: rank", rank);
 	free(src);
 	free(buf);
 	free(us);
-	return rc == GS_OK ? 0 : 1;
+	return status;
 }

@@ -22,9 +22,7 @@
 #include <string.h>
 
 #include "file_store.h"
-#include "backend/gloo/gloo_comm.h"
-#include "gradsync.h"
-#include "suite.h"
+#include "gloo_baseline.h"
 
 #define GLOO_TIMEOUT_MS 120000
 #define FIRST_BUCKET_BYTES (1u << 20)
@@ -45,14 +43,6 @@ struct gloo_run {
 	size_t nbuckets;
 	uint64_t largest; /* elements of the largest bucket */
 	double *times;	  /* shared: [system][rank][step] */
-};
-
-static const struct {
-	const char *name;
-	enum gs_wire wire;
-} systems[GLOO_SYSTEMS] = {
-    {"gloo-fp32", GS_WIRE_F32},
-    {"gloo-fp16", GS_WIRE_F16},
 };
 
 /* DDP's _compute_bucket_assignment_by_size for one dtype. */
@@ -121,16 +111,13 @@ static int rank_main(struct gloo_run *run, unsigned rank)
 {
 	const struct bench_config *c = run->c;
 	const struct layout_file *l = run->l;
-	char err[512] = "out of memory";
+	struct gloo_member m = {.err = "out of memory"};
 	uint64_t *offs = calloc(l->n, sizeof(*offs));
 	float *grads = aligned_alloc(64, (l->total * sizeof(float) + 63) & ~(size_t)63);
 	void *buf = aligned_alloc(64, (run->largest * sizeof(float) + 63) & ~(size_t)63);
-	struct gs_gloo *g = NULL;
-	struct gs_gloo_store_ops store = file_store(run->store);
 	int rc = offs && grads && buf ? GS_OK : GS_ENOMEM;
 	if (rc == GS_OK)
-		rc = gs_gloo_create(&store, (int)rank, (int)run->world, run->host,
-				    GLOO_TIMEOUT_MS, &g, err, sizeof(err));
+		rc = gloo_join(&m, run->store, run->host, rank, run->world, GLOO_TIMEOUT_MS);
 	if (rc == GS_OK) {
 		for (size_t t = 1; t < l->n; t++)
 			offs[t] = offs[t - 1] + l->counts[t - 1];
@@ -143,8 +130,8 @@ static int rank_main(struct gloo_run *run, unsigned rank)
 		for (unsigned s = 0; rc == GS_OK && s < c->warmup + c->steps; s++) {
 			double t0 = gs_now_ms();
 			for (size_t b = 0; rc == GS_OK && b < run->nbuckets; b++)
-				rc = one_bucket(g, systems[sys].wire, &run->buckets[b], l, offs,
-						grads, buf, prescale, err, sizeof(err));
+				rc = one_bucket(m.g, gloo_systems[sys].wire, &run->buckets[b], l,
+						offs, grads, buf, prescale, m.err, sizeof(m.err));
 			double ms = gs_now_ms() - t0;
 			if (s < c->warmup)
 				continue;
@@ -152,16 +139,14 @@ static int rank_main(struct gloo_run *run, unsigned rank)
 			run->times[((size_t)sys * run->world + rank) * c->steps + k] = ms;
 			if (rank == 0 && ((k + 1) % every == 0 || k + 1 == c->steps))
 				fprintf(stderr, "    %s %s: step %u/%u %.2f ms\n",
-					systems[sys].name, l->name, k + 1, c->steps, ms);
+					gloo_systems[sys].name, l->name, k + 1, c->steps, ms);
 		}
 	}
-	if (rc != GS_OK)
-		fprintf(stderr, "gradsync-bench: Gloo rank %u: %s\n", rank, err);
-	gs_gloo_destroy(g);
+	int status = gloo_leave(&m, rc, "gradsync-bench: Gloo rank", rank);
 	free(offs);
 	free(grads);
 	free(buf);
-	return rc == GS_OK ? 0 : 1;
+	return status;
 }
 
 struct rank_arg {
@@ -187,7 +172,7 @@ static void collect(const struct gloo_run *run, struct sync_result out[GLOO_SYST
 				double ms =
 				    run->times[((size_t)sys * run->world + r) * c->steps + s];
 				struct bench_row row = {
-				    "sync",	 run->l->name, systems[sys].name,
+				    "sync",	 run->l->name, gloo_systems[sys].name,
 				    c->nodes,	 c->trainers,  (int)r,
 				    (long)s + 1, ms,	       out[sys].bytes};
 				bench_csv_row(c->csv, &row);
@@ -213,7 +198,7 @@ int sync_gloo(const struct bench_config *c, const struct layout_file *l,
 	int rc = 0;
 	for (unsigned sys = 0; sys < GLOO_SYSTEMS; sys++) {
 		memset(&out[sys], 0, sizeof(out[sys]));
-		snprintf(out[sys].system, sizeof(out[sys].system), "%s", systems[sys].name);
+		snprintf(out[sys].system, sizeof(out[sys].system), "%s", gloo_systems[sys].name);
 		out[sys].bytes = l->total * sizeof(float);
 	}
 	run.buckets = calloc(l->n, sizeof(*run.buckets));
