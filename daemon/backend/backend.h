@@ -87,6 +87,15 @@ struct gs_bucket_io {
 	 * sum has an abort, before it unpacks anything of the bucket. */
 	struct gs_vote *vote;
 	int vote_timeout_ms; /* the first all-reduce's wait, for the slowest node's trainers */
+	/* Optional, with several nodes: the bucket the worker runs right after
+	 * this one, where it is already queued and reduces tensors (not a
+	 * vote to abort); NULL when there is none now. A backend may pack it
+	 * and queue its all-reduce behind this bucket's while this one is
+	 * exchanged, and finds that work again when reduce_bucket is called
+	 * for it, by its token; it writes nothing of it to the trainers
+	 * before then. Worker thread only. */
+	const struct gs_bucket_io *(*next)(const struct gs_bucket_io *io);
+	uint64_t token; /* this bucket's run's, unique in the daemon */
 };
 
 enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };
@@ -201,6 +210,9 @@ struct gs_backend {
 	 * (gs_bucket_io.vote), rather than the engine's collective of its own. */
 	bool votes_in_data;
 	_Atomic uint64_t internode_bytes;
+	/* Buckets packed while the one before them was exchanged
+	 * (gs_bucket_io.next). */
+	_Atomic uint64_t overlapped_buckets;
 	char error[256]; /* why the last allreduce failed (worker thread) */
 };
 
@@ -213,5 +225,7 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 /* Bytes this node has sent to other nodes in all-reduces (worker thread
  * writes, anyone reads). */
 uint64_t gs_backend_internode_bytes(const struct gs_backend *b);
+/* Buckets this node packed while the bucket before them was exchanged. */
+uint64_t gs_backend_overlapped_buckets(const struct gs_backend *b);
 
 #endif

@@ -142,6 +142,11 @@ static uint64_t v_internode(const struct gs_job_entry *e)
 	return gs_backend_internode_bytes(e->backend);
 }
 
+static uint64_t v_overlapped(const struct gs_job_entry *e)
+{
+	return gs_backend_overlapped_buckets(e->backend);
+}
+
 static void jobs(struct text *t, const struct shown *sh)
 {
 	family(t, "gradsync_job_info", "gauge", "Each job: its state, backend, wire dtype and op (always 1).");
@@ -175,6 +180,8 @@ static void jobs(struct text *t, const struct shown *sh)
 		   sh, v_groups);
 	job_series(t, "gradsync_internode_bytes_total", "counter", "Bytes this node sent to the job's other nodes in all-reduces.",
 		   sh, v_internode);
+	job_series(t, "gradsync_buckets_overlapped_total", "counter", "Buckets packed while the bucket before them was exchanged with the other nodes.",
+		   sh, v_overlapped);
 }
 
 static void steps(struct text *t, const struct gs_stats *st)

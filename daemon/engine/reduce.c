@@ -1,5 +1,6 @@
 #include "engine/reduce.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,22 +89,51 @@ static int vote_timeout_ms(const struct gs_bucket_run *run)
 	return (int)((s->step_timeout + s->peer_timeout) * 1000);
 }
 
+static void bucket_work(struct gs_work *w);
+
+/* The run the worker takes after this one, as the backend may start it
+ * early: a bucket that reduces tensors, of a step not stopped here. */
+static const struct gs_bucket_io *queued_next(const struct gs_bucket_io *io)
+{
+	struct gs_bucket_run *run = io->ctx;
+	struct gs_work *w = run->job->env.worker ? gs_worker_next(run->job->env.worker) : NULL;
+	if (!w || w->run != bucket_work)
+		return NULL;
+	struct gs_bucket_run *next = (struct gs_bucket_run *)w;
+	if (next->job != run->job || next->abort_reason || !next->spans ||
+	    run->job->worker_stopped_step == next->step)
+		return NULL;
+	return &next->io;
+}
+
+/* The daemon's runs, numbered so that a backend tells them apart even
+ * where a freed run's memory is reused. */
+static _Atomic uint64_t run_tokens;
+
+/* The run's bucket as reduce_bucket takes it; its vote (zero: go on) rides
+ * in the data where the backend carries it. */
+static void set_io(struct gs_bucket_run *run)
+{
+	bool in_data = run->nodes > 1 && run->backend->votes_in_data;
+	run->io = (struct gs_bucket_io){
+		run->plan, run->counts, run->bucket, run->nranks,
+		(float *const *const *)run->tensors, run->pack, run->postscale,
+		run->clipped, &run->nonfinite, on_mark, run, run->ready_event,
+		&run->lost, in_data ? &run->vote : NULL, in_data ? vote_timeout_ms(run) : 0,
+		run->nodes > 1 ? queued_next : NULL, atomic_fetch_add(&run_tokens, 1) + 1,
+	};
+}
+
 /* A backend that reduces a bucket at once (CUDA: one kernel launch per
  * bucket, chunked only where the bucket passes the fusion buffer). */
 static void run_whole(struct gs_bucket_run *run)
 {
 	struct gs_backend *b = run->backend;
-	bool in_data = run->nodes > 1 && b->votes_in_data;
-	struct gs_bucket_io io = {
-		run->plan, run->counts, run->bucket, run->nranks,
-		(float *const *const *)run->tensors, run->pack, run->postscale,
-		run->clipped, &run->nonfinite, on_mark, run, run->ready_event,
-		&run->lost, in_data ? &run->vote : NULL, in_data ? vote_timeout_ms(run) : 0,
-	};
+	bool in_data = run->io.vote != NULL;
 	if (in_data)
 		own_vote(run);
 	uint64_t start = gs_now_ns();
-	int err = b->ops->reduce_bucket(b, &io);
+	int err = b->ops->reduce_bucket(b, &run->io);
 	if (err == GS_EABORTED && in_data && run->vote.aborts)
 		describe_abort(run, &run->vote);
 	else if (err != GS_OK) {
@@ -246,6 +276,7 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 		run->pack[r] = t->pack;
 		run->ready_event[r] = t->bucket_event ? t->bucket_event[bucket] : 0;
 	}
+	set_io(run);
 	return run;
 }
 

@@ -47,6 +47,10 @@ struct gs_bucket_run {
 	int abort_reason; /* 0: go on */
 	uint32_t abort_rank;
 	struct gs_vote vote;
+	/* The bucket as the backend's reduce_bucket takes it (run_whole): set
+	 * up at launch, so that the run before this one may hand it to the
+	 * backend early (gs_bucket_io.next). */
+	struct gs_bucket_io io;
 	/* For the trace: the step's first readiness and this launch, and the
 	 * backend's marks of the chunk in progress (gs_io_mark). */
 	uint64_t ready_ns, launch_ns;

@@ -134,6 +134,14 @@ void gs_worker_submit(struct gs_worker *w, struct gs_work *work)
 	gs_worker_submit_chain(w, work, 1);
 }
 
+struct gs_work *gs_worker_next(struct gs_worker *w)
+{
+	pthread_mutex_lock(&w->lock);
+	struct gs_work *next = w->todo_head;
+	pthread_mutex_unlock(&w->lock);
+	return next;
+}
+
 void gs_worker_stop(struct gs_worker *w)
 {
 	pthread_mutex_lock(&w->lock);

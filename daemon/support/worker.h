@@ -36,6 +36,11 @@ void gs_worker_submit(struct gs_worker *w, struct gs_work *work);
 /* Queues the n items that follow one another from first through their
  * next links, in that order, waking the thread once for them all. */
 void gs_worker_submit_chain(struct gs_worker *w, struct gs_work *first, unsigned n);
+/* The item the thread runs after the one it runs now, or NULL; only from
+ * an item's run, on the worker thread. Items leave the queue only when
+ * this thread takes them, so the one returned stays queued, and is the
+ * next to run, until the calling item is done. */
+struct gs_work *gs_worker_next(struct gs_worker *w);
 /* Finishes queued work, joins the thread, calls the remaining done
  * callbacks and closes the async handle. */
 void gs_worker_stop(struct gs_worker *w);

@@ -8,7 +8,10 @@
  * Then one rank votes to abort in the bucket's data: both stop at that
  * bucket with the same summed vote, the other rank's tensors bit for bit
  * its own, and the next bucket goes through on both (the two issued the
- * same all-reduces).
+ * same all-reduces). With overlap, bucket 1 is offered as the next
+ * (gs_bucket_io.next) while bucket 0 runs: packed early and found again by
+ * its token, right on both; where bucket 0 is aborted, the early one is
+ * refused (not all-reduced) and bucket 1 still goes in step on both.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,6 +45,7 @@ struct setup {
 	uint64_t fusion;
 	int abort_rank; /* votes to abort bucket 0; -1: none */
 	unsigned local; /* trainers per node, 1 or 2 */
+	bool overlap;   /* bucket 1 offered as bucket 0's next */
 };
 
 /* A small integer, different per node, trainer, tensor and element. */
@@ -66,21 +70,41 @@ struct rank_state {
 	float *tensors[MAX_LOCAL][NT];
 	struct gs_pack_params pack[MAX_LOCAL];
 	uint64_t clipped[MAX_LOCAL], nonfinite;
-	struct gs_vote vote;
+	struct gs_vote vote[2];
+	float *const *tptr[MAX_LOCAL];
+	/* Each bucket's, as the engine keeps a run's from its launch on. */
+	struct gs_bucket_io io[2];
+	bool overlap;
 };
+
+/* Bucket 1 is queued behind bucket 0, as the engine would say. */
+static const struct gs_bucket_io *next_bucket(const struct gs_bucket_io *io)
+{
+	struct rank_state *s = io->ctx;
+	return io->bucket == 0 && s->overlap ? &s->io[1] : NULL;
+}
+
+static void set_io(struct rank_state *s, uint32_t bucket, unsigned nranks, bool abort)
+{
+	s->vote[bucket] = (struct gs_vote){ 0 };
+	if (abort)
+		s->vote[bucket] = (struct gs_vote){ 1, 1, 1, 2 };
+	s->tptr[0] = s->tensors[0];
+	s->tptr[1] = s->tensors[1];
+	s->io[bucket] = (struct gs_bucket_io){
+		.plan = &s->plan, .counts = counts, .bucket = bucket, .nranks = nranks,
+		.tensors = s->tptr, .pack = s->pack, .postscale = 1.0f, .clipped = s->clipped,
+		.nonfinite = &s->nonfinite, .ctx = s, .vote = &s->vote[bucket],
+		.vote_timeout_ms = TIMEOUT_MS, .next = next_bucket, .token = bucket + 1,
+	};
+}
 
 static int reduce(struct rank_state *s, uint32_t bucket, unsigned nranks, bool abort)
 {
-	float *const *tensors[MAX_LOCAL] = { s->tensors[0], s->tensors[1] };
-	s->vote = (struct gs_vote){ 0 };
-	if (abort)
-		s->vote = (struct gs_vote){ 1, 1, 1, 2 };
-	struct gs_bucket_io io = {
-		.plan = &s->plan, .counts = counts, .bucket = bucket, .nranks = nranks,
-		.tensors = tensors, .pack = s->pack, .postscale = 1.0f, .clipped = s->clipped,
-		.nonfinite = &s->nonfinite, .vote = &s->vote, .vote_timeout_ms = TIMEOUT_MS,
-	};
-	return s->b->ops->reduce_bucket(s->b, &io);
+	set_io(s, bucket, nranks, abort);
+	if (bucket == 0)
+		set_io(s, 1, s->local, false); /* queued behind it */
+	return s->b->ops->reduce_bucket(s->b, &s->io[bucket]);
 }
 
 /* 0 when every tensor of bucket `bucket` holds the reduced sum (reduced)
@@ -138,6 +162,7 @@ static int rank_main(int rank, int size, void *arg)
 		return 2;
 	}
 	s.local = su->local;
+	s.overlap = su->overlap;
 	s.b = gs_backend_host_create(s.local, su->wire, su->fusion, false);
 	if (!s.b || gs_plan_build(counts, NT, THRESHOLD, &s.plan) != 0 || s.plan.nbuckets != 2)
 		return 3;
@@ -174,16 +199,26 @@ static int rank_main(int rank, int size, void *arg)
 			fprintf(stderr, "rank %d: bucket 0 gave %d, want GS_EABORTED\n", rank, rc);
 			return 8;
 		}
-		if (s.vote.aborts != 1 || s.vote.node != (uint32_t)su->abort_rank || s.vote.rank != 1 ||
-		    s.vote.reason != 2) {
-			fprintf(stderr, "rank %d: summed vote %u %u %u %u\n", rank, s.vote.aborts,
-				s.vote.node, s.vote.rank, s.vote.reason);
+		const struct gs_vote *v = &s.vote[0];
+		if (v->aborts != 1 || v->node != (uint32_t)su->abort_rank || v->rank != 1 ||
+		    v->reason != 2) {
+			fprintf(stderr, "rank %d: summed vote %u %u %u %u\n", rank, v->aborts,
+				v->node, v->rank, v->reason);
 			return 9;
 		}
 		if (check_bucket(&s, rank, 0, false))
 			return 10;
 	}
-	if ((rc = reduce(&s, 1, s.local, false)) != GS_OK) {
+	/* Bucket 1 packed early where bucket 0 reduced tensors here. */
+	uint64_t early = gs_backend_overlapped_buckets(s.b);
+	bool reduced_here = su->abort_rank != rank;
+	if (early != (su->overlap && reduced_here)) {
+		fprintf(stderr, "rank %d: %llu buckets packed early\n", rank, (unsigned long long)early);
+		return 13;
+	}
+	/* The run of bucket 1 as launched (its token): taken from its lane
+	 * where it was packed early, packed again where that was refused. */
+	if ((rc = s.b->ops->reduce_bucket(s.b, &s.io[1])) != GS_OK) {
 		fprintf(stderr, "rank %d: bucket 1: %d %s\n", rank, rc, s.b->error);
 		return 11;
 	}
@@ -199,9 +234,10 @@ static int rank_main(int rank, int size, void *arg)
 	return 0;
 }
 
-static void run(enum gs_wire wire, uint64_t fusion, int abort_rank, unsigned local)
+static void run_overlap(enum gs_wire wire, uint64_t fusion, int abort_rank, unsigned local,
+			bool overlap)
 {
-	struct setup su = { file_store_dir_create(), wire, fusion, abort_rank, local };
+	struct setup su = { file_store_dir_create(), wire, fusion, abort_rank, local, overlap };
 	assert_non_null(su.dir);
 	struct ranks rk;
 	int status[2];
@@ -211,6 +247,11 @@ static void run(enum gs_wire wire, uint64_t fusion, int abort_rank, unsigned loc
 	assert_int_equal(overran, 0);
 	assert_int_equal(status[0], 0);
 	assert_int_equal(status[1], 0);
+}
+
+static void run(enum gs_wire wire, uint64_t fusion, int abort_rank, unsigned local)
+{
+	run_overlap(wire, fusion, abort_rank, local, false);
 }
 
 static void pipelined_fp16(void **state)
@@ -251,6 +292,33 @@ static void vote_in_data_rank_0_staged(void **state)
 	run(GS_WIRE_BF16, 600000, 0, 2);
 }
 
+/* Bucket 1 packed while bucket 0 is exchanged, in each wire dtype. */
+static void overlapped_fp16(void **state)
+{
+	(void)state;
+	run_overlap(GS_WIRE_F16, 4194304, -1, 2, true);
+}
+
+static void overlapped_bf16(void **state)
+{
+	(void)state;
+	run_overlap(GS_WIRE_BF16, 4194304, -1, 1, true);
+}
+
+static void overlapped_fp32(void **state)
+{
+	(void)state;
+	run_overlap(GS_WIRE_F32, 4194304, -1, 2, true);
+}
+
+/* Rank 1 votes to abort bucket 0 while rank 0 has bucket 1 packed behind
+ * it: refused there, and bucket 1 then goes once on both. */
+static void overlapped_behind_an_abort(void **state)
+{
+	(void)state;
+	run_overlap(GS_WIRE_F16, 4194304, 1, 1, true);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -260,6 +328,10 @@ int main(void)
 		cmocka_unit_test(pipelined_staged),
 		cmocka_unit_test(vote_in_data_rank_1),
 		cmocka_unit_test(vote_in_data_rank_0_staged),
+		cmocka_unit_test(overlapped_fp16),
+		cmocka_unit_test(overlapped_bf16),
+		cmocka_unit_test(overlapped_fp32),
+		cmocka_unit_test(overlapped_behind_an_abort),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,6 +30,17 @@ def status(sock):
     return json.loads(p.stdout) if p.returncode == 0 else None
 
 
+def metric(sock, name, job):
+    """A job's series `name` in a daemon's metrics, or None."""
+    p = subprocess.run([CTL, "--socket", sock, "--timeout", "2000", "metrics"],
+                       capture_output=True, text=True, timeout=5)
+    prefix = f'{name}{{job="{job}"}} '
+    for line in p.stdout.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix):])
+    return None
+
+
 def job_status(sock, job):
     st = status(sock)
     return next((j for j in (st or {}).get("jobs", []) if j["job_id"] == job), None)

@@ -8,7 +8,9 @@ cut comes in the middle of a bucket of several pipeline slices, some of
 them all-reduced: each trainer finds every tensor its own, bit for bit
 (none half reduced), and both daemons stop cleanly; and the same with node
 1's daemon SIGKILLed instead, node 0's trainer checked and node 0's daemon
-stopping cleanly. Skipped (77) where
+stopping cleanly. Last, on nodes of one CPU, the cut comes while node 0
+exchanges bucket 1 of four with bucket 2 packed behind it: bucket 0 is
+reduced on both nodes, the others their trainers' own. Skipped (77) where
 namespaces cannot be made or without Gloo.
 
 Paths come from meson: GS_DAEMON, GS_TRAINER, GS_CTL, GS_LAYOUTS,
@@ -26,7 +28,7 @@ SOURCE = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HER
 sys.path.insert(0, os.path.join(SOURCE, "tests", "ops"))
 from opslib import Skip, check, run, wait_for  # noqa: E402
 from cluster import Cluster  # noqa: E402
-from nodes import CTL, DAEMON, TRAINER, Nodes, job_status, status, text  # noqa: E402
+from nodes import CTL, DAEMON, TRAINER, Nodes, job_status, metric, status, text  # noqa: E402
 
 LAYOUT = os.path.join(os.environ.get("GS_LAYOUTS", ""), "resnet50.txt")
 PEER_TIMEOUT = 2
@@ -160,6 +162,20 @@ def test_peer_killed_mid_pipeline():
     mid_pipeline("q", "kill")
 
 
+def aborted_with(trainers, reduced, tensors):
+    """Each trainer (process, log) had step 2 aborted with `reduced` of
+    its `tensors` reduced; it checked each other one is its own, bit for
+    bit."""
+    for k, (p, log) in enumerate(trainers):
+        rc = p.wait(timeout=60)
+        out = text(log)
+        print(out.strip())
+        check(rc == 0 and "ABORTED step 2 as expected" in out,
+              f"node {k}'s trainer exited {rc}: {out}")
+        check(f"{reduced} of {tensors} tensors reduced" in out,
+              f"node {k}'s trainer: not {reduced} tensors reduced after the cut: {out}")
+
+
 def run_mid_pipeline(c, n, tmp, lose):
     """Node 1 lost while node 0 is in the middle of a bucket's pipeline: its
     link cut ("cut"), or its daemon SIGKILLed ("kill")."""
@@ -189,16 +205,8 @@ def run_mid_pipeline(c, n, tmp, lose):
         n.daemons[1].wait(timeout=10)
     at_cut = job_status(n.socks[0], "pipe")["internode_bytes"] - step
     # Node 1's trainer loses its daemon with it; node 0's is checked alone.
-    for k, (p, log) in enumerate(t if lose == "cut" else t[:1]):
-        rc = p.wait(timeout=60)
-        out = text(log)
-        print(out.strip())
-        check(rc == 0 and "ABORTED step 2 as expected" in out,
-              f"node {k}'s trainer exited {rc}: {out}")
-        # The bucket was cut: none of its tensors reduced; the trainer
-        # checked each is its own, bit for bit.
-        check(f"0 of {len(PIPE_TENSORS)} tensors reduced" in out,
-              f"node {k}'s trainer: tensors reduced after the cut: {out}")
+    # The bucket was cut: none of its tensors reduced.
+    aborted_with(t if lose == "cut" else t[:1], 0, len(PIPE_TENSORS))
     sent = job_status(n.socks[0], "pipe")["internode_bytes"] - step
     print(f"node 0 had sent {at_cut} bytes of step 2's bucket 0 at the cut and {sent} "
           f"in all, of {bucket0} ({full} a slice)")
@@ -211,6 +219,57 @@ def run_mid_pipeline(c, n, tmp, lose):
     stop_cleanly(n, [])
 
 
+# Four buckets of one tensor each (the threshold is below a tensor), each a
+# head and one slice on nodes of one CPU: all queued at once, so each
+# after the first is packed while the one before it is exchanged.
+OVERLAP_TENSORS = [500000] * 4
+OVERLAP_SETTINGS = {"GRADSYNC_THRESHOLD": "400000"}
+
+
+def test_link_cut_between_overlapped_buckets():
+    on_cluster("o", PIPE_RATE, run_cut_between_buckets)
+
+
+def run_cut_between_buckets(c, n, tmp):
+    """Node 1's link cut while node 0 exchanges bucket 1 with bucket 2
+    packed behind it: bucket 0 is reduced on both nodes, buckets 1 to 3
+    hold each trainer's own gradients, bit for bit."""
+    layout = os.path.join(tmp, "overlap.txt")
+    with open(layout, "w") as f:
+        f.write("# four buckets, packed one behind the other\n")
+        for i, count in enumerate(OVERLAP_TENSORS):
+            f.write(f"t{i} {count} {count}\n")
+    bucket = wire_bytes(OVERLAP_TENSORS[0])
+    step = bucket * len(OVERLAP_TENSORS)
+
+    t = [n.trainer(k, "ovl", layout, 2, "--expect-abort-at", "2", settings=OVERLAP_SETTINGS)
+         for k in range(2)]
+    def in_bucket_1():
+        js = job_status(n.socks[0], "ovl") or {}
+        sent = js.get("internode_bytes", 0) - step
+        check(sent < 2 * bucket, f"node 0 sent {sent} bytes of step 2 unseen: the status "
+              "came too late to cut in the middle of bucket 1")
+        # Bucket 0 and bucket 1's head through: in the rest of bucket 1.
+        return sent >= bucket + 2 * (HEAD + STATUS) and js.get("current_step") == 2
+    wait_for(in_bucket_1, 60, "node 0 in the middle of step 2's bucket 1")
+    cut_link(c, 1)
+    overlapped = metric(n.socks[0], "gradsync_buckets_overlapped_total", "ovl")
+    at_cut = job_status(n.socks[0], "ovl")["internode_bytes"] - step
+    # Step 1 packed buckets 1 to 3 early; step 2 bucket 1, and bucket 2
+    # once bucket 1's exchange had begun.
+    check(overlapped == 2 * (len(OVERLAP_TENSORS) - 1) - 1,
+          f"node 0 packed {overlapped} buckets early by the cut, not step 1's 3 and step 2's 2")
+    # Bucket 0 (the last tensor, first in backpropagation) reduced;
+    # bucket 2, packed, and bucket 3 never written.
+    aborted_with(t, 1, len(OVERLAP_TENSORS))
+    sent = job_status(n.socks[0], "ovl")["internode_bytes"] - step
+    print(f"node 0 had sent {at_cut} bytes of step 2 at the cut and {sent} in all "
+          f"({bucket} a bucket); {overlapped:.0f} buckets packed early by then")
+    check(bucket < at_cut <= sent < 2 * bucket,
+          f"not cut in the middle of bucket 1: {at_cut}, then {sent} bytes")
+    stop_cleanly(n, [])
+
+
 if __name__ == "__main__":
     run([test_job_and_link_cut, test_link_cut_in_a_vote, test_link_cut_mid_pipeline,
-         test_peer_killed_mid_pipeline])
+         test_peer_killed_mid_pipeline, test_link_cut_between_overlapped_buckets])

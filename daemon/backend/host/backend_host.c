@@ -30,9 +30,12 @@
  * on every node at the same slice (the status is a sum every node reads),
  * and no tensor of it has been written. A bucket of one slice (the small
  * ones) goes as it did without the pipeline, on the worker thread alone.
- * Buckets do not overlap one another: the engine hands one bucket at a
- * time and tells the trainers it is done when reduce_bucket returns, so
- * the unpack of bucket b cannot wait behind the all-reduce of b + 1.
+ * Buckets overlap too: while bucket b is exchanged on the comm thread, the
+ * next one, where the engine has it queued, is packed into a second lane
+ * and its all-reduce queued behind b's; b is unpacked while it goes
+ * (overlap.c). The engine still tells the trainers a bucket is done when
+ * its reduce_bucket returns, so b's unpack never waits behind b + 1's
+ * all-reduce.
  *
  * A bucket larger than one fusion buffer is staged: every chunk is packed
  * and all-reduced first, its result kept in a staging buffer, and only
@@ -92,7 +95,7 @@ static struct host_cut chunk_cut(const struct host_backend *h, uint64_t len, boo
 	return (struct host_cut){ len, vote ? HOST_HEAD_ELEMENTS : 0, h->pslice };
 }
 
-static int ensure_span_room(struct host_backend *h, size_t members)
+int host_ensure_span_room(struct host_backend *h, size_t members)
 {
 	if (members <= h->span_room)
 		return GS_OK;
@@ -154,7 +157,7 @@ void host_slice_packed(struct host_backend *h, uint32_t k)
 	if (!ph->feed)
 		return;
 	pthread_mutex_lock(&h->comm.lock);
-	h->comm.packed[k] = 1;
+	ph->lane->packed[k] = 1;
 	pthread_cond_signal(&h->comm.wake);
 	pthread_mutex_unlock(&h->comm.lock);
 }
@@ -171,42 +174,65 @@ static int chunk_result(struct host_backend *h, const struct gs_bucket_io *io, i
 	return rc;
 }
 
-/* One chunk's pack+sum into the fusion buffer and, with several nodes, its
- * all-reduce, slice by slice, each with its status after it. A chunk of
- * several slices is pipelined: the comm thread all-reduces each slice as
- * soon as it is packed while the next is packed. */
-static int reduce_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
-			const struct host_cut *cut)
+/* One chunk's pack+sum into the lane's buffer, slice by slice, each with
+ * its status after it (the lane's cut). With feed, the comm thread
+ * all-reduces each slice as soon as it is packed, while the next is
+ * packed. */
+void host_pack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
+		     struct host_lane *lane, bool feed)
 {
-	uint64_t len = cut->len;
+	const struct host_cut *cut = &lane->cut;
 	uint32_t slices = host_cut_slices(cut);
-	bool feed = h->gloo && slices > 1 && host_comm_start(h);
-	int first_timeout = start == 0 && io->vote ? io->vote_timeout_ms : h->gloo_timeout_ms;
-	h->phase = (struct host_phase){ .io = io, .start = start, .len = len, .wire = h->fusion,
+	h->phase = (struct host_phase){ .io = io, .start = start, .len = cut->len,
+					.wire = lane->wire,
 					.gap = h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0,
 					.cut = *cut, .sliced = h->gloo && slices > 1, .feed = feed,
-					.vote = start == 0 ? io->vote : NULL };
-	gs_io_mark(io, GS_MARK_PACK, start, len);
+					.vote = start == 0 ? io->vote : NULL, .lane = lane };
+	gs_io_mark(io, GS_MARK_PACK, start, cut->len);
 	if (feed)
-		host_comm_give(h, h->fusion, cut, first_timeout);
+		host_comm_give(h, lane);
 	host_run_phase(h);
 	if (h->gloo && slices == 1)
 		host_slice_packed(h, 0);
-	int lost = lost_rank(io);
-	note_lost(io, lost);
-	gs_io_mark(io, GS_MARK_ALLREDUCE, start, len);
+	lane->lost = lost_rank(io);
+	note_lost(io, lane->lost);
+	gs_io_mark(io, GS_MARK_ALLREDUCE, start, cut->len);
+}
+
+/* The packed chunk in the lane across nodes: waited for on the comm
+ * thread (fed), or all-reduced here slice by slice. */
+static int exchange_chunk(struct host_backend *h, const struct gs_bucket_io *io,
+			  struct host_lane *lane, bool fed)
+{
 	struct gs_chunk_status st = { 0 };
 	if (!h->gloo) { /* alone, this node's status is the sum */
-		st = (struct gs_chunk_status){ lost >= 0, h->node_rank, (uint32_t)lost, { 0 } };
-		return chunk_result(h, io, lost >= 0 ? GS_EBUFFER : GS_OK, &st);
+		st = (struct gs_chunk_status){ lane->lost >= 0, h->node_rank, (uint32_t)lane->lost,
+					       { 0 } };
+		return chunk_result(h, io, lane->lost >= 0 ? GS_EBUFFER : GS_OK, &st);
 	}
 	int rc = GS_OK;
-	if (feed)
-		rc = host_comm_wait(h, &st);
-	for (uint32_t k = 0; !feed && k < slices && rc == GS_OK; k++)
-		rc = host_reduce_slice(h, h->fusion, cut, k,
-				       k == 0 ? first_timeout : h->gloo_timeout_ms, &st);
+	if (fed) {
+		host_comm_wait(h, lane, false, -1);
+		rc = lane->rc;
+		st = lane->status;
+	}
+	for (uint32_t k = 0; !fed && k < host_cut_slices(&lane->cut) && rc == GS_OK; k++)
+		rc = host_reduce_slice(h, lane->wire, &lane->cut, k,
+				       k == 0 ? lane->first_timeout_ms : h->gloo_timeout_ms, &st);
 	return chunk_result(h, io, rc, &st);
+}
+
+/* Sets the lane up for a chunk of the bucket from start, len elements
+ * long: its cut, and its first slice's wait; held, not packed early. */
+void host_lane_for(struct host_backend *h, struct host_lane *lane,
+		     const struct gs_bucket_io *io, uint64_t start, uint64_t len)
+{
+	bool vote = start == 0 && io->vote;
+	lane->cut = chunk_cut(h, len, vote);
+	lane->first_timeout_ms = vote ? io->vote_timeout_ms : h->gloo_timeout_ms;
+	lane->held = true;
+	lane->token = 0;
+	lane->after = NULL;
 }
 
 /* A node that aborts the step has no tensors to reduce: it takes part in
@@ -219,21 +245,23 @@ static int vote_only(struct host_backend *h, const struct gs_bucket_io *io)
 					true);
 	uint64_t n = host_cut_len(&cut, 0);
 	size_t esize = gs_wire_size(h->base.wire);
-	memset(h->fusion, 0, n * esize);
-	gs_chunk_status_put(h->base.wire, (char *)h->fusion + n * esize, h->node_rank, -1, io->vote);
+	char *wire = h->lane[0].wire;
+	memset(wire, 0, n * esize);
+	gs_chunk_status_put(h->base.wire, wire + n * esize, h->node_rank, -1, io->vote);
 	struct gs_chunk_status st = { 0 };
-	int rc = host_reduce_slice(h, h->fusion, &cut, 0, io->vote_timeout_ms, &st);
+	int rc = host_reduce_slice(h, wire, &cut, 0, io->vote_timeout_ms, &st);
 	return chunk_result(h, io, rc, &st);
 }
 
 /* Copies a reduced chunk's slices, without their statuses, to dst. */
-static void copy_slices(struct host_backend *h, char *dst, const struct host_cut *cut,
+static void copy_slices(struct host_backend *h, char *dst, const struct host_lane *lane,
 			uint64_t gap)
 {
 	size_t esize = gs_wire_size(h->base.wire);
+	const struct host_cut *cut = &lane->cut;
 	for (uint32_t k = 0; k < host_cut_slices(cut); k++) {
 		uint64_t n = host_cut_len(cut, k);
-		memcpy(dst, host_cut_at(h, cut, h->fusion, gap, k), n * esize);
+		memcpy(dst, host_cut_at(h, cut, lane->wire, gap, k), n * esize);
 		dst += n * esize;
 	}
 }
@@ -257,7 +285,7 @@ static int check_bucket(struct host_backend *h, const struct gs_bucket_io *io, b
 		snprintf(b->error, sizeof(b->error), "%u local ranks", io->nranks);
 		return GS_EINVAL;
 	}
-	if (ensure_span_room(h, bk->count) != GS_OK ||
+	if (host_ensure_span_room(h, bk->count) != GS_OK ||
 	    (staged && ensure_staging(h, bk->elements) != GS_OK)) {
 		snprintf(b->error, sizeof(b->error), "out of memory for bucket %u (%llu elements)",
 			 io->bucket, (unsigned long long)bk->elements);
@@ -266,63 +294,112 @@ static int check_bucket(struct host_backend *h, const struct gs_bucket_io *io, b
 	return GS_OK;
 }
 
-/* Chunk by chunk; a failed all-reduce, a lost pack or a vote to abort
- * stops the bucket before any of it is unpacked. Unstaged (one chunk), the
- * chunk is unpacked once all its slices are reduced. Staged, a chunk's
- * "unpack" in the trace is its copy into the staging buffer, and the
- * unpack of the whole bucket follows the last chunk. Pages that vanish
- * during the unpack take only their trainer's results (the guard put
- * anonymous memory there); the caller drops that trainer. */
-static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
+/* A bucket of one chunk, packed early into `lane` while the bucket before
+ * it was exchanged (overlap.c), or now (lane NULL). While it is exchanged
+ * on the comm thread, the next bucket is packed; the chunk is unpacked
+ * once all its slices are reduced. */
+static int reduce_unstaged(struct host_backend *h, const struct gs_bucket_io *io,
+			   struct host_lane *lane)
 {
-	struct host_backend *h = host(b);
+	uint64_t len = io->plan->buckets[io->bucket].elements;
+	bool fed = lane != NULL;
+	if (lane) {
+		for (unsigned r = 0; r < io->nranks; r++)
+			io->clipped[r] += lane->clipped[r];
+		note_lost(io, lane->lost);
+	} else {
+		lane = &h->lane[0];
+		host_lane_for(h, lane, io, 0, len);
+		bool overlap = h->overlap && io->next && len >= HOST_OVERLAP_MIN_ELEMENTS;
+		fed = h->gloo && (host_cut_slices(&lane->cut) > 1 || overlap) && host_comm_start(h);
+		host_pack_chunk(h, io, 0, lane, fed);
+		host_take_clipped(h, io->nranks, io->clipped);
+	}
+	if (fed && h->overlap && io->next)
+		host_pack_next_meanwhile(h, io, lane);
+	int rc = exchange_chunk(h, io, lane, fed);
+	if (rc == GS_OK) {
+		gs_io_mark(io, GS_MARK_UNPACK, 0, len);
+		unpack_chunk(h, io, 0, &lane->cut, lane->wire, h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0);
+		gs_io_mark(io, GS_MARK_DONE, 0, len);
+	}
+	lane->held = false;
+	lane->token = 0;
+	return rc;
+}
+
+/* A bucket larger than the fusion buffer, chunk by chunk into the staging
+ * buffer (the top comment), then unpacked from there. */
+static int reduce_staged(struct host_backend *h, const struct gs_bucket_io *io)
+{
+	struct gs_backend *b = &h->base;
 	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
 	size_t esize = gs_wire_size(b->wire);
-	bool staged = bk->elements > b->fusion_elements;
-	uint64_t gap = h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0;
-	if (io->vote && !h->gloo) {
-		snprintf(b->error, sizeof(b->error), "no group of nodes to vote in");
-		return GS_ESTATE;
-	}
-	if (io->vote && io->vote->aborts)
-		return vote_only(h, io);
-	int rc = check_bucket(h, io, staged);
-	if (rc != GS_OK)
-		return rc;
-	for (unsigned t = 0; t < h->nthreads; t++) {
-		memset(h->thread[t].clipped, 0, io->nranks * sizeof(uint64_t));
-		h->thread[t].nonfinite = 0;
-	}
-	/* At least one chunk, so that a vote goes even in an empty bucket. */
-	uint64_t start = 0;
-	do {
+	struct host_lane *lane = &h->lane[0];
+	int rc = GS_OK;
+	for (uint64_t start = 0; start < bk->elements; start += b->fusion_elements) {
 		uint64_t len = gs_chunk_len(bk->elements, start, b->fusion_elements);
-		struct host_cut cut = chunk_cut(h, len, start == 0 && io->vote);
-		rc = reduce_chunk(h, io, start, &cut);
+		host_lane_for(h, lane, io, start, len);
+		bool fed = h->gloo && host_cut_slices(&lane->cut) > 1 && host_comm_start(h);
+		host_pack_chunk(h, io, start, lane, fed);
+		rc = exchange_chunk(h, io, lane, fed);
 		if (rc != GS_OK)
 			break;
 		gs_io_mark(io, GS_MARK_UNPACK, start, len);
-		if (staged)
-			copy_slices(h, h->staging + start * esize, &cut, gap);
-		else
-			unpack_chunk(h, io, start, &cut, h->fusion, gap);
+		copy_slices(h, h->staging + start * esize, lane, h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0);
 		gs_io_mark(io, GS_MARK_DONE, start, len);
-		start += b->fusion_elements;
-	} while (start < bk->elements);
-	for (start = 0; staged && rc == GS_OK && start < bk->elements; start += b->fusion_elements) {
+	}
+	lane->held = false;
+	for (uint64_t start = 0; rc == GS_OK && start < bk->elements; start += b->fusion_elements) {
 		/* Contiguous in the staging buffer: one slice. */
 		struct host_cut whole = { gs_chunk_len(bk->elements, start, b->fusion_elements), 0,
 					  b->fusion_elements };
 		unpack_chunk(h, io, start, &whole, h->staging + start * esize, 0);
 	}
+	return rc;
+}
+
+/* A failed all-reduce, a lost pack or a vote to abort stops the bucket
+ * before any of it is unpacked. Pages that vanish during the unpack take
+ * only their trainer's results (the guard put anonymous memory there); the
+ * caller drops that trainer. */
+static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *io)
+{
+	struct host_backend *h = host(b);
+	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
+	bool staged = bk->elements > b->fusion_elements;
+	if (io->vote && !h->gloo) {
+		snprintf(b->error, sizeof(b->error), "no group of nodes to vote in");
+		return GS_ESTATE;
+	}
+	/* Whatever was packed early for a bucket that did not run goes. */
+	struct host_lane *early = host_take_lane(h, io);
+	if (io->vote && io->vote->aborts)
+		return vote_only(h, io);
+	int rc = check_bucket(h, io, staged);
+	if (rc != GS_OK) {
+		host_drop_lanes(h);
+		return rc;
+	}
+	for (unsigned t = 0; t < h->nthreads; t++)
+		h->thread[t].nonfinite = 0;
+	/* An empty bucket goes as one chunk, so that its vote goes. */
+	rc = staged ? reduce_staged(h, io) : reduce_unstaged(h, io, early);
 	if (rc == GS_OK)
 		note_lost(io, lost_rank(io));
-	for (unsigned t = 0; t < h->nthreads; t++) {
-		for (unsigned r = 0; r < io->nranks; r++)
-			io->clipped[r] += h->thread[t].clipped[r];
+	host_take_clipped(h, io->nranks, io->clipped);
+	for (unsigned t = 0; t < h->nthreads; t++)
 		*io->nonfinite += h->thread[t].nonfinite;
-	}
 	return rc;
+}
+
+void host_take_clipped(struct host_backend *h, unsigned nranks, uint64_t *clipped)
+{
+	for (unsigned t = 0; t < h->nthreads; t++)
+		for (unsigned r = 0; r < nranks; r++) {
+			clipped[r] += h->thread[t].clipped[r];
+			h->thread[t].clipped[r] = 0;
+		}
 }
 
 /* ---- The group ---------------------------------------------------------- */
@@ -392,6 +469,7 @@ static int host_join_group(struct gs_backend *b, const struct gs_group_join *g, 
 			   size_t errlen)
 {
 	struct host_backend *h = host(b);
+	host_drop_lanes(h);
 	int rc = agree_slice(h, g, err, errlen);
 	if (rc != GS_OK)
 		return rc;
@@ -405,6 +483,7 @@ static int host_join_group(struct gs_backend *b, const struct gs_group_join *g, 
 static void host_leave_group(struct gs_backend *b)
 {
 	struct host_backend *h = host(b);
+	host_drop_lanes(h);
 	h->gloo = NULL;
 	h->gloo_timeout_ms = 0;
 	h->node_rank = 0;
@@ -416,22 +495,30 @@ uint64_t gs_backend_internode_bytes(const struct gs_backend *b)
 	return atomic_load(&((struct gs_backend *)b)->internode_bytes);
 }
 
+uint64_t gs_backend_overlapped_buckets(const struct gs_backend *b)
+{
+	return atomic_load(&((struct gs_backend *)b)->overlapped_buckets);
+}
+
 static void host_destroy(struct gs_backend *b)
 {
 	struct host_backend *h = host(b);
+	host_drop_lanes(h);
 	host_stop_helpers(h);
 	host_comm_stop(h);
 	pthread_mutex_destroy(&h->comm.lock);
 	pthread_cond_destroy(&h->comm.wake);
 	pthread_cond_destroy(&h->comm.through);
-	free(h->comm.packed);
+	for (int i = 0; i < 2; i++) {
+		free(h->lane[i].packed);
+		free(h->lane[i].wire);
+	}
 	free(h->left);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->go);
 	pthread_cond_destroy(&h->finished);
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
 		free(h->thread[t].spans);
-	free(h->fusion);
 	free(h->staging);
 	free(h);
 }
@@ -444,6 +531,19 @@ static const struct gs_backend_ops host_ops = {
 	.leave_group = host_leave_group,
 	.destroy = host_destroy,
 };
+
+/* A lane's fusion buffer: sized for the widest wire dtype and a status
+ * after every slice, rounded to whole cache lines. NULL when out of
+ * memory. */
+char *host_lane_buffer(const struct host_backend *h)
+{
+	uint64_t statuses = (uint64_t)h->max_slices * GS_CHUNK_STATUS_ELEMENTS;
+	size_t bytes = ((h->base.fusion_elements + statuses) * sizeof(float) + 63) & ~(size_t)63;
+	char *wire = aligned_alloc(64, bytes);
+	if (wire)
+		memset(wire, 0, bytes);
+	return wire;
+}
 
 /* One thread per local trainer, as many as the CPUs allow, at most
  * HOST_MAX_THREADS. */
@@ -490,18 +590,16 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	/* Slices of at least HOST_SLICE_ELEMENTS after a head (agree_slice
 	 * refuses shorter ones). */
 	h->max_slices = (uint32_t)(fusion_elements / HOST_SLICE_ELEMENTS + 2);
-	h->comm.packed = calloc(h->max_slices, 1);
+	h->lane[0].packed = calloc(h->max_slices, 1);
+	h->lane[1].packed = calloc(h->max_slices, 1);
 	h->left = calloc(h->max_slices, sizeof(*h->left));
-	if (!h->comm.packed || !h->left)
+	if (!h->lane[0].packed || !h->lane[1].packed || !h->left)
 		goto err;
-	/* Sized for the widest wire dtype and a status after every slice,
-	 * rounded to whole cache lines. */
-	uint64_t statuses = (uint64_t)h->max_slices * GS_CHUNK_STATUS_ELEMENTS;
-	size_t bytes = ((fusion_elements + statuses) * sizeof(float) + 63) & ~(size_t)63;
-	h->fusion = aligned_alloc(64, bytes);
-	if (!h->fusion)
+	h->lane[0].wire = host_lane_buffer(h);
+	if (!h->lane[0].wire)
 		goto err;
-	memset(h->fusion, 0, bytes);
+	const char *overlap = getenv("GRADSYNCD_BUCKET_OVERLAP");
+	h->overlap = !overlap || strcmp(overlap, "0") != 0;
 	host_start_helpers(h, thread_count(local_size));
 	return &h->base;
 err:

@@ -9,7 +9,9 @@
  *   slices.c: one slice of a chunk packed or unpacked, and a phase's
  *     slices claimed by the worker thread and its helpers;
  *   comm.c: the communication thread, which all-reduces a chunk's packed
- *     slices across nodes while the next ones are packed.
+ *     slices across nodes while the next ones are packed, and a bucket
+ *     packed early behind the one before it;
+ *   overlap.c: the next bucket packed while this one is exchanged.
  */
 #ifndef GS_HOST_PRIVATE_H
 #define GS_HOST_PRIVATE_H
@@ -36,6 +38,14 @@
  * so that its all-reduce ends soon after the last node's trainers are
  * ready, while the rest of the chunk is packed. */
 #define HOST_HEAD_ELEMENTS 16384
+/* A bucket of fewer elements goes to the comm thread, so that the next
+ * can be packed meanwhile, only where it is cut in slices anyway: its
+ * exchange is too short to hide a pack behind, and the hand-over costs a
+ * wake-up. 128 KiB of fp16, about 0.1 ms at 10 Gbit/s. */
+#define HOST_OVERLAP_MIN_ELEMENTS 65536
+/* How often the worker looks for a next bucket queued while it waits for
+ * this one's exchange. */
+#define HOST_NEXT_POLL_MS 1
 /* The claim word's fields (struct host_backend's claim). */
 #define ROUND_MASK 0xffffffu
 #define SLICE_MASK 0xfffffu
@@ -59,6 +69,29 @@ struct host_cut {
 	uint64_t len, head, slice;
 };
 
+/* A fusion buffer and the chunk in it, from its pack until its unpack is
+ * done: a bucket's chunk, or the next bucket's, packed early (token). The
+ * backend has two, so that the next bucket is packed while this one is
+ * exchanged. */
+struct host_lane {
+	char *wire; /* the chunk: slices, each followed by its status */
+	struct host_cut cut;
+	int first_timeout_ms; /* slice 0's wait: the vote's, in a bucket's first chunk */
+	bool held;            /* from its pack until its bucket is done with it */
+	uint64_t token;       /* packed early: the bucket's (gs_bucket_io.token) */
+	int lost;             /* at its pack: lost_rank, -1 when none */
+	uint64_t clipped[GS_PACK_SUM_MAX_SOURCES]; /* packed early: by its pack */
+	/* Under comm.lock, once given to the comm thread. */
+	uint8_t *packed; /* [slice]: packed, its status written */
+	bool started, through;
+	bool refused; /* through without an all-reduce: the chunk before failed */
+	struct host_lane *after; /* packed early: the lane of the bucket before */
+	/* The chunk's result: GS_OK, or what stopped it (host_reduce_slice),
+	 * and the summed status of its last slice all-reduced. */
+	int rc;
+	struct gs_chunk_status status;
+};
+
 /* One phase of one chunk, written by the worker thread before it opens
  * the phase's slices to claims (and not changed until all are done). */
 struct host_phase {
@@ -77,36 +110,35 @@ struct host_phase {
 	uint64_t unit; /* sliced: each slice is claimed in units of at most this */
 	const struct gs_vote *vote;
 	bool sliced, feed;
+	struct host_lane *lane; /* packing: where the comm thread hears of slices */
 };
 
-/* The communication thread: all-reduces a chunk's slices in order, each as
- * soon as it is packed, while the worker and helpers pack the next. Between
- * chunks it waits; reduce_bucket returns only when it does, so nothing
- * touches the group's Gloo context outside a bucket (join_group,
- * leave_group and the cluster's teardown find it idle). */
+/* The communication thread: all-reduces the chunks given to it in order
+ * (at most two: this bucket's, and the next one's packed early), each
+ * slice as soon as it is packed, while the worker and helpers pack the
+ * next. A chunk that fails ends the queue: the one behind it is refused,
+ * not all-reduced, as every node stops at the same bucket. Between chunks
+ * it waits. The only chunk it may hold when reduce_bucket returns is the
+ * next bucket's, which the worker runs next; join_group, leave_group and
+ * destroy wait until it is idle (host_drop_lanes), so nothing touches the
+ * group's Gloo context outside a bucket. */
 struct host_comm {
 	pthread_t thread;
 	bool started, stopping;
 	pthread_mutex_t lock;
 	pthread_cond_t wake;    /* for the comm thread: a chunk, a slice packed, stop */
-	pthread_cond_t through; /* for the worker: the chunk is through */
-	uint64_t given, finished; /* chunks handed over, and done with */
-	char *wire;             /* the chunk: slices, each followed by its status */
-	struct host_cut cut;
-	uint32_t slices;
-	uint8_t *packed;        /* [slice]: packed, its status written */
-	int first_timeout_ms;   /* slice 0's wait: the vote's, in a bucket's first chunk */
-	/* The chunk's result: GS_OK, or what stopped it (host_reduce_slice), and
-	 * the summed status of its last slice all-reduced. */
-	int rc;
-	struct gs_chunk_status status;
+	pthread_cond_t through; /* for the worker: a chunk started, or is through */
+	struct host_lane *queue[2];
+	unsigned queued;
 };
 
 struct host_backend {
 	struct gs_backend base;
-	/* fusion_elements elements of the widest wire dtype, and a chunk's
-	 * status after them. */
-	void *fusion;
+	/* Each: fusion_elements elements of the widest wire dtype, and a
+	 * status after every slice. lane[1]'s buffer is made at the first
+	 * bucket packed early. */
+	struct host_lane lane[2];
+	bool overlap; /* pack the next bucket early (GRADSYNCD_BUCKET_OVERLAP) */
 	char *staging; /* staged buckets' results */
 	uint64_t staging_elements;
 	struct gs_gloo *gloo; /* the group of nodes (join_group); NULL: none */
@@ -177,16 +209,39 @@ void host_start_helpers(struct host_backend *h, unsigned want);
 void host_stop_helpers(struct host_backend *h);
 
 /* comm.c: one slice all-reduced on the calling thread; the comm thread
- * started, given a chunk, waited for, and stopped. */
+ * started, given a lane's chunk, waited for, and stopped. */
 int host_reduce_slice(struct host_backend *h, char *wire, const struct host_cut *cut,
 		      uint32_t k, int timeout_ms, struct gs_chunk_status *st);
 bool host_comm_start(struct host_backend *h);
-void host_comm_give(struct host_backend *h, char *wire, const struct host_cut *cut,
-		    int first_timeout_ms);
-int host_comm_wait(struct host_backend *h, struct gs_chunk_status *st);
+void host_comm_give(struct host_backend *h, struct host_lane *lane);
+/* Waits until the comm thread is through the lane (started too, with
+ * started_only), at most timeout_ms (-1: without end); whether it is. */
+bool host_comm_wait(struct host_backend *h, struct host_lane *lane, bool started_only,
+		    int timeout_ms);
 void host_comm_stop(struct host_backend *h);
 
-/* backend_host.c: slice k of the pack+sum is packed (by whichever thread). */
+/* backend_host.c: slice k of the pack+sum is packed (by whichever thread);
+ * one chunk packed into a lane (feed: given to the comm thread first). */
 void host_slice_packed(struct host_backend *h, uint32_t k);
+void host_pack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
+		     struct host_lane *lane, bool feed);
+/* Room in every thread's spans for a bucket of `members` tensors: GS_OK
+ * or GS_ENOMEM; a lane's fusion buffer, or NULL. */
+int host_ensure_span_room(struct host_backend *h, size_t members);
+void host_lane_for(struct host_backend *h, struct host_lane *lane,
+		   const struct gs_bucket_io *io, uint64_t start, uint64_t len);
+char *host_lane_buffer(const struct host_backend *h);
+
+/* overlap.c: while lane's bucket (io) is exchanged on the comm thread,
+ * the next bucket packed into the other lane and given to the comm thread
+ * behind it; the lane packed early for io, if any (every other lane
+ * dropped); every lane dropped once the comm thread is idle. */
+void host_pack_next_meanwhile(struct host_backend *h, const struct gs_bucket_io *io,
+			      struct host_lane *lane);
+struct host_lane *host_take_lane(struct host_backend *h, const struct gs_bucket_io *io);
+void host_drop_lanes(struct host_backend *h);
+/* The clip counts of the threads' packs since the last call, added to
+ * clipped[rank] and reset. */
+void host_take_clipped(struct host_backend *h, unsigned nranks, uint64_t *clipped);
 
 #endif
