@@ -5,6 +5,10 @@
 #   gradsync   one gradsyncd per node in its namespace (--backend=host,
 #              default settings: fp16 wire, average) and one
 #              gradsync-bench-trainer per node beside it;
+#   no-overlap with --no-overlap-too: gradsync again, its daemons
+#              under GRADSYNCD_BUCKET_OVERLAP=0 (each bucket packed only
+#              once the one before it is through): what overlapping the
+#              buckets gains;
 #   gloo-fp32, gloo-fp16   gradsync-bench's Gloo baseline (DDP-style
 #              buckets), one gradsync-bench-gloo-rank per node in the same
 #              namespaces on the same CPUs, meeting through a file store.
@@ -14,7 +18,7 @@
 # (default bench/results/cluster). Needs root (namespaces).
 #
 #   bench/cluster.sh [--rates 10gbit,25gbit] [--layouts resnet50,bert-base]
-#                    [--steps K] [--warmup W] [--out DIR]
+#                    [--steps K] [--warmup W] [--no-overlap-too] [--out DIR]
 #
 # Everything is bounded (each process by `timeout`), and the cluster is
 # taken down on every way out.
@@ -22,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rates=10gbit,25gbit layouts=resnet50,bert-base steps=10 warmup=2
-out=bench/results/cluster
+out=bench/results/cluster no_overlap_too=0
 while [ $# -gt 0 ]; do
   case $1 in
     --rates) rates=${2:?}; shift 2 ;;
@@ -30,7 +34,8 @@ while [ $# -gt 0 ]; do
     --steps) steps=${2:?}; shift 2 ;;
     --warmup) warmup=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
-    -h | --help) sed -n '2,20s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    --no-overlap-too) no_overlap_too=1; shift ;;
+    -h | --help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "cluster.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -50,9 +55,10 @@ STEP_TIMEOUT=300 # seconds for one system on one layout at one rate
 bench=cluster.sh
 . bench/netbench.sh
 
-# gradsync on layout $1 at rate $2: two daemons, then a trainer per node.
+# gradsync on layout $1 at rate $2: two daemons, then a trainer per node;
+# as system $3 (gradsync, or no-overlap with GRADSYNCD_BUCKET_OVERLAP=0 set).
 run_gradsync() {
-  local layout=$1 rate=$2 dir=$tmp/gradsync-$1-$2 k t=()
+  local layout=$1 rate=$2 system=$3 dir=$tmp/$3-$1-$2 k t=()
   mkdir -p "$dir"
   start_daemons "$build/daemon/gradsyncd" "$dir" $((STEP_TIMEOUT + 30))
   for k in 0 1; do
@@ -69,7 +75,7 @@ run_gradsync() {
   fi
   stop_daemons
   for k in 0 1; do
-    sed "s/^/$layout,$rate,gradsync,/" "$dir/trainer-$k.csv" | cut -d, -f1-6,8 >>"$tmp/steps.csv"
+    sed "s/^/$layout,$rate,$system,/" "$dir/trainer-$k.csv" | cut -d, -f1-6,8 >>"$tmp/steps.csv"
   done
 }
 
@@ -107,7 +113,11 @@ for rate in "${rate_list[@]}"; do
   "$nc" up "$name" 2 --rate "$rate" 2>&1 | sed 's/^/  /'
   for layout in "${layout_list[@]}"; do
     say "$layout at $rate: gradsync"
-    run_gradsync "$layout" "$rate"
+    run_gradsync "$layout" "$rate" gradsync
+    if [ "$no_overlap_too" = 1 ]; then
+      say "$layout at $rate: gradsync, buckets not overlapped"
+      GRADSYNCD_BUCKET_OVERLAP=0 run_gradsync "$layout" "$rate" no-overlap
+    fi
     say "$layout at $rate: Gloo fp32 then fp16 buckets"
     run_gloo "$layout" "$rate"
   done
@@ -118,7 +128,7 @@ mkdir -p "$out"
 cp "$tmp/steps.csv" "$out/cluster.csv"
 say "done; the table:"
 python3 bench/cluster_table.py "$out/cluster.csv" "$out/summary.csv" \
-  "bench/cluster.sh --rates $rates --layouts $layouts --steps $steps --warmup $warmup" \
+  "bench/cluster.sh --rates $rates --layouts $layouts --steps $steps --warmup $warmup$([ "$no_overlap_too" = 1 ] && echo ' --no-overlap-too')" \
   | tee "$out/summary.txt"
 {
   echo "# gradsync against Gloo on a cluster on one machine"
