@@ -5,8 +5,8 @@
 #   steps     bench/cluster.sh: ResNet-50 and BERT-base, 2 nodes x 1
 #             trainer, against Gloo DDP-style fp32 and fp16 buckets, at
 #             --rates (default 2gbit,10gbit,25gbit): step ratio and busbw
-#             against the shaped rate, and gradsync with its buckets not
-#             overlapped (--no-overlap-too): what the overlap gains;
+#             against the shaped rate, and gradsync with its buckets
+#             overlapped and not (--overlap-both): what the overlap gains;
 #   small     bench/small-buckets.sh: a bucket of 4 elements across 2
 #             nodes against one small Gloo all-reduce between them;
 #   eight     the test netcluster-eight-nodes: 8 nodes, every element of
@@ -65,7 +65,7 @@ fi
 
 say "steps: bench/cluster.sh at $rates"
 part bench/cluster.sh --rates "$rates" --layouts resnet50,bert-base --steps "$steps" --warmup 2 \
-  --no-overlap-too \
+  --overlap-both \
   --out "$out/steps"
 say "small buckets: bench/small-buckets.sh"
 part bench/small-buckets.sh "${small[@]}" --out "$out/small-buckets"

@@ -5,10 +5,11 @@
 #   gradsync   one gradsyncd per node in its namespace (--backend=host,
 #              default settings: fp16 wire, average) and one
 #              gradsync-bench-trainer per node beside it;
-#   no-overlap with --no-overlap-too: gradsync again, its daemons
-#              under GRADSYNCD_BUCKET_OVERLAP=0 (each bucket packed only
-#              once the one before it is through): what overlapping the
-#              buckets gains;
+#   overlap-on, overlap-off   with --overlap-both: gradsync again, its
+#              daemons under GRADSYNCD_BUCKET_OVERLAP=1, then =0: buckets
+#              overlapped (the next packed while one is exchanged) or not,
+#              whatever the CPUs (by default they are where a daemon has
+#              two or more; here each has one);
 #   gloo-fp32, gloo-fp16   gradsync-bench's Gloo baseline (DDP-style
 #              buckets), one gradsync-bench-gloo-rank per node in the same
 #              namespaces on the same CPUs, meeting through a file store.
@@ -18,7 +19,7 @@
 # (default bench/results/cluster). Needs root (namespaces).
 #
 #   bench/cluster.sh [--rates 10gbit,25gbit] [--layouts resnet50,bert-base]
-#                    [--steps K] [--warmup W] [--no-overlap-too] [--out DIR]
+#                    [--steps K] [--warmup W] [--overlap-both] [--out DIR]
 #
 # Everything is bounded (each process by `timeout`), and the cluster is
 # taken down on every way out.
@@ -26,7 +27,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rates=10gbit,25gbit layouts=resnet50,bert-base steps=10 warmup=2
-out=bench/results/cluster no_overlap_too=0
+out=bench/results/cluster overlap_both=0
 while [ $# -gt 0 ]; do
   case $1 in
     --rates) rates=${2:?}; shift 2 ;;
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     --steps) steps=${2:?}; shift 2 ;;
     --warmup) warmup=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
-    --no-overlap-too) no_overlap_too=1; shift ;;
+    --overlap-both) overlap_both=1; shift ;;
     -h | --help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "cluster.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
@@ -56,7 +57,8 @@ bench=cluster.sh
 . bench/netbench.sh
 
 # gradsync on layout $1 at rate $2: two daemons, then a trainer per node;
-# as system $3 (gradsync, or no-overlap with GRADSYNCD_BUCKET_OVERLAP=0 set).
+# as system $3 (gradsync, or overlap-on or -off with GRADSYNCD_BUCKET_OVERLAP
+# set).
 run_gradsync() {
   local layout=$1 rate=$2 system=$3 dir=$tmp/$3-$1-$2 k t=()
   mkdir -p "$dir"
@@ -114,9 +116,10 @@ for rate in "${rate_list[@]}"; do
   for layout in "${layout_list[@]}"; do
     say "$layout at $rate: gradsync"
     run_gradsync "$layout" "$rate" gradsync
-    if [ "$no_overlap_too" = 1 ]; then
-      say "$layout at $rate: gradsync, buckets not overlapped"
-      GRADSYNCD_BUCKET_OVERLAP=0 run_gradsync "$layout" "$rate" no-overlap
+    if [ "$overlap_both" = 1 ]; then
+      say "$layout at $rate: gradsync, buckets overlapped, then not"
+      GRADSYNCD_BUCKET_OVERLAP=1 run_gradsync "$layout" "$rate" overlap-on
+      GRADSYNCD_BUCKET_OVERLAP=0 run_gradsync "$layout" "$rate" overlap-off
     fi
     say "$layout at $rate: Gloo fp32 then fp16 buckets"
     run_gloo "$layout" "$rate"
@@ -128,7 +131,7 @@ mkdir -p "$out"
 cp "$tmp/steps.csv" "$out/cluster.csv"
 say "done; the table:"
 python3 bench/cluster_table.py "$out/cluster.csv" "$out/summary.csv" \
-  "bench/cluster.sh --rates $rates --layouts $layouts --steps $steps --warmup $warmup$([ "$no_overlap_too" = 1 ] && echo ' --no-overlap-too')" \
+  "bench/cluster.sh --rates $rates --layouts $layouts --steps $steps --warmup $warmup$([ "$overlap_both" = 1 ] && echo ' --overlap-both')" \
   | tee "$out/summary.txt"
 {
   echo "# gradsync against Gloo on a cluster on one machine"

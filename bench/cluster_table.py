@@ -60,7 +60,7 @@ def main():
           "link = busbw / shaped rate")
     print("note: this 2-core machine carries at most ~9.5 Gbit/s between namespaces unshaped, "
           "so above\nthat the CPUs bind, not the shaping\n")
-    head = (f"{'layout':<10} {'rate':<8} {'system':<10} {'median ms':>10} {'p10 ms':>9} "
+    head = (f"{'layout':<10} {'rate':<8} {'system':<11} {'median ms':>10} {'p10 ms':>9} "
             f"{'p90 ms':>9} {'S MB':>8} {'busbw Gb/s':>10} {'link':>6}  baseline/gradsync")
     print(head)
     rows = []
@@ -76,7 +76,7 @@ def main():
         link = busbw * 1e9 / bits if bits else 0
         g = worst.get((layout, rate, "gradsync"))
         ratio = med / statistics.median(g.values()) if g and system != "gradsync" else None
-        print(f"{layout:<10} {rate:<8} {system:<10} {med:10.1f} {p10:9.1f} "
+        print(f"{layout:<10} {rate:<8} {system:<11} {med:10.1f} {p10:9.1f} "
               f"{p90:9.1f} {s_bytes / 1e6:8.1f} {busbw:10.2f} {link:6.0%}  "
               + (f"{ratio:.2f}x" if ratio else ""))
         rows.append([layout, rate, system, len(times), f"{med:.3f}", f"{p10:.3f}",

@@ -8,7 +8,8 @@ cut comes in the middle of a bucket of several pipeline slices, some of
 them all-reduced: each trainer finds every tensor its own, bit for bit
 (none half reduced), and both daemons stop cleanly; and the same with node
 1's daemon SIGKILLed instead, node 0's trainer checked and node 0's daemon
-stopping cleanly. Last, on nodes of one CPU, the cut comes while node 0
+stopping cleanly. Last, with the daemons on two CPUs (where buckets
+overlap), the cut comes while node 0
 exchanges bucket 1 of four with bucket 2 packed behind it: bucket 0 is
 reduced on both nodes, the others their trainers' own. Skipped (77) where
 namespaces cannot be made or without Gloo.
@@ -144,14 +145,19 @@ def wire_bytes(elements):
     return (elements + STATUS * slices) * 2
 
 
-def mid_pipeline(suffix, lose):
-    # Node 0 offers pipeline slices only where it may use two CPUs: the
-    # daemons get every CPU rather than their node's one.
+def every_cpu():
+    """Node 0 offers pipeline slices, and a daemon overlaps buckets, only
+    where it may use two CPUs: the daemons get every CPU rather than their
+    node's one."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
-        raise Skip("the pipeline needs node 0 on two CPUs; this machine lends one")
+        raise Skip("the pipeline needs the daemons on two CPUs; this machine lends one")
+    return ",".join(map(str, cpus))
+
+
+def mid_pipeline(suffix, lose):
     on_cluster(suffix, PIPE_RATE, lambda c, n, tmp: run_mid_pipeline(c, n, tmp, lose),
-               ",".join(map(str, cpus)))
+               every_cpu())
 
 
 def test_link_cut_mid_pipeline():
@@ -220,14 +226,15 @@ def run_mid_pipeline(c, n, tmp, lose):
 
 
 # Four buckets of one tensor each (the threshold is below a tensor), each a
-# head and one slice on nodes of one CPU: all queued at once, so each
-# after the first is packed while the one before it is exchanged.
+# head and one slice: all queued at once, so each after the first is
+# packed while the one before it is exchanged (where the daemon may use two
+# CPUs).
 OVERLAP_TENSORS = [500000] * 4
 OVERLAP_SETTINGS = {"GRADSYNC_THRESHOLD": "400000"}
 
 
 def test_link_cut_between_overlapped_buckets():
-    on_cluster("o", PIPE_RATE, run_cut_between_buckets)
+    on_cluster("o", PIPE_RATE, run_cut_between_buckets, every_cpu())
 
 
 def run_cut_between_buckets(c, n, tmp):

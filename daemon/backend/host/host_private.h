@@ -111,6 +111,10 @@ struct host_phase {
 	const struct gs_vote *vote;
 	bool sliced, feed;
 	struct host_lane *lane; /* packing: where the comm thread hears of slices */
+	/* On a node of one CPU, while another bucket is exchanged: the phase
+	 * goes in pieces (HOST_SLICE_ELEMENTS) and gives the CPU up between
+	 * them, to the threads that carry the exchange. */
+	bool yield;
 };
 
 /* The communication thread: all-reduces the chunks given to it in order
@@ -139,6 +143,7 @@ struct host_backend {
 	 * bucket packed early. */
 	struct host_lane lane[2];
 	bool overlap; /* pack the next bucket early (GRADSYNCD_BUCKET_OVERLAP) */
+	bool one_cpu; /* this process may use one CPU only (at create) */
 	char *staging; /* staged buckets' results */
 	uint64_t staging_elements;
 	struct gs_gloo *gloo; /* the group of nodes (join_group); NULL: none */
