@@ -305,6 +305,7 @@ static int reduce_unstaged(struct host_backend *h, const struct gs_bucket_io *io
 			   struct host_lane *lane)
 {
 	uint64_t len = io->plan->buckets[io->bucket].elements;
+	bool overlap = h->overlap && io->next && len >= HOST_OVERLAP_MIN_ELEMENTS;
 	bool fed = lane != NULL;
 	if (lane) {
 		lane->token = 0; /* found: an early lane now only while the next's */
@@ -314,12 +315,11 @@ static int reduce_unstaged(struct host_backend *h, const struct gs_bucket_io *io
 	} else {
 		lane = &h->lane[0];
 		host_lane_for(h, lane, io, 0, len);
-		bool overlap = h->overlap && io->next && len >= HOST_OVERLAP_MIN_ELEMENTS;
 		fed = h->gloo && (host_cut_slices(&lane->cut) > 1 || overlap) && host_comm_start(h);
 		host_pack_chunk(h, io, 0, lane, fed);
 		host_take_clipped(h, io->nranks, io->clipped);
 	}
-	if (fed && h->overlap && io->next)
+	if (fed && overlap)
 		host_pack_next_meanwhile(h, io, lane);
 	int rc = exchange_chunk(h, io, lane, fed);
 	if (rc == GS_OK) {
