@@ -112,6 +112,25 @@ void hand_back(gloo::transport::UnboundBuffer &mine, int extra, uint64_t slot, c
 	check(mine.waitSend(d.left()), "the send", extra, interrupt);
 }
 
+// One exchange with peer: send [so, so + sn) elements of out's buffer,
+// receive rn into into's at ro; either may be empty, which both sides know
+// (they split the same range the same way). The receive first: a closed or
+// failed pair wakes it, where this Gloo leaves a send waiting on a peer
+// that never posted its receive asleep until the deadline.
+void exchange(gloo::transport::UnboundBuffer &out, gloo::transport::UnboundBuffer &into,
+	      int peer, uint64_t slot, size_t elsize, size_t so, size_t sn, size_t ro,
+	      size_t rn, const Deadline &d, Interrupt &interrupt)
+{
+	if (rn)
+		into.recv(peer, slot, ro * elsize, rn * elsize);
+	if (sn)
+		out.send(peer, slot, so * elsize, sn * elsize);
+	if (rn)
+		check(into.waitRecv(d.left()), "the receive", peer, interrupt);
+	if (sn)
+		check(out.waitSend(d.left()), "the send", peer, interrupt);
+}
+
 } // namespace
 
 void Interrupt::fire(const std::string &why)
@@ -175,15 +194,10 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 	if (partner)
 		fold_in(*theirs, rank + p, slot, buf, scratch, count, fn, d, interrupt);
 	for (int mask = 1; mask < p; mask <<= 1) {
-		const int peer = rank ^ mask;
-		theirs->recv(peer, slot);
-		mine->send(peer, slot);
-		// The receive first: a closed or failed pair wakes it, where
-		// this Gloo leaves a send waiting on a peer that never posted its
-		// receive asleep until the deadline. buf is being sent: add into
-		// it only once the send is done too.
-		check(theirs->waitRecv(d.left()), "the receive", peer, interrupt);
-		check(mine->waitSend(d.left()), "the send", peer, interrupt);
+		// The whole buffer each way; buf is being sent, so the sum goes
+		// into it only once the exchange is through.
+		exchange(*mine, *theirs, rank ^ mask, slot, elsize, 0, count, 0, count, d,
+			 interrupt);
 		fn(buf, buf, scratch.data(), count);
 	}
 	if (partner)
@@ -197,23 +211,6 @@ namespace {
 struct Range {
 	size_t lo, hi;
 };
-
-// One exchange of the halving or the doubling: send [so, so + sn) of buf,
-// receive rn elements into `into` at ro; either may be empty, which both
-// sides know (they split the same range the same way).
-void exchange(gloo::transport::UnboundBuffer &out, gloo::transport::UnboundBuffer &into,
-	      int peer, uint64_t slot, size_t elsize, size_t so, size_t sn, size_t ro,
-	      size_t rn, const Deadline &d, Interrupt &interrupt)
-{
-	if (rn)
-		into.recv(peer, slot, ro * elsize, rn * elsize);
-	if (sn)
-		out.send(peer, slot, so * elsize, sn * elsize);
-	if (rn)
-		check(into.waitRecv(d.left()), "the receive", peer, interrupt);
-	if (sn)
-		check(out.waitSend(d.left()), "the send", peer, interrupt);
-}
 
 } // namespace
 
