@@ -272,11 +272,13 @@ static void copy_slices(struct host_backend *h, char *dst, const struct host_lan
 static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
 			 const struct host_cut *cut, char *wire, uint64_t gap)
 {
+	/* A lane with a token holds the next bucket, packed early: its
+	 * exchange goes on beside this unpack. */
+	bool beside = h->lane[0].token || h->lane[1].token;
 	h->phase = (struct host_phase){ .io = io, .start = start, .len = cut->len, .unpack = true,
 					.wire = wire, .gap = gap, .cut = *cut,
 					.sliced = gap && host_cut_slices(cut) > 1,
-					.yield = h->one_cpu && (h->lane[0].token || h->lane[1].token) };
-	/* (a token: the next bucket's lane, packed early, being exchanged) */
+					.yield = h->one_cpu && beside };
 	host_run_phase(h);
 }
 
@@ -328,7 +330,6 @@ static int reduce_unstaged(struct host_backend *h, const struct gs_bucket_io *io
 		gs_io_mark(io, GS_MARK_DONE, 0, len);
 	}
 	lane->held = false;
-	lane->token = 0;
 	return rc;
 }
 
@@ -414,12 +415,9 @@ void host_take_clipped(struct host_backend *h, unsigned nranks, uint64_t *clippe
  * to spare for the comm thread, else 0 (a chunk is one slice). With one
  * CPU the pack cannot overlap the all-reduce, whose TCP copies and wake-ups
  * need that CPU too, and every further all-reduce costs a round trip. */
-static uint64_t offered_slice(void)
+static uint64_t offered_slice(const struct host_backend *h)
 {
-	cpu_set_t set;
-	if (sched_getaffinity(0, sizeof(set), &set) != 0 || CPU_COUNT(&set) < 2)
-		return 0;
-	return HOST_PIPE_SLICE_ELEMENTS;
+	return h->one_cpu ? 0 : HOST_PIPE_SLICE_ELEMENTS;
 }
 
 /* Every node must cut its chunks alike, so node 0's choice goes to the
@@ -429,7 +427,7 @@ static int agree_slice(struct host_backend *h, const struct gs_group_join *g, ch
 		       size_t errlen)
 {
 	char text[24];
-	uint64_t slice = offered_slice();
+	uint64_t slice = offered_slice(h);
 	if (!g->kv) /* no store: every node takes whole chunks */
 		slice = 0;
 	else if (g->node_rank == 0) {
@@ -618,8 +616,9 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->lane[0].wire = host_lane_buffer(h);
 	if (!h->lane[0].wire)
 		goto err;
+	/* One unless the process may be seen to use two or more. */
 	cpu_set_t cpus;
-	h->one_cpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) < 2;
+	h->one_cpu = sched_getaffinity(0, sizeof(cpus), &cpus) != 0 || CPU_COUNT(&cpus) < 2;
 	h->overlap = overlap_wanted(h->one_cpu);
 	host_start_helpers(h, thread_count(local_size));
 	return &h->base;
