@@ -10,8 +10,11 @@
  * its own, and the next bucket goes through on both (the two issued the
  * same all-reduces). With overlap, bucket 1 is offered as the next
  * (gs_bucket_io.next) while bucket 0 runs: packed early and found again by
- * its token, right on both; where bucket 0 is aborted, the early one is
- * refused (not all-reduced) and bucket 1 still goes in step on both.
+ * its token, right on both. After a bucket 0 aborted, both ranks go on
+ * as the engine does, with the next step's bucket 0 and then bucket 1:
+ * the early bucket 1 of the aborted step is refused, never all-reduced,
+ * or it would meet the other rank's next bucket 0 and the two would fall
+ * out of step.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -75,6 +78,7 @@ struct rank_state {
 	/* Each bucket's, as the engine keeps a run's from its launch on. */
 	struct gs_bucket_io io[2];
 	bool overlap;
+	unsigned step; /* tokens are the step's */
 };
 
 /* Bucket 1 is queued behind bucket 0, as the engine would say. */
@@ -95,7 +99,7 @@ static void set_io(struct rank_state *s, uint32_t bucket, unsigned nranks, bool 
 		.plan = &s->plan, .counts = counts, .bucket = bucket, .nranks = nranks,
 		.tensors = s->tptr, .pack = s->pack, .postscale = 1.0f, .clipped = s->clipped,
 		.nonfinite = &s->nonfinite, .ctx = s, .vote = &s->vote[bucket],
-		.vote_timeout_ms = TIMEOUT_MS, .next = next_bucket, .token = bucket + 1,
+		.vote_timeout_ms = TIMEOUT_MS, .next = next_bucket, .token = s->step * 2 + bucket + 1,
 	};
 }
 
@@ -208,11 +212,21 @@ static int rank_main(int rank, int size, void *arg)
 		}
 		if (check_bucket(&s, rank, 0, false))
 			return 10;
+		/* The next step, on both. */
+		s.step++;
+		if ((rc = reduce(&s, 0, s.local, false)) != GS_OK) {
+			fprintf(stderr, "rank %d: bucket 0 of the next step: %d %s\n", rank, rc,
+				s.b->error);
+			return 14;
+		}
+		if (check_bucket(&s, rank, 0, true))
+			return 15;
 	}
-	/* Bucket 1 packed early where bucket 0 reduced tensors here. */
+	/* Bucket 1 packed early behind each bucket 0 that reduced tensors
+	 * here. */
 	uint64_t early = gs_backend_overlapped_buckets(s.b);
-	bool reduced_here = su->abort_rank != rank;
-	if (early != (su->overlap && reduced_here)) {
+	unsigned reducing = (su->abort_rank != rank) + (su->abort_rank >= 0);
+	if (early != (su->overlap ? reducing : 0)) {
 		fprintf(stderr, "rank %d: %llu buckets packed early\n", rank, (unsigned long long)early);
 		return 13;
 	}
