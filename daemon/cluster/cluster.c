@@ -293,11 +293,21 @@ static void coordinator_closed(struct gs_conn *conn)
 	}
 	if (c->lost)
 		c->lost[0] = true;
+	/* In a partition, on_ping_timer's verdict (silent) races TCP's own
+	 * (conn->error: nothing acknowledged for --peer-timeout, by
+	 * TCP_USER_TIMEOUT); a reset is TCP's too. Each is named. */
+	char how[64];
+	if (c->coordinator_silent_ms)
+		snprintf(how, sizeof(how), "it sent nothing for %.1f s",
+			 (double)c->coordinator_silent_ms / 1000.0);
+	else
+		snprintf(how, sizeof(how), "%s", conn->error ? strerror(conn->error) : "it closed");
+	c->coordinator_silent_ms = 0;
 	char why[320];
-	snprintf(why, sizeof(why), "node 0 (the coordinator) went away: the connection to its rendezvous at %.200s closed; steps wait until it is back",
-		 c->settings->coordinator);
-	gs_error("lost the connection to the coordinator (node 0) at %s: re-joining it when it is back (steps wait meanwhile, each up to --step-timeout)",
-		 c->settings->coordinator);
+	snprintf(why, sizeof(why), "node 0 (the coordinator) went away: the connection to its rendezvous at %.128s was lost (%.48s); steps wait until it is back",
+		 c->settings->coordinator, how);
+	gs_error("lost the connection to the coordinator (node 0) at %s (%s, --peer-timeout %llu s): taking it as gone, re-joining it when it is back (steps wait meanwhile, each up to --step-timeout)",
+		 c->settings->coordinator, how, (unsigned long long)c->settings->peer_timeout);
 	interrupt_group(c, why);
 	gs_job_peer_lost(c->job, why);
 	drop_group(c);
@@ -319,9 +329,7 @@ static void on_ping_timer(uv_timer_t *t)
 		gs_conn_send(c->conn, &lm.m);
 		return;
 	}
-	gs_error("the coordinator (node 0) at %s sent nothing for %.1f s (--peer-timeout %llu s): taking it as gone",
-		 c->settings->coordinator, (double)silent / 1000.0,
-		 (unsigned long long)c->settings->peer_timeout);
+	c->coordinator_silent_ms = silent; /* coordinator_closed says so */
 	gs_conn_close(c->conn);
 }
 

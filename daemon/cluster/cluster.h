@@ -89,6 +89,9 @@ struct gs_cluster {
 	 * as its loss (liveness.h). */
 	uv_timer_t ping_timer;
 	uint64_t ping_seq;
+	/* Set by the ping timer as it drops a silent coordinator: how long it
+	 * had been silent, for the close's log line; 0: not dropped for that. */
+	uint64_t coordinator_silent_ms;
 	uint64_t agree_round; /* the offer waiting for its verdict, 0: none */
 };
 

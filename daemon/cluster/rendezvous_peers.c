@@ -301,6 +301,19 @@ static void unlist_all(struct gs_rdv_server *s, struct rdv_peer *p)
 	p->all_prev = p->all_next = NULL;
 }
 
+/* TCP gave up on p's connection (nothing acknowledged for --peer-timeout,
+ * or no route): a partition, like drop_silent's, which it races. */
+static void note_failed(struct rdv_peer *p, int error)
+{
+	unsigned long long limit = (unsigned long long)p->server->settings->peer_timeout;
+	if (p->node)
+		gs_warn("rendezvous: node %u (%s): its connection failed: %s (--peer-timeout %llu s): taking it as lost",
+			p->rank, p->conn->addr, strerror(error), limit);
+	snprintf(p->gone, sizeof(p->gone),
+		 "its connection to the coordinator failed: %s (--peer-timeout %llu s)",
+		 strerror(error), limit);
+}
+
 static void node_closed(struct gs_conn *c)
 {
 	struct rdv_peer *p = c->owner;
@@ -315,8 +328,11 @@ static void node_closed(struct gs_conn *c)
 		return; /* shutting down */
 	if (p->state != PEER_AUTHED)
 		unlist(s, p);
-	else
+	else {
+		if (c->error && !p->gone[0])
+			note_failed(p, c->error);
 		rdv_peer_closed(s, p);
+	}
 }
 
 void rdv_close_peers(struct gs_rdv_server *s)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -175,6 +176,14 @@ static int flush(struct gs_conn *c)
 	return 0;
 }
 
+/* A read or write failed with -err: closed learns why from c->error. */
+static void close_failed(struct gs_conn *c, int err)
+{
+	if (!c->error)
+		c->error = -err;
+	gs_conn_close(c);
+}
+
 void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
 {
 	if (c->closing)
@@ -196,9 +205,10 @@ void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
 	else
 		c->out_head = f;
 	c->out_tail = f;
-	if (flush(c) < 0) {
-		gs_debug("write to %s failed; closing", gs_conn_name(c));
-		gs_conn_close(c);
+	int err = flush(c);
+	if (err < 0) {
+		gs_debug("write to %s failed: %s; closing", gs_conn_name(c), strerror(-err));
+		close_failed(c, err);
 		return;
 	}
 	update_poll(c);
@@ -295,7 +305,7 @@ static void fail_fill(struct gs_conn *c, ssize_t err)
 			     b->bytes);
 	else {
 		gs_debug("read from %s: %s", gs_conn_name(c), strerror((int)-err));
-		gs_conn_close(c);
+		close_failed(c, (int)err);
 	}
 }
 
@@ -363,12 +373,18 @@ static void on_poll(uv_poll_t *p, int status, int events)
 {
 	struct gs_conn *c = p->data;
 	if (status < 0) {
-		gs_conn_close(c);
+		/* libuv says UV_EBADF for any POLLERR; the socket knows which. */
+		int so_error = 0;
+		socklen_t len = sizeof(so_error);
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &so_error, &len) == 0 && so_error)
+			status = -so_error;
+		close_failed(c, status);
 		return;
 	}
 	if (events & UV_WRITABLE) {
-		if (flush(c) < 0) {
-			gs_conn_close(c);
+		int err = flush(c);
+		if (err < 0) {
+			close_failed(c, err);
 			return;
 		}
 	}

@@ -82,6 +82,10 @@ struct gs_conn {
 	 * cannot flood the log. NULL: each is logged. */
 	struct gs_log_group *log_group;
 	uint64_t last_rx_ms; /* loop time anything last arrived (liveness.h) */
+	/* The errno of the read or write that failed and closed it (a TCP
+	 * timeout, a reset, no route), for closed to say why; 0: the peer
+	 * closed it, or this side did. */
+	int error;
 	/* What this kind of connection does with each message, and on close. */
 	void (*dispatch)(struct gs_conn *c, const Gradsync__Message *m);
 	void (*closed)(struct gs_conn *c);

@@ -9,6 +9,10 @@ every step's every element checked by the verifying trainers:
                         the other as gone within --peer-timeout and a
                         slack; the link back, node 1 joins again and the
                         next step is right.
+  one_way_partition     node 1 hears node 0 but cannot answer (an
+                        unreachable route): node 1 takes node 0 as gone,
+                        by TCP's timeout or its ping timer, and says
+                        why; the route gone, it joins again.
   node_vanishes         node 1's daemon killed while its link is down (no
                         FIN reaches node 0); a new node-1 daemon, the link
                         back, is taken as node 1, not as a second claim.
@@ -33,6 +37,7 @@ from cluster import Cluster  # noqa: E402
 from nodes import CTL, DAEMON, TRAINER, Nodes, peer_state, status, text  # noqa: E402
 
 PEER_TIMEOUT = 2
+COORDINATOR = "10.77.0.1"  # node 0's address on the cluster's bridge
 JOIN_TIMEOUT = 6
 SLACK = 3
 FLAGS = (f"--peer-timeout={PEER_TIMEOUT}", f"--join-timeout={JOIN_TIMEOUT}",
@@ -109,7 +114,10 @@ def test_partition_heals():
                      PEER_TIMEOUT + SLACK, "node 0 showing node 1 lost", n)
         print(f"node 0 showed node 1 lost {took:.2f} s into the partition "
               f"(--peer-timeout {PEER_TIMEOUT} s)")
-        took = timed(in_log(n, 1, "sent nothing for"), PEER_TIMEOUT + SLACK,
+        # Either the ping timer's verdict ("sent nothing for") or TCP's
+        # own (TCP_USER_TIMEOUT: "its connection failed"), whichever comes
+        # first; both take the coordinator as gone.
+        took = timed(in_log(n, 1, "taking it as gone"), PEER_TIMEOUT + SLACK,
                      "node 1 taking node 0 as gone", n)
         print(f"node 1 took node 0 as gone {took:.2f} s later")
         link(c, 1, "up")
@@ -123,6 +131,42 @@ def test_partition_heals():
     on_cluster("p", body)
 
 
+def route(c, node, verb, to):
+    """`ip route <verb> unreachable <to>` in node's namespace: what node
+    sends to `to` goes nowhere, while what `to` sends still arrives."""
+    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n{node}", "route", verb, "unreachable",
+                    f"{to}/32"], check=True, timeout=10)
+
+
+def test_one_way_partition():
+    """Node 1 hears node 0 but cannot answer. Its pings and answers go
+    unacknowledged, so TCP gives up on the connection (TCP_USER_TIMEOUT),
+    while node 0's stream stalls too, waiting for acknowledgements, so the
+    ping timer may say so first: either way node 1 takes node 0 as gone
+    within --peer-timeout and a slack and says why. The route back, it
+    joins again and the next step is right."""
+    def body(c, n, layout):
+        run_step(n, "oneway", layout)
+        route(c, 1, "add", COORDINATOR)
+        took = timed(in_log(n, 1, "lost the connection to the coordinator"),
+                     PEER_TIMEOUT + SLACK, "node 1 taking node 0 as gone", n)
+        line = next(x for x in text(n.log(1)).splitlines()
+                    if "lost the connection to the coordinator" in x)
+        print(f"node 1 took node 0 as gone {took:.2f} s into the partition: {line}")
+        check("taking it as gone" in line and "(it closed" not in line,
+              f"node 1 does not say why the connection was lost: {line}")
+        timed(lambda: peer_state(n.socks[0], "oneway", 1) == "lost", PEER_TIMEOUT + SLACK,
+              "node 0 showing node 1 lost", n)
+        route(c, 1, "del", COORDINATOR)
+        timed(in_log(n, 1, "re-joined the coordinator"), 20,
+              "node 1 joining again once it can answer", n)
+        timed(lambda: peer_state(n.socks[0], "oneway", 1) == "joined", 10,
+              "node 0 showing node 1 joined", n)
+        run_step(n, "oneway", layout)
+        stop_all(n)
+    on_cluster("o", body)
+
+
 def test_node_vanishes():
     def body(c, n, layout):
         run_step(n, "gone", layout)
@@ -134,8 +178,9 @@ def test_node_vanishes():
         print(f"node 0 showed node 1 lost {took:.2f} s after it vanished "
               f"(--peer-timeout {PEER_TIMEOUT} s)")
         log0 = text(n.log(0))
-        check("rendezvous: node 1 (10.77.0.2:" in log0 and "sent nothing for" in log0,
-              "node 0's log does not say node 1 at 10.77.0.2 went silent")
+        # The ping timer's verdict or TCP's, whichever came first.
+        check("rendezvous: node 1 (10.77.0.2:" in log0 and "taking it as lost" in log0,
+              "node 0's log does not say node 1 at 10.77.0.2 was taken as lost")
         link(c, 1, "up")
         n.start(1)
         n.wait_ready(1)
@@ -172,4 +217,4 @@ def test_link_down_at_join():
 
 
 if __name__ == "__main__":
-    run([test_partition_heals, test_node_vanishes, test_link_down_at_join])
+    run([test_partition_heals, test_one_way_partition, test_node_vanishes, test_link_down_at_join])

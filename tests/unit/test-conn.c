@@ -4,6 +4,7 @@
  * reaches them. No daemon, no engine: the framing, the set's bookkeeping,
  * the limits and deadlines, and the order of close, closed and the free.
  */
+#include <errno.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -29,6 +30,7 @@ struct fixture {
 	Gradsync__Message__BodyCase seen[8];
 	int nseen;
 	int closed;
+	int closed_error; /* c->error when closed ran */
 };
 
 static struct fixture *current;
@@ -44,6 +46,7 @@ static void on_closed(struct gs_conn *c)
 {
 	assert_ptr_equal(c, current->conn);
 	current->closed++;
+	current->closed_error = c->error;
 }
 
 /* The connection's memory is freed by its poll handle's close callback:
@@ -76,7 +79,8 @@ static int teardown(void **state)
 	while (f->set.head)
 		gs_conn_close(f->set.head);
 	uv_run(&f->loop, UV_RUN_NOWAIT);
-	close(f->peer);
+	if (f->peer >= 0)
+		close(f->peer);
 	assert_int_equal(uv_loop_close(&f->loop), 0);
 	return 0;
 }
@@ -164,8 +168,24 @@ static void peer_hangup_closes(void **state)
 	shutdown(f->peer, SHUT_WR);
 	spin(f);
 	assert_int_equal(f->closed, 1);
+	assert_int_equal(f->closed_error, 0); /* a close, not a failure */
 	assert_true(freed(f));
 	assert_int_equal(f->set.count, 0);
+}
+
+/* A connection that fails (here reset: the peer closes with our bytes
+ * unread) closes with the errno, so that closed can say why; what the
+ * layer above tells a TCP timeout from a goodbye by. */
+static void failure_carries_its_errno(void **state)
+{
+	struct fixture *f = *state;
+	assert_int_equal(write(f->conn->fd, "x", 1), 1);
+	close(f->peer);
+	f->peer = -1;
+	spin(f);
+	assert_int_equal(f->closed, 1);
+	assert_int_equal(f->closed_error, ECONNRESET);
+	assert_true(freed(f));
 }
 
 static void frame_over_the_limit_is_refused(void **state)
@@ -225,6 +245,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(frames_reach_dispatch_in_order, setup, teardown),
 		cmocka_unit_test_setup_teardown(close_then_freed_from_the_loop, setup, teardown),
 		cmocka_unit_test_setup_teardown(peer_hangup_closes, setup, teardown),
+		cmocka_unit_test_setup_teardown(failure_carries_its_errno, setup, teardown),
 		cmocka_unit_test_setup_teardown(frame_over_the_limit_is_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(identified_trainer_gets_the_set_limit, setup,
 						teardown),
