@@ -136,15 +136,24 @@ static void on_free_timer(uv_timer_t *timer)
 	uv_close((uv_handle_t *)timer, free_timer_closed);
 }
 
-static void unlink_entry(struct gs_jobs *t, struct gs_job_entry *e)
+static bool unlink_from(struct gs_job_entry **list, struct gs_job_entry *e)
 {
-	for (struct gs_job_entry **p = &t->head; *p; p = &(*p)->next) {
+	for (struct gs_job_entry **p = list; *p; p = &(*p)->next) {
 		if (*p == e) {
 			*p = e->next;
-			t->count--;
-			return;
+			e->next = NULL;
+			return true;
 		}
 	}
+	return false;
+}
+
+static void unlink_entry(struct gs_jobs *t, struct gs_job_entry *e)
+{
+	if (unlink_from(&t->head, e))
+		t->count--;
+	else
+		unlink_from(&t->refused, e);
 }
 
 /* The group's parts: the rendezvous the job's node 0 serves under its id
@@ -201,12 +210,18 @@ static void on_linger(uv_timer_t *timer)
 static void on_idle(void *arg)
 {
 	struct gs_job_entry *e = arg;
-	if (e->state == GS_ENTRY_CLOSING || uv_is_active((uv_handle_t *)&e->linger_timer))
+	if (e->state == GS_ENTRY_CLOSING)
 		return;
 	uint64_t linger = e->table->env.settings->job_linger;
-	/* A job whose group failed, or that never had one, keeps nothing. */
-	if (!e->cluster_started)
+	/* A job whose group failed, or that never had one, keeps nothing,
+	 * and a daemon that stops keeps nothing. */
+	if (!e->cluster_started || e->table->stopping)
 		linger = 0;
+	/* Already lingering: its time runs on, unless there is nothing left
+	 * to keep (its trainers left while it joined, and then the join
+	 * failed: it must not outlive the failure by --job-linger). */
+	if (uv_is_active((uv_handle_t *)&e->linger_timer) && linger > 0)
+		return;
 	if (e->state == GS_ENTRY_READY && linger > 0) {
 		e->state = GS_ENTRY_LINGERING;
 		gs_info("job '%s': every trainer has left; keeping its group for %llu s (--job-linger)",
@@ -248,7 +263,8 @@ static void on_ready(void *arg, int rc, const char *why)
 		if (e->job.slots[r])
 			waiting[n++] = e->job.slots[r];
 	unlink_entry(e->table, e);
-	e->next = NULL;
+	e->next = e->table->refused;
+	e->table->refused = e;
 	e->state = GS_ENTRY_READY; /* found by nobody; closes when idle */
 	cancel_cluster(e);
 	close_cluster(e);
@@ -446,4 +462,6 @@ void gs_jobs_close(struct gs_jobs *t)
 	t->stopping = true;
 	while (t->head)
 		entry_close(t->head);
+	while (t->refused)
+		entry_close(t->refused);
 }

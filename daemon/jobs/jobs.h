@@ -71,6 +71,10 @@ struct gs_jobs {
 	struct gs_jobs_env env;
 	struct gs_job_entry *head; /* every job found by its id, oldest first */
 	unsigned count;
+	/* Jobs whose nodes could not join: found by no Hello, each closes once
+	 * its trainers have been told (it is idle); listed so that a shutdown
+	 * closes them too, rather than wait for them. */
+	struct gs_job_entry *refused;
 	bool stopping;
 	/* Steps of the jobs that have gone, so that the node's totals only
 	 * ever grow. */
