@@ -7,7 +7,9 @@
  * view to the parts it reads, systemd's status lines to the status.
  */
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend/cuda/buffer_desc.h"
 #include "daemon.h"
@@ -196,12 +198,47 @@ int gs_daemon_start(struct gs_daemon *d, uv_loop_t *loop, bool serving)
 	return 0;
 }
 
+/* Seconds a stop may take. Its waits all end at once (a collective is
+ * interrupted, a join is cancelled); one still open past this is a
+ * handle left behind by mistake, which would hold the daemon for as long
+ * as its timer runs (say --job-linger) until systemd kills it. */
+#define STOP_DEADLINE_S 20
+
+static void name_open_handle(uv_handle_t *h, void *arg)
+{
+	(void)arg;
+	if (uv_is_active(h) && uv_has_ref(h) && !uv_is_closing(h))
+		gs_error("  still open: %s handle", uv_handle_type_name(uv_handle_get_type(h)));
+}
+
+static void on_stop_deadline(uv_timer_t *t)
+{
+	struct gs_daemon *d = t->data;
+	gs_error("still not stopped %d s after the shutdown began: exiting anyway (exit status 1); what held it:",
+		 STOP_DEADLINE_S);
+	uv_walk(d->loop, name_open_handle, NULL);
+	fflush(NULL);
+	/* Not exit(): threads of the jobs may still run, and must not meet
+	 * static destructors. */
+	_exit(1);
+}
+
+static void start_stop_deadline(struct gs_daemon *d)
+{
+	uv_timer_init(d->loop, &d->stop_deadline);
+	d->stop_deadline.data = d;
+	uv_timer_start(&d->stop_deadline, on_stop_deadline, STOP_DEADLINE_S * 1000, 0);
+	uv_unref((uv_handle_t *)&d->stop_deadline); /* it does not keep the loop running */
+}
+
 void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 {
 	if (d->stopping)
 		return;
 	d->stopping = 1;
 	d->exit_code = exit_code;
+	if (d->serve)
+		start_stop_deadline(d);
 	gs_notify_stopping(&d->notifier);
 	/* systemd owns an activated socket's file: it must outlive us. */
 	if (gs_notify_socket_activated())
@@ -223,6 +260,10 @@ void gs_daemon_shutdown(struct gs_daemon *d, int exit_code)
 
 void gs_daemon_free(struct gs_daemon *d)
 {
+	if (d->stop_deadline.loop) {
+		uv_close((uv_handle_t *)&d->stop_deadline, NULL);
+		uv_run(d->loop, UV_RUN_NOWAIT); /* its close */
+	}
 	/* The jobs were freed from the loop, as their handles closed. */
 	gs_trace_destroy(d->trace);
 }

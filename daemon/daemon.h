@@ -32,6 +32,7 @@ struct gs_daemon {
 	struct gs_server server;     /* the listening socket */
 	struct gs_node_port port;    /* where other nodes' daemons connect */
 	uv_signal_t sigint, sigterm;
+	uv_timer_t stop_deadline;    /* a stop that hangs ends here (daemon.c) */
 	struct gs_access access;
 	struct gs_trace *trace;       /* bucket phases: trace file, metrics */
 	struct gs_notifier notifier;  /* under systemd: status lines */
