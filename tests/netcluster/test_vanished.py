@@ -34,7 +34,7 @@ SOURCE = os.environ.get("GS_SOURCE_ROOT") or os.path.dirname(os.path.dirname(HER
 sys.path.insert(0, os.path.join(SOURCE, "tests", "ops"))
 from opslib import Skip, check, run, wait_for  # noqa: E402
 from cluster import Cluster  # noqa: E402
-from nodes import CTL, DAEMON, TRAINER, Nodes, peer_state, status, text  # noqa: E402
+from nodes import CTL, DAEMON, TRAINER, Nodes, job_status, peer_state, status, text  # noqa: E402
 
 PEER_TIMEOUT = 2
 COORDINATOR = "10.77.0.1"  # node 0's address on the cluster's bridge
@@ -210,6 +210,12 @@ def test_link_down_at_join():
               "node 1's daemon stopped serving")
         p0.kill()
         p0.wait(timeout=10)
+        # Node 0's own join of 'late' began a moment after node 1's and
+        # ends at its own --join-timeout: a trainer that came before that
+        # would be refused with it. The job runs anew once it is gone.
+        timed(lambda: "jobs" in (status(n.socks[0]) or {}) and
+              job_status(n.socks[0], "late") is None, JOIN_TIMEOUT + SLACK,
+              "node 0's failed join of 'late' to end", n)
         link(c, 1, "up")
         run_step(n, "late", layout)
         stop_all(n)
