@@ -86,13 +86,13 @@ struct host_lane *host_take_lane(struct host_backend *h, const struct gs_bucket_
 		struct host_lane *lane = &h->lane[i];
 		if (!lane->held)
 			continue;
-		bool refused = false;
-		if (io->token && lane->token == io->token) {
+		bool mine = io->token && lane->token == io->token;
+		if (mine) {
 			pthread_mutex_lock(&h->comm.lock);
-			refused = lane->refused;
+			mine = !lane->refused;
 			pthread_mutex_unlock(&h->comm.lock);
 		}
-		if (io->token && lane->token == io->token && !refused)
+		if (mine)
 			found = lane;
 		else
 			drop_lane(h, lane);
