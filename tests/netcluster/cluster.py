@@ -54,6 +54,15 @@ class Cluster:
     def __exit__(self, *exc):
         nc("down", self.name)
 
+    def netns(self, node):
+        """The network namespace of node `node`."""
+        return f"gsnc-{self.name}-n{node}"
+
+    def ip(self, node, *args):
+        """`ip ARGS` on node `node`'s side of the network (its links,
+        routes), from outside; raises if it fails."""
+        subprocess.run(["ip", "-n", self.netns(node), *args], check=True, timeout=10)
+
     def exec(self, node, *cmd, timeout=30):
         return subprocess.run(self.argv(node, *cmd), capture_output=True, text=True,
                               timeout=timeout)

@@ -141,7 +141,7 @@ def test_teardown():
     before = host_veths()
     with Cluster("d", 2) as c:
         sleeper = subprocess.Popen(c.argv(1, "sleep", "600"))
-        wait_for(lambda: subprocess.run(["ip", "netns", "pids", f"gsnc-{c.name}-n1"],
+        wait_for(lambda: subprocess.run(["ip", "netns", "pids", c.netns(1)],
                                         capture_output=True, text=True).stdout.strip(),
                  10, "the sleeper in node 1")
     # `down` has killed the process in node 1 (exec left no shell between).

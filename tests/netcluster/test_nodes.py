@@ -19,7 +19,6 @@ GS_HAVE_GLOO, GS_SOURCE_ROOT.
 """
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -67,8 +66,7 @@ def test_link_cut_in_a_vote():
 
 
 def cut_link(c, k):
-    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n{k}", "link", "set", "eth0", "down"],
-                   check=True, timeout=10)
+    c.ip(k, "link", "set", "eth0", "down")
 
 
 def stop_cleanly(n, trainers):

@@ -24,7 +24,6 @@ every step's every element checked by the verifying trainers:
 Skipped (77) where namespaces cannot be made or without Gloo."""
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,8 +44,7 @@ FLAGS = (f"--peer-timeout={PEER_TIMEOUT}", f"--join-timeout={JOIN_TIMEOUT}",
 
 
 def link(c, node, state):
-    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n{node}", "link", "set", "eth0", state],
-                   check=True, timeout=10)
+    c.ip(node, "link", "set", "eth0", state)
 
 
 def write_layout(tmp):
@@ -134,8 +132,7 @@ def test_partition_heals():
 def route(c, node, verb, to):
     """`ip route <verb> unreachable <to>` in node's namespace: what node
     sends to `to` goes nowhere, while what `to` sends still arrives."""
-    subprocess.run(["ip", "-n", f"gsnc-{c.name}-n{node}", "route", verb, "unreachable",
-                    f"{to}/32"], check=True, timeout=10)
+    c.ip(node, "route", verb, "unreachable", f"{to}/32")
 
 
 def test_one_way_partition():
