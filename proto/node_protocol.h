@@ -26,10 +26,15 @@
  *      ("host/pipeline-slice": 1048576 elements, or 0 for the rest in one);
  *      each has a status of 9 elements after it that carries, in the head,
  *      every node's vote to go on, no longer a collective of its own
+ *   8  NodeHello says whose the job is on that node (owner_uid): node 0
+ *      admits a node whose job is another user's only as one of its own
+ *      trainers would be (engine/ownership.h); a NodeAuth naming a job
+ *      that node 0 does not have is challenged as any other, and told
+ *      that there is no such job only once it has proven the secret
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 7
+#define GS_NODE_PROTOCOL_VERSION 8
 
 #endif

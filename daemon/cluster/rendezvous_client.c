@@ -506,6 +506,7 @@ static int say_hello(struct gs_rdv_client *c, const struct gs_settings *s,
 	h.local_size = s->local_size;
 	h.settings = shared;
 	h.host = (char *)gloo_host;
+	h.owner_uid = (uint32_t)s->owner;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_HELLO;
 	m.node_hello = &h;

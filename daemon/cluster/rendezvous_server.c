@@ -17,6 +17,7 @@
 #include "cluster/rendezvous.h"
 #include "cluster/rendezvous_server.h"
 #include "engine/job.h"
+#include "engine/ownership.h"
 #include "errors.h"
 #include "hostport.h"
 #include "node_protocol.h"
@@ -121,6 +122,17 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 	if (h->protocol_version != GS_NODE_PROTOCOL_VERSION) {
 		gs_conn_fail(c, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
 			     h->node_rank, h->protocol_version, GS_NODE_PROTOCOL_VERSION);
+		return;
+	}
+	/* Node 0 decides whose the job is: a node whose job another user
+	 * began joins only as that user's trainer would join here, and
+	 * learns nothing of the job (its shape, its settings) first. */
+	if (!gs_owner_admits(s->settings->owner, s->settings->job_access, h->owner_uid)) {
+		gs_warn("rendezvous: job '%s': node %u's job is uid %u's, node 0's is uid %u's (--job-access %s)",
+			s->settings->job_id, h->node_rank, h->owner_uid, (unsigned)s->settings->owner,
+			s->settings->job_access == GS_JOB_ACCESS_ANY ? "any" : "owner");
+		gs_conn_fail(c, GS_EREFUSED, "job '%s' belongs to another user on node 0: node %u's trainers (uid %u) may not join it (--job-access on node 0); a job's trainers run as one user on every node",
+			     s->settings->job_id, h->node_rank, h->owner_uid);
 		return;
 	}
 	if (h->nodes != s->nodes) {

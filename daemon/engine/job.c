@@ -7,6 +7,7 @@
 
 #include "clock.h"
 #include "engine/job_view.h"
+#include "engine/ownership.h"
 #include "engine/reduce.h"
 #include "engine/trainer.h"
 #include "errors.h"
@@ -23,6 +24,7 @@ void gs_job_init(struct gs_job *j, const struct gs_engine_env *env)
 	memset(j, 0, sizeof(*j));
 	j->env = *env;
 	j->id = env->settings->job_id;
+	j->owner = env->settings->owner;
 	uv_timer_init(env->loop, &j->stall_timer);
 	j->stall_timer.data = j;
 	uv_timer_init(env->loop, &j->failure_timer);
@@ -95,16 +97,7 @@ bool gs_job_active(const struct gs_job *j)
 
 bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged)
 {
-	return !j->has_owner || uid == j->owner || privileged ||
-	       j->env.settings->job_access == GS_JOB_ACCESS_ANY;
-}
-
-/* A trainer of another user learns nothing of the job: not its id, its
- * trainers' pids, nor (it never registers) its layout. */
-static bool may_join(const struct gs_job *j, uid_t uid)
-{
-	return !gs_job_active(j) || uid == j->owner || uid == 0 ||
-	       j->env.settings->job_access == GS_JOB_ACCESS_ANY;
+	return privileged || gs_owner_admits(j->owner, j->env.settings->job_access, uid);
 }
 
 struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
@@ -120,7 +113,7 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 	}
 	/* Ownership first: another user's trainer learns nothing of the job,
 	 * not even whether its view of it is right. */
-	if (!may_join(j, uid)) {
+	if (!gs_owner_admits(j->owner, j->env.settings->job_access, uid)) {
 		gs_client_fail(c, GS_EREFUSED, "job '%s' belongs to another user: uid %u may not join it or learn about it (--job-access); use another job id",
 			     id, (unsigned)uid);
 		return NULL;
@@ -145,12 +138,6 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 	if (!t) {
 		gs_client_fail(c, GS_ENOMEM, "out of memory accepting a trainer");
 		return NULL;
-	}
-	/* The job's first trainer's user owns it for its life, lingering
-	 * between trainers included. */
-	if (!j->has_owner) {
-		j->owner = uid;
-		j->has_owner = true;
 	}
 	j->slots[h->local_rank] = t;
 	j->departed[h->local_rank].gone = false;

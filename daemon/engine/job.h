@@ -74,10 +74,9 @@ struct gs_job {
 	struct gs_trainer *slots[GS_MAX_LOCAL]; /* by local rank */
 	unsigned attached;
 	const char *id; /* the job's, as its settings say (settings->job_id) */
-	/* The user whose trainer began the job: only that user (and root)
-	 * may join it or see more of it than that it exists. */
+	/* Its owner (settings->owner): only that user (and root) may join it
+	 * or see more of it than that it exists. */
 	uid_t owner;
-	bool has_owner;
 	struct gs_departure departed[GS_MAX_LOCAL];
 
 	/* The layout, fixed by the first trainer to register. */

@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "clock.h"
 #include "engine/job_view.h"
+#include "engine/ownership.h"
 #include "engine/trainer.h"
 #include "errors.h"
 #include "job_id.h"
@@ -355,20 +356,17 @@ void gs_jobs_init(struct gs_jobs *t, const struct gs_jobs_env *env)
 }
 
 /* A lingering job whose trainers come back changed (another shape or
- * settings, another user) is not theirs: its group goes. */
+ * settings) is not theirs: its group goes, and they begin it anew. Only
+ * its owner's trainers may do that: another user's are refused by
+ * gs_job_attach, and the lingering group stays. */
 static bool lingering_mismatch(const struct gs_job_entry *e, const struct gs_client *c,
 			       const Gradsync__Hello *h)
 {
+	if (!gs_owner_admits(e->settings.owner, e->settings.job_access, c->uid))
+		return false;
 	char why[GS_COORDINATOR_MAX * 2 + 160];
 	if (gs_job_view_differs(&e->settings, e->settings.job_id, h, why, sizeof(why))) {
 		gs_info("%s: the lingering job's group goes", why);
-		return true;
-	}
-	/* Who may take it up is who may join a running job. */
-	if (c->uid != e->job.owner && c->uid != 0 &&
-	    e->settings.job_access != GS_JOB_ACCESS_ANY) {
-		gs_info("job '%s': a trainer of uid %u, not the lingering job's owner, begins it anew",
-			e->settings.job_id, (unsigned)c->uid);
 		return true;
 	}
 	return false;
@@ -411,6 +409,7 @@ struct gs_trainer *gs_jobs_attach(struct gs_jobs *t, const struct gs_client *c,
 			gs_client_fail(c, GS_EINVAL, "%s", why);
 			return NULL;
 		}
+		js.owner = c->uid;
 		e = entry_open(t, &js, why, sizeof(why));
 		if (!e) {
 			gs_client_fail(c, GS_ESYSTEM, "job '%s' cannot begin: %s", id, why);

@@ -78,6 +78,9 @@ struct gs_settings {
 	uint32_t node_rank;
 	char coordinator[GS_COORDINATOR_MAX + 16]; /* HOST:PORT of node rank 0's rendezvous */
 	char gloo_host[256];      /* where this node's Gloo device listens: node_address */
+	/* The user whose trainer began the job here, for its whole life
+	 * (engine/ownership.h). */
+	uid_t owner;
 
 	/* Not settings of the table: the secret read from
 	 * cluster_secret_file at start (len 0: none). */
