@@ -4,6 +4,7 @@
  * that they hold the cluster secret, or agree that neither has one.
  */
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "cluster/auth.h"
@@ -13,46 +14,64 @@
 #include "serve/conn.h"
 #include "support/settings.h"
 
-static void send_challenge(struct rdv_peer *p, bool has_secret)
+void rdv_send_challenge(struct gs_conn *c, const uint8_t *nonce, bool has_secret)
 {
 	Gradsync__NodeChallenge ch = GRADSYNC__NODE_CHALLENGE__INIT;
-	ch.nonce.data = p->nonce;
+	ch.nonce.data = (uint8_t *)nonce;
 	ch.nonce.len = GS_AUTH_NONCE;
 	ch.has_secret = has_secret;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE;
 	m.node_challenge = &ch;
-	gs_conn_send(p->conn, &m);
+	gs_conn_send(c, &m);
+}
+
+int rdv_auth_refusal(const struct gs_settings *s, const Gradsync__NodeAuth *a, char *why, size_t n)
+{
+	bool mine = s->cluster_secret_len > 0;
+	if (a->protocol_version != GS_NODE_PROTOCOL_VERSION) {
+		snprintf(why, n, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
+			 a->node_rank, a->protocol_version, GS_NODE_PROTOCOL_VERSION);
+		return GS_EVERSION;
+	}
+	if (a->nonce.len != GS_AUTH_NONCE) {
+		snprintf(why, n, "its NodeAuth nonce has %zu bytes; %d expected", a->nonce.len,
+			 GS_AUTH_NONCE);
+		return GS_EPROTO;
+	}
+	if (mine && !a->has_secret) {
+		snprintf(why, n, "it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)");
+		return GS_EREFUSED;
+	}
+	if (!mine && a->has_secret) {
+		snprintf(why, n, "it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)");
+		return GS_EREFUSED;
+	}
+	return GS_OK;
+}
+
+/* The peer holds the secret (or neither side has one): only now is it
+ * told whether its rank fits the job. */
+static bool rank_fits(struct gs_rdv_server *s, struct rdv_peer *p)
+{
+	if (p->rank < s->nodes)
+		return true;
+	rdv_refuse(p, GS_EREFUSED, "node rank %u is out of range for %u nodes", p->rank, s->nodes);
+	return false;
 }
 
 /* The node's half of the nonces and what it claims; answered with the
- * coordinator's half, or refused. */
+ * coordinator's half, or refused for what would refuse it whatever job it
+ * named (rdv_auth_refusal). */
 static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__NodeAuth *a)
 {
-	const struct gs_settings *set = s->settings;
-	bool mine = set->cluster_secret_len > 0;
-	if (a->protocol_version != GS_NODE_PROTOCOL_VERSION) {
-		rdv_refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-		           a->node_rank, a->protocol_version, GS_NODE_PROTOCOL_VERSION);
-		return;
-	}
-	if (a->node_rank >= s->nodes) {
-		rdv_refuse(p, GS_EREFUSED, "node rank %u is out of range for %u nodes", a->node_rank, s->nodes);
-		return;
-	}
+	bool mine = s->settings->cluster_secret_len > 0;
+	char why[256];
 	p->rank = a->node_rank;
 	p->has_rank = true;
-	if (a->nonce.len != GS_AUTH_NONCE) {
-		rdv_refuse(p, GS_EPROTO, "its NodeAuth nonce has %zu bytes; %d expected", a->nonce.len,
-		           GS_AUTH_NONCE);
-		return;
-	}
-	if (mine && !a->has_secret) {
-		rdv_refuse(p, GS_EREFUSED, "it has no cluster secret, but the coordinator has one (set the same --cluster-secret-file on every node)");
-		return;
-	}
-	if (!mine && a->has_secret) {
-		rdv_refuse(p, GS_EREFUSED, "it has a cluster secret, but the coordinator has none (set the same --cluster-secret-file on every node)");
+	int code = rdv_auth_refusal(s->settings, a, why, sizeof(why));
+	if (code != GS_OK) {
+		rdv_refuse(p, code, "%s", why);
 		return;
 	}
 	if (gs_auth_nonce(p->nonce) < 0) {
@@ -60,11 +79,11 @@ static void handle_auth(struct gs_rdv_server *s, struct rdv_peer *p, const Grads
 		return;
 	}
 	memcpy(p->node_nonce, a->nonce.data, GS_AUTH_NONCE);
-	send_challenge(p, mine);
+	rdv_send_challenge(p->conn, p->nonce, mine);
 	if (mine)
 		p->state = PEER_CHALLENGED;
-	else
-		rdv_authenticated(s, p); /* neither side has a secret */
+	else if (rank_fits(s, p)) /* neither side has a secret */
+		rdv_authenticated(s, p);
 }
 
 /* The node's proof; a good one is answered with the coordinator's. */
@@ -73,9 +92,11 @@ static void handle_proof(struct gs_rdv_server *s, struct rdv_peer *p, const Grad
 	const struct gs_settings *set = s->settings;
 	if (!gs_auth_check(set->cluster_secret, set->cluster_secret_len, GS_AUTH_NODE, set->job_id, p->rank,
 			   p->node_nonce, p->nonce, pr->mac.data, pr->mac.len)) {
-		rdv_refuse(p, GS_EREFUSED, "cluster secret differs (check --cluster-secret-file on every node)");
+		rdv_refuse(p, GS_EREFUSED, RDV_SECRET_DIFFERS);
 		return;
 	}
+	if (!rank_fits(s, p))
+		return;
 	uint8_t mac[GS_AUTH_MAC];
 	if (gs_auth_mac(set->cluster_secret, set->cluster_secret_len, GS_AUTH_COORDINATOR, set->job_id,
 			p->rank,
@@ -93,35 +114,53 @@ static void handle_proof(struct gs_rdv_server *s, struct rdv_peer *p, const Grad
 	rdv_authenticated(s, p);
 }
 
-/* Before a peer has authenticated, only the exchange itself is served. A
- * NodeHello of another protocol version (a daemon from before this
- * exchange, or after it) still gets the version's own message. */
-void rdv_authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
+enum rdv_auth_step rdv_auth_next(enum peer_state state, const Gradsync__Message *m, int *code,
+				 char *why, size_t n)
 {
 	switch (m->body_case) {
 	case GRADSYNC__MESSAGE__BODY_NODE_AUTH:
-		if (p->state == PEER_NEW)
-			handle_auth(s, p, m->node_auth);
-		else
-			rdv_refuse(p, GS_EPROTO, "NodeAuth sent twice");
-		return;
+		if (state == PEER_NEW)
+			return RDV_STEP_AUTH;
+		*code = GS_EPROTO;
+		snprintf(why, n, "NodeAuth sent twice");
+		return RDV_STEP_REFUSE;
 	case GRADSYNC__MESSAGE__BODY_NODE_PROOF:
-		if (p->state == PEER_CHALLENGED)
-			handle_proof(s, p, m->node_proof);
-		else
-			rdv_refuse(p, GS_EPROTO, "NodeProof before NodeAuth");
-		return;
+		if (state == PEER_CHALLENGED)
+			return RDV_STEP_PROOF;
+		*code = GS_EPROTO;
+		snprintf(why, n, "NodeProof before NodeAuth");
+		return RDV_STEP_REFUSE;
 	case GRADSYNC__MESSAGE__BODY_NODE_HELLO:
 		if (m->node_hello->protocol_version != GS_NODE_PROTOCOL_VERSION) {
-			rdv_refuse(p, GS_EVERSION, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
-			           m->node_hello->node_rank, m->node_hello->protocol_version,
-			           GS_NODE_PROTOCOL_VERSION);
-			return;
+			*code = GS_EVERSION;
+			snprintf(why, n, "node %u speaks protocol version %u; the coordinator (node 0) speaks %d",
+				 m->node_hello->node_rank, m->node_hello->protocol_version,
+				 GS_NODE_PROTOCOL_VERSION);
+			return RDV_STEP_REFUSE;
 		}
 		break;
 	default:
 		break;
 	}
-	rdv_refuse(p, GS_EREFUSED, "message %d before authenticating: the rendezvous serves nothing until a node has proven it holds the cluster secret (NodeAuth, NodeProof)",
-	           (int)m->body_case);
+	*code = GS_EREFUSED;
+	snprintf(why, n, "message %d before authenticating: the rendezvous serves nothing until a node has proven it holds the cluster secret (NodeAuth, NodeProof)",
+		 (int)m->body_case);
+	return RDV_STEP_REFUSE;
+}
+
+void rdv_authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m)
+{
+	char why[256];
+	int code = GS_OK;
+	switch (rdv_auth_next(p->state, m, &code, why, sizeof(why))) {
+	case RDV_STEP_AUTH:
+		handle_auth(s, p, m->node_auth);
+		return;
+	case RDV_STEP_PROOF:
+		handle_proof(s, p, m->node_proof);
+		return;
+	case RDV_STEP_REFUSE:
+		rdv_refuse(p, code, "%s", why);
+		return;
+	}
 }

@@ -4,7 +4,10 @@
  * first message, its NodeAuth, names the job; the connection then goes
  * to that job's rendezvous server, which authenticates it. A job whose
  * node 0 has no trainer here yet is answered "try again": the other
- * nodes retry until their --join-timeout.
+ * nodes retry until their --join-timeout. That answer comes only once the
+ * peer has proven it holds the cluster secret: until then a NodeAuth
+ * naming no job here is challenged exactly as one naming a job, so that
+ * strangers cannot tell which job ids exist.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -15,10 +18,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "cluster/auth.h"
 #include "cluster/liveness.h"
 #include "cluster/rendezvous.h"
 #include "cluster/rendezvous_server.h"
 #include "errors.h"
+#include "job_id.h"
 #include "node_protocol.h"
 #include "serve/conn.h"
 #include "serve/server.h"
@@ -30,14 +35,20 @@
  * delay a node but not keep it out. */
 #define LOBBY_MAX 256
 
-/* A connection that has not yet named its job: its deadline
- * (--auth-timeout), in the order it came. */
+/* A connection that has not yet named a job this port serves: its
+ * deadline (--auth-timeout), in the order it came; and, once it named
+ * another job, the exchange that answers it as that job's would. */
 struct lobby_peer {
 	struct gs_node_port *port;
 	struct gs_conn *conn;
 	struct lobby_peer *prev, *next;
 	struct sockaddr_storage from;
 	uv_timer_t timer;
+	enum peer_state state; /* PEER_CHALLENGED: it named a job that is not here */
+	uint32_t rank;
+	char job_id[GS_JOB_ID_MAX + 1];
+	uint8_t node_nonce[GS_AUTH_NONCE];
+	uint8_t nonce[GS_AUTH_NONCE];
 };
 
 struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const char *job_id)
@@ -104,11 +115,73 @@ static void on_lobby_timeout(uv_timer_t *t)
 		     (unsigned long long)lp->port->settings->auth_timeout);
 }
 
+/* The peer named a job this port does not serve. It gets what a job's
+ * rendezvous gives (rendezvous_auth.c): the same refusals, or a challenge;
+ * without a secret there is nothing to prove, and it is told at once. */
+static void no_such_job_auth(struct lobby_peer *lp, const Gradsync__NodeAuth *a)
+{
+	const struct gs_settings *s = lp->port->settings;
+	char why[256];
+	int code = rdv_auth_refusal(s, a, why, sizeof(why));
+	if (code != GS_OK) {
+		lobby_refuse(lp, code, "%s", why);
+		return;
+	}
+	/* Not a job id at all: no job could have it. */
+	if (!gs_job_id_valid(a->job_id ? a->job_id : "")) {
+		lobby_refuse(lp, GS_EINVAL, "a job id is at most %d printable ASCII characters",
+			     GS_JOB_ID_MAX);
+		return;
+	}
+	if (s->cluster_secret_len == 0) {
+		lobby_refuse(lp, GS_EAGAIN, "no job '%.63s' has its node 0 on this daemon (yet); try again",
+			     a->job_id ? a->job_id : "");
+		return;
+	}
+	if (gs_auth_nonce(lp->nonce) < 0) {
+		lobby_refuse(lp, GS_ESYSTEM, "the coordinator cannot draw a random nonce");
+		return;
+	}
+	lp->rank = a->node_rank;
+	snprintf(lp->job_id, sizeof(lp->job_id), "%s", a->job_id ? a->job_id : "");
+	memcpy(lp->node_nonce, a->nonce.data, GS_AUTH_NONCE);
+	lp->state = PEER_CHALLENGED;
+	rdv_send_challenge(lp->conn, lp->nonce, true);
+}
+
+/* Its proof, for the job it named: only one that checks out learns that
+ * the job is not here. */
+static void no_such_job_proof(struct lobby_peer *lp, const Gradsync__NodeProof *pr)
+{
+	const struct gs_settings *s = lp->port->settings;
+	if (!gs_auth_check(s->cluster_secret, s->cluster_secret_len, GS_AUTH_NODE, lp->job_id, lp->rank,
+			   lp->node_nonce, lp->nonce, pr->mac.data, pr->mac.len)) {
+		lobby_refuse(lp, GS_EREFUSED, RDV_SECRET_DIFFERS);
+		return;
+	}
+	lobby_refuse(lp, GS_EAGAIN, "no job '%.63s' has its node 0 on this daemon (yet); try again",
+		     lp->job_id);
+}
+
+static void challenged_dispatch(struct lobby_peer *lp, const Gradsync__Message *m)
+{
+	char why[256];
+	int code = GS_OK;
+	if (rdv_auth_next(lp->state, m, &code, why, sizeof(why)) == RDV_STEP_PROOF)
+		no_such_job_proof(lp, m->node_proof);
+	else
+		lobby_refuse(lp, code, "%s", why);
+}
+
 static void lobby_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	struct lobby_peer *lp = c->owner;
 	if (!lp)
 		return; /* refused, closing */
+	if (lp->state == PEER_CHALLENGED) {
+		challenged_dispatch(lp, m);
+		return;
+	}
 	/* Another protocol version is named as such, whatever it sent. */
 	uint32_t version = m->body_case == GRADSYNC__MESSAGE__BODY_NODE_AUTH ? m->node_auth->protocol_version
 			 : m->body_case == GRADSYNC__MESSAGE__BODY_NODE_HELLO ? m->node_hello->protocol_version
@@ -130,8 +203,7 @@ static void lobby_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 	struct gs_rdv_server *s = gs_node_port_find(np, id);
 	if (!s) {
 		/* Its node 0's trainers may not have come yet. */
-		lobby_refuse(lp, GS_EAGAIN, "no job '%.63s' has its node 0 on this daemon (yet); try again",
-			     id);
+		no_such_job_auth(lp, m->node_auth);
 		return;
 	}
 	struct sockaddr_storage from = lp->from;

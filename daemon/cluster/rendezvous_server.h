@@ -152,6 +152,25 @@ void rdv_claim_granted(struct gs_rdv_server *s, struct rdv_node *n);
 /* What a peer says before it has authenticated. */
 void rdv_authenticate(struct gs_rdv_server *s, struct rdv_peer *p, const Gradsync__Message *m);
 
+/* Before a peer has authenticated, only the exchange itself is served:
+ * what m is, said in state: the next step of it, or a refusal (*code and
+ * why). A NodeHello of another protocol version (a daemon from before the
+ * exchange, or after it) still gets the version's own message. */
+enum rdv_auth_step { RDV_STEP_AUTH, RDV_STEP_PROOF, RDV_STEP_REFUSE };
+enum rdv_auth_step rdv_auth_next(enum peer_state state, const Gradsync__Message *m, int *code,
+				 char *why, size_t n);
+
+/* What refuses a NodeAuth whatever job it names (another protocol
+ * version, a malformed nonce, a secret on one side only), by the node's
+ * settings s: GS_OK, or a GS_E* code with why. The node port refuses a
+ * NodeAuth for a job it does not serve by the same words, so that until a
+ * peer has proven the secret both are answered alike. */
+int rdv_auth_refusal(const struct gs_settings *s, const Gradsync__NodeAuth *a, char *why, size_t n);
+/* Sends the coordinator's half of the nonces (GS_AUTH_NONCE bytes). */
+void rdv_send_challenge(struct gs_conn *c, const uint8_t *nonce, bool has_secret);
+/* A proof that does not check out, in the words both kinds of peer get. */
+#define RDV_SECRET_DIFFERS "cluster secret differs (check --cluster-secret-file on every node)"
+
 /* ---- rendezvous_server.c ---------------------------------------------- */
 
 /* Every message of a node connection (conn.c's dispatch). */

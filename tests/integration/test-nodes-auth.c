@@ -4,8 +4,10 @@
  * only and a secret file not kept secret are refused with their reason;
  * peers of another protocol version, and peers that do not hold the secret
  * (a join, the store, garbage, a forged proof, a crowd, silence), get
- * nothing from the coordinator, which goes on serving the real nodes.
+ * nothing from the coordinator, which goes on serving the real nodes; nor
+ * do they learn which jobs it serves.
  */
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,6 +22,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "cluster/auth.h"
 #include "gradsync.h"
 #include "nodes.h"
 #include "node_protocol.h"
@@ -448,6 +451,117 @@ static void unauthenticated_peers_refused(void **state)
 		assert_int_equal(harness_daemon_stop(&n[r].d), 0);
 }
 
+/* ---- Which jobs there are ------------------------------------------------------ */
+
+/* A NodeAuth for job `id` as node `rank` (nonce: 32 bytes of seed). */
+static void send_auth_for(int fd, const char *id, uint32_t rank, uint8_t seed)
+{
+	uint8_t nonce[GS_AUTH_NONCE];
+	memset(nonce, seed, sizeof(nonce));
+	Gradsync__NodeAuth a = GRADSYNC__NODE_AUTH__INIT;
+	a.protocol_version = GS_NODE_PROTOCOL_VERSION;
+	a.node_rank = rank;
+	a.nonce.data = nonce;
+	a.nonce.len = sizeof(nonce);
+	a.has_secret = true;
+	a.job_id = (char *)id;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_AUTH;
+	m.node_auth = &a;
+	raw_send(fd, &m, NULL, 0);
+}
+
+/* The answer to a proof for job id as node rank on a new connection:
+ * made with `key` (NULL: made up); *code and message (n bytes) are what
+ * the coordinator said, or code 0 and "proof" for its own proof back. */
+static void prove(int port, const char *id, uint32_t rank, const char *key, int *code,
+		  char *message, size_t n)
+{
+	int fd = tcp_connect(port, 10);
+	send_auth_for(fd, id, rank, 0x5a);
+	Gradsync__Message *ch = raw_recv(fd);
+	assert_non_null(ch);
+	if (ch->body_case != GRADSYNC__MESSAGE__BODY_NODE_CHALLENGE)
+		fail_msg("NodeAuth for '%s' as node %u: message %d (%s), not a challenge", id, rank,
+			 (int)ch->body_case,
+			 ch->body_case == GRADSYNC__MESSAGE__BODY_ERROR ? ch->error->message : "");
+	assert_true(ch->node_challenge->has_secret);
+	assert_int_equal(ch->node_challenge->nonce.len, GS_AUTH_NONCE);
+	uint8_t node_nonce[GS_AUTH_NONCE], mac[GS_AUTH_MAC] = { 0 };
+	memset(node_nonce, 0x5a, sizeof(node_nonce));
+	if (key)
+		assert_int_equal(gs_auth_mac((const uint8_t *)key, strlen(key), GS_AUTH_NODE, id, rank,
+					     node_nonce, ch->node_challenge->nonce.data, mac), 0);
+	gradsync__message__free_unpacked(ch, NULL);
+	Gradsync__NodeProof pr = GRADSYNC__NODE_PROOF__INIT;
+	pr.mac.data = mac;
+	pr.mac.len = sizeof(mac);
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_NODE_PROOF;
+	m.node_proof = &pr;
+	raw_send(fd, &m, NULL, 0);
+	Gradsync__Message *r = raw_recv(fd);
+	assert_non_null(r);
+	if (r->body_case == GRADSYNC__MESSAGE__BODY_NODE_PROOF) {
+		*code = 0;
+		snprintf(message, n, "proof");
+	} else {
+		assert_int_equal(r->body_case, GRADSYNC__MESSAGE__BODY_ERROR);
+		*code = r->error->code;
+		snprintf(message, n, "%s", r->error->message);
+	}
+	gradsync__message__free_unpacked(r, NULL);
+	close(fd);
+}
+
+/* The node port serves every job whose node 0 is here; until a peer has
+ * proven the secret, a job that is here and one that is not (and a rank
+ * out of a job's range) are answered alike: a challenge, then the same
+ * refusal of a proof made up. Only a peer with the secret learns that a
+ * job is not here, or that its rank is out of range. */
+static void job_ids_hidden_before_authentication(void **state)
+{
+	(void)state;
+	const char *key = "0123456789abcdef0123456789abcdef";
+	char a[300];
+	snprintf(a, sizeof(a), "--cluster-secret-file=%s", write_secret("ids", key, 0600));
+	const char *ea[] = { a, NULL };
+	struct harness_job job = { .id = "known", .nodes = 2, .local_size = { 1, 1 } };
+	struct node n0;
+	spawn_node(&n0, &job, 0, ea);
+	harness_daemon_wait_ready(&n0.d, 30000);
+	char log0[200];
+	pid_t t0 = spawn_trainer(&n0, 0, harness_layout("resnet50.txt"), "1", NULL, log0);
+	harness_wait_for_text(n0.d.log, "serving the rendezvous", 30);
+
+	static const struct {
+		const char *id;
+		uint32_t rank;
+	} asks[] = { { "known", 1 }, { "unknown", 1 }, { "known", 7 }, { "unknown", 7 } };
+	char first[512] = "", message[512];
+	int code;
+	for (size_t i = 0; i < sizeof(asks) / sizeof(asks[0]); i++) {
+		prove(job.port, asks[i].id, asks[i].rank, NULL, &code, message, sizeof(message));
+		print_message("made-up proof for '%s' as node %u: %s\n", asks[i].id, asks[i].rank, message);
+		assert_int_equal(code, GS_EREFUSED);
+		if (!first[0])
+			snprintf(first, sizeof(first), "%s", message);
+		assert_string_equal(message, first);
+	}
+	/* The secret's holders are told the truth. */
+	prove(job.port, "unknown", 1, key, &code, message, sizeof(message));
+	assert_int_equal(code, GS_EAGAIN);
+	assert_non_null(strstr(message, "no job 'unknown' has its node 0 on this daemon (yet)"));
+	prove(job.port, "known", 7, key, &code, message, sizeof(message));
+	assert_int_equal(code, GS_EREFUSED);
+	assert_non_null(strstr(message, "node rank 7 is out of range for 2 nodes"));
+	prove(job.port, "known", 1, key, &code, message, sizeof(message));
+	assert_int_equal(code, 0);
+	kill(t0, SIGKILL);
+	harness_wait(t0, 10000);
+	assert_int_equal(harness_daemon_stop(&n0.d), 0);
+}
+
 int main(void)
 {
 	if (!nodes_prepare())
@@ -460,6 +574,7 @@ int main(void)
 		cmocka_unit_test(cluster_secret_on_one_node_only),
 		cmocka_unit_test(cluster_secret_file_refused),
 		cmocka_unit_test(unauthenticated_peers_refused),
+		cmocka_unit_test(job_ids_hidden_before_authentication),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
