@@ -160,6 +160,7 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 	d->view.conns = &d->conns;
 	d->view.trace = d->trace;
 	d->view.backend = node_backend;
+	d->view.fusion_budget = &node_budget;
 	gs_notify_start(&d->notifier, loop, status_line, &d->view);
 	return 0;
 }

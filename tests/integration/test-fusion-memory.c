@@ -66,6 +66,23 @@ static size_t jobs_of(const char *socket)
 	return n;
 }
 
+/* The value of a series (`name` or `name{labels}`) in the daemon's
+ * metrics; -1: absent. */
+static long long metric(const char *socket, const char *series)
+{
+	char cmd[512], want[160], line[512];
+	snprintf(cmd, sizeof(cmd), "%s --socket %s metrics", getenv("GS_CTL"), socket);
+	snprintf(want, sizeof(want), "%s ", series);
+	FILE *p = popen(cmd, "r");
+	assert_non_null(p);
+	long long v = -1;
+	while (fgets(line, sizeof(line), p))
+		if (strncmp(line, want, strlen(want)) == 0)
+			v = atoll(line + strlen(want));
+	pclose(p);
+	return v;
+}
+
 /* Waits (up to 30 s) until the daemon serves no job. */
 static void wait_no_jobs(const char *socket)
 {
@@ -267,6 +284,10 @@ static void over_the_budget_refused_while_another_job_runs(void **state)
 	assert_true(used >= BIG * 4ull && used < BIG * 4ull + MIB);
 	assert_true(need + used > strtoull(BUDGET, NULL, 10));
 	gs_close(tb.c);
+	/* What is in use is A's, as the metrics say too. */
+	assert_int_equal(metric(d.socket, "gradsync_job_fusion_memory_bytes{job=\"A\"}"), used);
+	assert_int_equal(metric(d.socket, "gradsync_fusion_memory_bytes"), used);
+	assert_int_equal(metric(d.socket, "gradsync_fusion_memory_limit_bytes"), strtoull(BUDGET, NULL, 10));
 
 	trainer_expect(&pa[0], 2, 2);
 	trainer_expect(&pa[1], 2, 2);
@@ -366,8 +387,14 @@ static void memory_goes_back_when_jobs_go(void **state)
 	hello_jobs(d.socket, "h", fds, HELLOS);
 	close_all(fds, HELLOS);
 	wait_no_jobs(d.socket);
-	/* The jobs' memory goes from the loop a turn or two after they do. */
+	/* The jobs' memory goes from the loop a turn or two after they do,
+	 * and its bytes with it. */
 	double t0 = harness_now_s();
+	while (metric(d.socket, "gradsync_fusion_memory_bytes") != 0) {
+		if (harness_now_s() - t0 > 30)
+			fail_msg("the jobs' fusion memory is still counted 30 s after they went");
+		usleep(50000);
+	}
 	long now;
 	while ((now = rss_kib(d.pid)) > start + CHURN_SLACK_KIB && harness_now_s() - t0 < 30)
 		usleep(50000);
