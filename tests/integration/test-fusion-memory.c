@@ -83,13 +83,13 @@ static long long metric(const char *socket, const char *series)
 	return v;
 }
 
-/* Waits (up to 30 s) until the daemon serves no job. */
-static void wait_no_jobs(const char *socket)
+/* Waits (up to 30 s) until the daemon serves `n` jobs at most. */
+static void wait_jobs_at_most(const char *socket, size_t n)
 {
 	double t0 = harness_now_s();
-	while (jobs_of(socket) > 0) {
+	while (jobs_of(socket) > n) {
 		if (harness_now_s() - t0 > 30)
-			fail_msg("the daemon still serves jobs 30 s after their trainers left");
+			fail_msg("the daemon still serves more than %zu jobs 30 s after their trainers left", n);
 		usleep(20000);
 	}
 }
@@ -223,7 +223,7 @@ static void hellos_asking_for_the_largest_buffer_add_little(void **state)
 	 * be 256 MiB. */
 	assert_true(after - before < 48 * 1024);
 	close_all(fds, HELLOS);
-	wait_no_jobs(d.socket);
+	wait_jobs_at_most(d.socket, 0);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -381,12 +381,12 @@ static void memory_goes_back_when_jobs_go(void **state)
 			long now = rss_kib(d.pid);
 			peak = now > peak ? now : peak;
 		}
-		wait_no_jobs(d.socket);
+		wait_jobs_at_most(d.socket, 0);
 	}
 	int fds[HELLOS];
 	hello_jobs(d.socket, "h", fds, HELLOS);
 	close_all(fds, HELLOS);
-	wait_no_jobs(d.socket);
+	wait_jobs_at_most(d.socket, 0);
 	/* The jobs' memory goes from the loop a turn or two after they do,
 	 * and its bytes with it. */
 	double t0 = harness_now_s();
@@ -458,8 +458,7 @@ static void other_jobs_opening_do_not_stall_a_step(void **state)
 		snprintf(prefix, sizeof(prefix), "r%u-", round);
 		hello_jobs(d.socket, prefix, fds, HELLOS);
 		close_all(fds, HELLOS);
-		while (jobs_of(d.socket) > 1)
-			usleep(20000);
+		wait_jobs_at_most(d.socket, 1);
 	}
 	/* Steps that began after the last round: they saw every round. */
 	unsigned during;
