@@ -426,7 +426,7 @@ static double longest_step(const char *log, unsigned *steps)
 }
 
 #define STALL_ROUNDS 3
-#define STALL_BOUND_MS 1000.0
+#define STALL_BOUND_MS 2000.0
 
 /* A job of two trainers steps on while rounds of Hellos open fifteen
  * jobs each that ask for the largest fusion buffer: its longest step
