@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backend/cuda/buffer_desc.h"
+#include "backend/fusion_budget.h"
 #include "daemon.h"
 #include "support/log.h"
 #ifdef GS_HAVE_CUDA
@@ -25,6 +26,9 @@
 
 /* The backend every job gets, chosen at start: "cuda" or "host". */
 static const char *node_backend = "host";
+/* The bytes every job's fusion buffers may hold together
+ * (--max-fusion-memory), which each job's backend takes its share of. */
+static struct gs_fusion_budget node_budget;
 
 #ifdef GS_HAVE_CUDA
 static struct gs_backend *open_cuda(const struct gs_settings *s, char *why, size_t n)
@@ -37,6 +41,7 @@ static struct gs_backend *open_cuda(const struct gs_settings *s, char *why, size
 		.nodes = s->nodes,
 		.join_timeout_ms = (int)(s->join_timeout * 1000),
 		.gpus = s->gpus,
+		.budget = &node_budget,
 	};
 	return gs_backend_cuda_open(&o, why, n);
 }
@@ -53,18 +58,26 @@ static bool memory_lost(const void *addr)
 }
 
 /* A job's backend (gs_jobs_env.open_backend): its own fusion buffers and
- * communicators, of its local size, wire dtype and fusion buffer. */
+ * communicators, of its local size, wire dtype and fusion buffer. The
+ * buffers are sized, within the node's budget, once its layout is known. */
 static struct gs_backend *open_backend(const struct gs_settings *s, char *why, size_t n)
 {
 #ifdef GS_HAVE_CUDA
 	if (strcmp(node_backend, "cuda") == 0)
 		return open_cuda(s, why, n);
 #endif
-	struct gs_backend *b = gs_backend_host_create(s->local_size, (enum gs_wire)s->wire,
-						      s->fusion_elements, s->allow_hugetlb);
+	const struct gs_host_options o = {
+		.local_size = s->local_size,
+		.wire = (enum gs_wire)s->wire,
+		.fusion_elements = s->fusion_elements,
+		.allow_hugetlb = s->allow_hugetlb,
+		.nodes = s->nodes,
+		.budget = &node_budget,
+	};
+	struct gs_backend *b = gs_backend_host_create(&o);
 	if (!b)
-		snprintf(why, n, "cannot allocate %u fusion buffers of %llu elements", s->local_size,
-			 (unsigned long long)s->fusion_elements);
+		snprintf(why, n, "out of memory setting up its backend for %u trainers",
+			 s->local_size);
 	return b;
 }
 
@@ -116,6 +129,7 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 		       &d->view);
 	if (choose_backend(s) < 0)
 		return -1;
+	gs_fusion_budget_init(&node_budget, s->max_fusion_memory);
 	gs_access_init(&d->access, &d->settings);
 	d->trace = gs_trace_create(loop);
 	if (!d->trace) {
@@ -146,6 +160,7 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 	d->view.conns = &d->conns;
 	d->view.trace = d->trace;
 	d->view.backend = node_backend;
+	d->view.fusion_budget = &node_budget;
 	gs_notify_start(&d->notifier, loop, status_line, &d->view);
 	return 0;
 }

@@ -153,6 +153,19 @@ struct gs_group_join {
 };
 
 struct gs_backend_ops {
+	/* Optional: the job's bucket plan is known (its layout registered, or
+	 * registered anew after its trainers left): sizes the fusion buffers
+	 * by it. Each holds the plan's largest bucket, at most fusion_elements
+	 * (gs_plan_fusion_elements); where the backend stages a bucket larger
+	 * than that, a staging buffer holds the largest (gs_plan_staged_elements).
+	 * Their bytes are taken from the node's budget (fusion_budget.h) here,
+	 * on the loop thread while no bucket runs; the memory itself is made
+	 * at the next bucket, on the worker thread, and not zero-filled. The
+	 * job's buffers before this call hold nothing. Returns GS_OK, or
+	 * GS_ELIMIT with the budget's reason in err (the buffers are as they
+	 * were). NULL: the backend sizes nothing (a test's). */
+	int (*size_buffers)(struct gs_backend *b, const struct gs_plan *p, char *err,
+			    size_t errlen);
 	/* Validates a trainer's buffer and makes it usable here (maps a
 	 * memfd, opens a CUDA IPC handle); *addr is where its bytes are (for
 	 * CUDA, a device address). On failure writes a reason naming what is
@@ -205,7 +218,12 @@ struct gs_backend {
 	const struct gs_backend_ops *ops;
 	unsigned local_size;
 	enum gs_wire wire;
-	uint64_t fusion_elements; /* capacity of each fusion buffer */
+	/* The job's fusion buffer setting: no chunk is longer. A fusion
+	 * buffer holds the plan's largest bucket, at most this (size_buffers). */
+	uint64_t fusion_elements;
+	/* Bytes its fusion and staging buffers hold in the node's budget, as
+	 * size_buffers sized them (loop thread). */
+	uint64_t fusion_bytes;
 	/* The nodes' vote on each bucket rides in its first all-reduce
 	 * (gs_bucket_io.vote), rather than the engine's collective of its own. */
 	bool votes_in_data;
@@ -216,11 +234,21 @@ struct gs_backend {
 	char error[256]; /* why the last allreduce failed (worker thread) */
 };
 
+struct gs_fusion_budget;
+
+struct gs_host_options {
+	unsigned local_size;
+	enum gs_wire wire;
+	uint64_t fusion_elements; /* the job's fusion buffer setting: chunks are cut at it */
+	bool allow_hugetlb;       /* accept huge-page memfds (--allow-hugetlb) */
+	uint32_t nodes;           /* of the job: with several, a second buffer overlaps buckets */
+	struct gs_fusion_budget *budget; /* the node's; NULL: no limit */
+};
+
 /* The host backend: sealed memfd shared memory and the CPU's conversion
- * kernels; allow_hugetlb accepts huge-page memfds (--allow-hugetlb).
- * Returns NULL when out of memory. */
-struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
-					  uint64_t fusion_elements, bool allow_hugetlb);
+ * kernels. It has no fusion buffer until size_buffers. Returns NULL when
+ * out of memory. */
+struct gs_backend *gs_backend_host_create(const struct gs_host_options *o);
 
 /* Bytes this node has sent to other nodes in all-reduces (worker thread
  * writes, anyone reads). */

@@ -77,6 +77,16 @@ void gs_plan_free(struct gs_plan *p)
 	memset(p, 0, sizeof(*p));
 }
 
+uint64_t gs_plan_fusion_elements(const struct gs_plan *p, uint64_t fusion)
+{
+	return p->largest_bucket < fusion ? p->largest_bucket : fusion;
+}
+
+uint64_t gs_plan_staged_elements(const struct gs_plan *p, uint64_t fusion)
+{
+	return p->largest_bucket > fusion ? p->largest_bucket : 0;
+}
+
 size_t gs_plan_chunk_spans(const struct gs_plan *p, const uint64_t *counts,
 			   uint32_t bucket, uint64_t start, uint64_t len,
 			   struct gs_span *spans, size_t max)

@@ -34,6 +34,16 @@ int gs_plan_build(const uint64_t *counts, uint32_t n, uint64_t threshold,
 		  struct gs_plan *out);
 void gs_plan_free(struct gs_plan *p);
 
+/* The elements a fusion buffer must hold for plan p, when no chunk may
+ * pass `fusion` elements (the job's fusion buffer setting): its largest
+ * bucket, at most `fusion`. A buffer of the setting's size would hold
+ * nothing more, since every chunk is cut at `fusion` whatever the buffer. */
+uint64_t gs_plan_fusion_elements(const struct gs_plan *p, uint64_t fusion);
+/* The elements a staging buffer must hold for plan p (a bucket larger
+ * than one fusion buffer is kept whole there until all its chunks are
+ * reduced): its largest bucket where that passes `fusion`, else 0. */
+uint64_t gs_plan_staged_elements(const struct gs_plan *p, uint64_t fusion);
+
 /* A piece of one tensor: elements [offset, offset + count). */
 struct gs_span {
 	uint32_t tensor;

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/fusion_budget.h"
 #include "clock.h"
 #include "cluster/cluster.h"
 #include "control/view.h"
@@ -102,6 +103,11 @@ static void info(struct text *t, const struct gs_node_view *v)
 	scalar(t, "gradsync_groups_built_total", "counter",
 	       "Groups of nodes this daemon built, every job's (one rendezvous each; a job whose trainers come back within --job-linger builds none).",
 	       v->jobs->groups_built);
+	scalar(t, "gradsync_fusion_memory_bytes", "gauge",
+	       "Bytes every job's fusion and staging buffers hold, as sized by their layouts (until each job's memory is freed).",
+	       gs_fusion_budget_used(v->fusion_budget));
+	scalar(t, "gradsync_fusion_memory_limit_bytes", "gauge",
+	       "The most they may hold together (--max-fusion-memory).", v->fusion_budget->limit);
 }
 
 /* Per-job series name the job in a `job` label; another user's jobs are
@@ -147,6 +153,8 @@ static uint64_t v_overlapped(const struct gs_job_entry *e)
 	return gs_backend_overlapped_buckets(e->backend);
 }
 
+static uint64_t v_fusion(const struct gs_job_entry *e) { return e->backend->fusion_bytes; }
+
 static void jobs(struct text *t, const struct shown *sh)
 {
 	family(t, "gradsync_job_info", "gauge", "Each job: its state, backend, wire dtype and op (always 1).");
@@ -182,6 +190,8 @@ static void jobs(struct text *t, const struct shown *sh)
 		   sh, v_internode);
 	job_series(t, "gradsync_buckets_overlapped_total", "counter", "Buckets packed while the bucket before them was exchanged with the other nodes.",
 		   sh, v_overlapped);
+	job_series(t, "gradsync_job_fusion_memory_bytes", "gauge", "Bytes the job's fusion and staging buffers hold, as sized by its layout (0 before it registers).",
+		   sh, v_fusion);
 }
 
 static void steps(struct text *t, const struct gs_stats *st)

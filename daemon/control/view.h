@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 struct gs_conn_set;
+struct gs_fusion_budget;
 struct gs_jobs;
 struct gs_job_entry;
 struct gs_settings;
@@ -21,6 +22,7 @@ struct gs_node_view {
 	struct gs_trace *trace; /* NULL: tracing is not available */
 	uint64_t start_ns;      /* when the daemon started (gs_now_ns) */
 	const char *backend;    /* the backend jobs get: "host", "cuda" */
+	const struct gs_fusion_budget *fusion_budget; /* every job's fusion buffers */
 };
 
 #endif

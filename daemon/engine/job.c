@@ -318,6 +318,20 @@ void gs_job_detach(struct gs_job *j, struct gs_trainer *t)
 
 /* ---- Layout ------------------------------------------------------------ */
 
+/* The backend's fusion buffers, sized by the new plan within the node's
+ * budget: no bucket runs while the job has no layout. */
+static int size_buffers(struct gs_job *j, char *why, size_t n)
+{
+	struct gs_backend *b = j->env.backend;
+	char err[300];
+	if (!b->ops->size_buffers)
+		return GS_OK;
+	int rc = b->ops->size_buffers(b, &j->plan, err, sizeof(err));
+	if (rc != GS_OK)
+		snprintf(why, n, "job '%s': %s", j->id, err);
+	return rc;
+}
+
 int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_t n)
 {
 	if (j->has_layout) {
@@ -337,6 +351,11 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 		snprintf(why, n, "out of memory building the bucket plan");
 		return GS_ENOMEM;
 	}
+	int rc = size_buffers(j, why, n);
+	if (rc != GS_OK) {
+		clear_layout(j);
+		return rc;
+	}
 	j->has_layout = true;
 	j->layout_rank = t->rank;
 	j->layout_hash = gs_layout_hash(&j->layout);
@@ -350,10 +369,11 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 			return GS_EDISCONNECTED;
 		}
 	}
-	gs_info("job '%s': %u tensors in %u buckets (threshold %llu, largest bucket %llu elements), layout hash %016llx",
+	gs_info("job '%s': %u tensors in %u buckets (threshold %llu, largest bucket %llu elements), fusion buffers of %llu bytes, layout hash %016llx",
 		j->id, j->layout.n, j->plan.nbuckets,
 		(unsigned long long)j->env.settings->threshold,
 		(unsigned long long)j->plan.largest_bucket,
+		(unsigned long long)j->env.backend->fusion_bytes,
 		(unsigned long long)j->layout_hash);
 	return GS_OK;
 }

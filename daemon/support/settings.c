@@ -115,6 +115,8 @@ static const struct setting table[] = {
 	  "most nodes a job may span; 1: this node serves jobs of one node only" },
 	{ "max-fusion-buffer", K_UINT, FIELD(max_fusion_elements), "67108864", 1024, UINT64_C(1) << 30, NULL,
 	  "largest fusion buffer, in elements, a job may ask for (it has one per local trainer)" },
+	{ "max-fusion-memory", K_UINT, FIELD(max_fusion_memory), "4294967296", UINT64_C(1) << 20, UINT64_C(1) << 46, NULL,
+	  "bytes the fusion and staging buffers of every job together may hold (GPU memory with the cuda backend); each job's are sized by its layout when it registers, and a job whose buffers would pass this is refused" },
 	{ "job-linger", K_UINT, FIELD(job_linger), "30", 0, 86400, NULL,
 	  "seconds a job's group of nodes (rendezvous, Gloo connections, NCCL communicators) is kept once its last trainer has left, so that trainers of the same job id and shape that come back resume without a new group; 0: it goes at once" },
 	{ "gpus", K_TEXT, FIELD(gpus), "", 0, 255, NULL,

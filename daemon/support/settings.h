@@ -61,6 +61,7 @@ struct gs_settings {
 	uint64_t max_trainers;    /* trainers of every job together */
 	uint32_t max_nodes;       /* most nodes one job may span */
 	uint64_t max_fusion_elements; /* the largest fusion buffer a job may ask for */
+	uint64_t max_fusion_memory; /* bytes of every job's fusion buffers together */
 	uint64_t job_linger;      /* seconds a job's group outlives its trainers */
 	char gpus[256];           /* PCI bus ids the CUDA backend may use; "": all */
 

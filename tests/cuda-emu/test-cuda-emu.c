@@ -433,6 +433,43 @@ static void gpu_refusals(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* Each GPU's fusion buffer is sized by the layout (ResNet-50's largest
+ * bucket, 3,151,872 elements, where the setting allows 4,194,304) and
+ * made at the first bucket; --max-fusion-memory counts one per GPU of
+ * the job: 16 MiB holds one (12 MiB), not the pair, and a job of two
+ * GPUs is refused at registration naming the setting. */
+static void fusion_buffers_by_layout_within_budget(void **state)
+{
+	(void)state;
+	struct harness_job job = { .local_size = { 2 } };
+	static const char *const tight[] = { "--backend=cuda", "--max-fusion-memory=16777216", NULL };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, tight);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(&job, 0, d.socket, d.dir, r, r, "1", NULL, logs[r]);
+	for (unsigned r = 0; r < 2; r++) {
+		assert_int_not_equal(harness_wait(pids[r], 120000), 0);
+		if (!harness_file_contains(logs[r], "(--max-fusion-memory=16777216 bytes, 0 in use by other jobs)")) {
+			harness_dump(logs[r]);
+			fail_msg("trainer %u was not refused naming --max-fusion-memory", r);
+		}
+	}
+	assert_int_equal(harness_daemon_stop(&d), 0);
+
+	harness_job_daemon_start(&d, &job, 0, cuda_backend);
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(&job, 0, d.socket, d.dir, r, r, "1", NULL, logs[r]);
+	expect_pass(pids, logs, 2);
+	for (unsigned r = 0; r < 2; r++) {
+		char line[100];
+		snprintf(line, sizeof(line), "cuda: local rank %u has a fusion buffer of 3151872 elements (12 MiB)", r);
+		assert_true(harness_log_contains(&d, line));
+	}
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* ---- Two nodes ------------------------------------------------------------------------------ */
 
 /* The job of two nodes of one emulated GPU and one trainer each. */
@@ -791,6 +828,7 @@ int main(void)
 		TIMED(two_jobs_own_gpus),
 		TIMED(gpus_allow_list),
 		TIMED(gpu_refusals),
+		TIMED(fusion_buffers_by_layout_within_budget),
 		TIMED(not_ready_then_communicators_again),
 		TIMED(communicators_fail_then_made),
 		TIMED(two_nodes),

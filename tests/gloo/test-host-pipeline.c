@@ -167,8 +167,11 @@ static int rank_main(int rank, int size, void *arg)
 	}
 	s.local = su->local;
 	s.overlap = su->overlap;
-	s.b = gs_backend_host_create(s.local, su->wire, su->fusion, false);
-	if (!s.b || gs_plan_build(counts, NT, THRESHOLD, &s.plan) != 0 || s.plan.nbuckets != 2)
+	const struct gs_host_options o = { .local_size = s.local, .wire = su->wire,
+					   .fusion_elements = su->fusion, .nodes = (uint32_t)size };
+	s.b = gs_backend_host_create(&o);
+	if (!s.b || gs_plan_build(counts, NT, THRESHOLD, &s.plan) != 0 || s.plan.nbuckets != 2 ||
+	    s.b->ops->size_buffers(s.b, &s.plan, err, sizeof(err)) != GS_OK)
 		return 3;
 	struct gs_kv kv = { .ctx = &store, .set = kv_set, .get = kv_get };
 	struct gs_group_join join = { .node_rank = (uint32_t)rank, .nodes = (uint32_t)size,

@@ -38,6 +38,7 @@ RANGES = {
     "max-trainers": ("an integer in [1, 4096]", ["0", "4097"]),
     "max-nodes": ("an integer in [1, 1024]", ["0", "1025"]),
     "max-fusion-buffer": ("an integer in [1024, 1073741824]", ["1023", "1073741825"]),
+    "max-fusion-memory": ("an integer in [1048576, 70368744177664]", ["1048575", "70368744177665"]),
     "job-linger": ("an integer in [0, 86400]", ["86401", "-1"]),
     "gpus": ("a text of 0 to 255 bytes", ["0" * 256]),
 }

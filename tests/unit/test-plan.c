@@ -164,12 +164,88 @@ static void test_groups_cross_threshold(void **state)
 	gs_plan_free(&p);
 }
 
+/* What a job's fusion and staging buffers must hold, by the plan: rows of
+ * counts, threshold and fusion buffer setting, with the sizes worked out
+ * by hand from the rule (the largest bucket the original reduces, at most
+ * the setting; staged only when a bucket passes it). */
+struct size_case {
+	const char *what;
+	uint64_t threshold, fusion;
+	uint32_t n;
+	uint64_t counts[MAX_T];
+	uint64_t fusion_elements, staged_elements;
+};
+
+static const struct size_case size_cases[] = {
+	{ "a small layout needs much less than the setting", 100, 4096, 3, { 5, 6, 7 }, 18, 0 },
+	{ "the largest group, not the sum of the layout", 100, 4096, 4, { 60, 50, 70, 40 }, 110, 0 },
+	{ "a large tensor alone is the largest bucket", 100, 4096, 3, { 10, 1000, 10 }, 1000, 0 },
+	{ "a bucket equal to the setting is not staged", 100, 1000, 2, { 1000, 3 }, 1000, 0 },
+	{ "one element more is staged, the buffer the setting", 100, 1000, 2, { 1001, 3 }, 1000,
+	  1001 },
+	{ "the largest of several staged buckets", 100, 500, 4, { 700, 20, 900, 600 }, 500, 900 },
+	{ "the default setting against a ResNet-sized bucket", 2097152, 4194304, 2,
+	  { 2359296, 792576 }, 2359296, 0 },
+};
+
+static void test_buffer_sizes(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(size_cases) / sizeof(size_cases[0]); i++) {
+		const struct size_case *c = &size_cases[i];
+		struct gs_plan p;
+		print_message("%s\n", c->what);
+		assert_int_equal(gs_plan_build(c->counts, c->n, c->threshold, &p), 0);
+		assert_int_equal(gs_plan_fusion_elements(&p, c->fusion), c->fusion_elements);
+		assert_int_equal(gs_plan_staged_elements(&p, c->fusion), c->staged_elements);
+		gs_plan_free(&p);
+	}
+}
+
+/* Random layouts: every chunk of every bucket, cut at the setting as the
+ * backends cut them, fits in the fusion buffer, and one fills it (it is
+ * no larger than it must be); the staging buffer holds every bucket that
+ * is cut, and one fills it. */
+static void test_buffers_hold_every_chunk(void **state)
+{
+	(void)state;
+	uint64_t x = 2463534242ull;
+	for (int round = 0; round < 200; round++) {
+		uint64_t counts[MAX_T];
+		for (int i = 0; i < MAX_T; i++) {
+			x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+			counts[i] = 1 + x % 5000;
+		}
+		uint64_t threshold = 1 + x % 3000, fusion = 1024 + x % 4096;
+		struct gs_plan p;
+		assert_int_equal(gs_plan_build(counts, MAX_T, threshold, &p), 0);
+		uint64_t cap = gs_plan_fusion_elements(&p, fusion);
+		uint64_t staged = gs_plan_staged_elements(&p, fusion);
+		uint64_t widest_chunk = 0, widest_cut = 0;
+		for (uint32_t b = 0; b < p.nbuckets; b++) {
+			uint64_t total = p.buckets[b].elements;
+			for (uint64_t start = 0; start < total; start += fusion) {
+				uint64_t len = gs_chunk_len(total, start, fusion);
+				assert_true(len <= cap);
+				widest_chunk = len > widest_chunk ? len : widest_chunk;
+			}
+			if (total > fusion)
+				widest_cut = total > widest_cut ? total : widest_cut;
+		}
+		assert_int_equal(widest_chunk, cap);
+		assert_int_equal(widest_cut, staged);
+		gs_plan_free(&p);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_chunks_tile_bucket),
 		cmocka_unit_test(test_groups_cross_threshold),
+		cmocka_unit_test(test_buffer_sizes),
+		cmocka_unit_test(test_buffers_hold_every_chunk),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

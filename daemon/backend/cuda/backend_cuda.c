@@ -1,7 +1,8 @@
 /*
- * The CUDA backend: setting up each local rank's GPU (stream, fusion
- * buffer, counters) once its trainer's first buffer says which it is, and
- * tearing it all down. The rest is in the files cuda_private.h names.
+ * The CUDA backend: setting up each local rank's GPU (stream, counters)
+ * once its trainer's first buffer says which it is, sizing the fusion
+ * buffers by the job's plan, and tearing it all down. The rest is in the
+ * files cuda_private.h names.
  */
 #include "backend/cuda/backend_cuda.h"
 
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 
 #include "backend/cuda/cuda_private.h"
+#include "backend/fusion_budget.h"
 #include "errors.h"
 #include "support/log.h"
 
@@ -66,10 +68,28 @@ static void cuda_destroy(struct gs_backend *b)
 	}
 	cudaFreeHost(cb->host_counters);
 	gs_cuda_bucket_plan_free(&cb->plan);
+	char why[8];
+	gs_fusion_budget_resize(cb->budget, &b->fusion_bytes, 0, why, sizeof(why));
 	free(cb);
 }
 
+int cuda_size_buffers(struct gs_backend *b, const struct gs_plan *p, char *err, size_t errlen)
+{
+	struct cuda_backend *cb = cuda(b);
+	uint64_t elements = gs_plan_fusion_elements(p, b->fusion_elements);
+	/* Only a bucket of several launches between nodes is staged (bucket.c). */
+	uint64_t staged = cb->nodes > 1 ? gs_plan_staged_elements(p, b->fusion_elements) : 0;
+	uint64_t bytes = cb->n * (elements * sizeof(float) + staged * gs_wire_size(b->wire));
+	int rc = gs_fusion_budget_resize(cb->budget, &b->fusion_bytes, bytes, err, errlen);
+	if (rc != GS_OK)
+		return rc;
+	cb->want_elements = elements;
+	cb->want_stage_elements = staged;
+	return GS_OK;
+}
+
 static const struct gs_backend_ops cuda_ops = {
+	.size_buffers = cuda_size_buffers,
 	.import_buffer = cuda_import_buffer,
 	.release_buffer = cuda_release_buffer,
 	.reduce_bucket = cuda_reduce_bucket,
@@ -95,25 +115,20 @@ int cuda_bind_rank(struct cuda_backend *cb, unsigned r, int device, char *why, s
 	if (e == cudaSuccess)
 		e = cudaStreamCreateWithFlags(&rk->stream, cudaStreamNonBlocking);
 	if (e == cudaSuccess)
-		e = cudaMalloc(&rk->fusion, cb->base.fusion_elements * sizeof(float));
-	if (e == cudaSuccess)
 		e = cudaMalloc((void **)&rk->counters, 2 * sizeof(*rk->counters));
 	if (e != cudaSuccess) {
 		snprintf(why, n, "setting up GPU %s (device %d here) for local rank %u: %s (%s)",
 			 rk->pci, device, r, cudaGetErrorString(e), cudaGetErrorName(e));
 		cudaGetLastError();
-		cudaFree(rk->fusion);
 		if (rk->stream)
 			cudaStreamDestroy(rk->stream);
-		rk->fusion = NULL;
 		rk->stream = NULL;
 		return GS_ESYSTEM;
 	}
 	rk->device = device;
 	rk->bound = true;
-	gs_info("cuda: local rank %u on GPU %s (device %d here, %s, compute capability %d.%d), fusion buffer of %llu MiB",
-		r, rk->pci, device, p.name, p.major, p.minor,
-		(unsigned long long)(cb->base.fusion_elements * sizeof(float) >> 20));
+	gs_info("cuda: local rank %u on GPU %s (device %d here, %s, compute capability %d.%d)",
+		r, rk->pci, device, p.name, p.major, p.minor);
 	return GS_OK;
 }
 
@@ -137,6 +152,7 @@ struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_
 	cb->timeout_ms = o->peer_timeout_ms;
 	cb->join_timeout_ms = o->join_timeout_ms;
 	cb->nodes = o->nodes;
+	cb->budget = o->budget;
 	snprintf(cb->gpus, sizeof(cb->gpus), "%s", o->gpus ? o->gpus : "");
 	if (cuda_parse_gpus(o->gpus, cb->allowed, why, n) != GS_OK)
 		goto err;

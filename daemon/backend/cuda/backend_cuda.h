@@ -20,7 +20,7 @@
 struct gs_cuda_options {
 	unsigned local_size;
 	enum gs_wire wire;
-	uint64_t fusion_elements;
+	uint64_t fusion_elements; /* the job's fusion buffer setting: launches are cut at it */
 	int peer_timeout_ms; /* one all-reduce may take this long, then the
 				communicators are aborted */
 	uint32_t nodes;      /* of the job: one makes its communicators alone */
@@ -30,6 +30,7 @@ struct gs_cuda_options {
 	 * takes), each one this daemon sees; NULL, or a list naming none (""):
 	 * every GPU it sees. */
 	const char *gpus;
+	struct gs_fusion_budget *budget; /* the node's (fusion_budget.h); NULL: no limit */
 };
 
 /* Whether this node can run the CUDA backend: at least one GPU it sees

@@ -117,14 +117,44 @@ static int prepare(struct cuda_backend *cb, const struct gs_bucket_io *io)
 	return rc;
 }
 
-/* A staged bucket's home on rank r's GPU: grown to the largest such
- * bucket, and kept. Every bucket ends with the streams drained, so
- * nothing uses the old buffer when it goes. */
+/* Rank r's fusion buffer as size_buffers sized it for the plan, made here
+ * (on the worker thread, never zero-filled) the first time and again when
+ * a new layout sized it anew. Every bucket ends with the streams drained,
+ * so nothing uses the old buffer when it goes. */
+static int fit_fusion(struct cuda_backend *cb, unsigned r)
+{
+	struct cuda_rank *rk = &cb->rank[r];
+	if (rk->fusion && rk->fusion_elements == cb->want_elements)
+		return GS_OK;
+	cudaFree(rk->fusion);
+	rk->fusion = NULL;
+	rk->fusion_elements = 0;
+	if (cb->want_elements == 0) {
+		snprintf(cb->base.error, sizeof(cb->base.error),
+			 "the job's fusion buffers were never sized (no bucket plan)");
+		return GS_ESTATE;
+	}
+	cudaError_t e = cudaMalloc(&rk->fusion, cb->want_elements * sizeof(float));
+	if (e != cudaSuccess)
+		return cuda_error(cb, "allocating the fusion buffer", r, e);
+	rk->fusion_elements = cb->want_elements;
+	gs_info("cuda: local rank %u has a fusion buffer of %llu elements (%llu MiB) on GPU %s", r,
+		(unsigned long long)rk->fusion_elements,
+		(unsigned long long)(rk->fusion_elements * sizeof(float) >> 20), rk->pci);
+	return GS_OK;
+}
+
+/* A staged bucket's home on rank r's GPU: the plan's largest staged
+ * bucket (size_buffers), made at the first such bucket and kept until a
+ * new layout sizes it anew. */
 static int reserve_stage(struct cuda_backend *cb, unsigned r, size_t bytes)
 {
 	struct cuda_rank *rk = &cb->rank[r];
-	if (bytes <= rk->stage_bytes)
+	size_t want = cb->want_stage_elements * gs_wire_size(cb->base.wire);
+	if (bytes <= rk->stage_bytes && rk->stage_bytes <= want)
 		return GS_OK;
+	if (bytes < want)
+		bytes = want;
 	cudaFree(rk->stage);
 	rk->stage = NULL;
 	rk->stage_bytes = 0;
@@ -278,9 +308,11 @@ static int run_bucket(struct cuda_backend *cb, const struct gs_bucket_io *io)
 	bool staged = cb->world > cb->n && cb->plan.nlaunches > 1;
 	size_t stage_bytes = io->plan->buckets[io->bucket].elements * gs_wire_size(cb->base.wire);
 	int rc = GS_OK;
-	for (unsigned r = 0; staged && rc == GS_OK && r < io->nranks; r++) {
+	for (unsigned r = 0; rc == GS_OK && r < io->nranks; r++) {
 		cudaSetDevice(cb->rank[r].device);
-		rc = reserve_stage(cb, r, stage_bytes);
+		rc = fit_fusion(cb, r);
+		if (rc == GS_OK && staged)
+			rc = reserve_stage(cb, r, stage_bytes);
 	}
 	if (rc == GS_OK)
 		rc = prepare(cb, io);

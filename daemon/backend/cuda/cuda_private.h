@@ -7,9 +7,11 @@
  * bounds and words their errors, usable.c says whether a GPU is usable.
  *
  * A local rank's GPU is bound when its first CUDA buffer comes (loop
- * thread): the GPU that buffer's PCI bus id names, where its stream,
- * fusion buffer and counters are then made. The worker reads a rank's
- * state only in buckets, which need every rank's trainer, so after that.
+ * thread): the GPU that buffer's PCI bus id names, where its stream and
+ * counters are then made. Its fusion buffer is sized by the job's plan
+ * (size_buffers, loop thread) and made at the next bucket, on the worker
+ * thread. The worker reads a rank's state only in buckets, which need
+ * every rank's trainer, so after that.
  * Not for use outside daemon/backend/cuda/.
  */
 #ifndef GS_CUDA_PRIVATE_H
@@ -58,7 +60,8 @@ struct cuda_rank {
 	char pci[32];
 	cudaStream_t stream;
 	ncclComm_t comm;
-	void *fusion;                 /* fusion_elements of fp32 at most */
+	void *fusion;                 /* fusion_elements of fp32 (want_elements once made) */
+	uint64_t fusion_elements;
 	unsigned long long *counters; /* device: clipped, non-finite */
 	void *table, *staging;        /* device tables and their pinned source */
 	size_t table_cap;
@@ -94,6 +97,10 @@ struct cuda_backend {
 	char broken_why[200];
 	mem_range_fn mem_range;
 	struct cuda_import *imports; /* loop thread only */
+	/* What size_buffers sized for the plan, in the node's budget: each
+	 * rank's fusion buffer, and its staging buffer (0: none). */
+	struct gs_fusion_budget *budget;
+	uint64_t want_elements, want_stage_elements;
 };
 
 static inline struct cuda_backend *cuda(struct gs_backend *b)
@@ -105,9 +112,11 @@ static inline struct cuda_backend *cuda(struct gs_backend *b)
  * NULL with the reason in why. */
 struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_t n);
 /* Binds local rank r to the daemon's device `device` (loop thread) and
- * sets up its stream, fusion buffer and counters there. GS_OK, or a
- * GS_E* code with the reason in why. */
+ * sets up its stream and counters there. GS_OK, or a GS_E* code with the
+ * reason in why. */
 int cuda_bind_rank(struct cuda_backend *cb, unsigned r, int device, char *why, size_t n);
+/* The backend's size_buffers. */
+int cuda_size_buffers(struct gs_backend *b, const struct gs_plan *p, char *err, size_t errlen);
 
 /* start.c: the backend's join_group: node 0's NCCL unique id shared
  * through the group's store (key "nccl/uid") and kept for the next

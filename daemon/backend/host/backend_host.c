@@ -109,20 +109,6 @@ int host_ensure_span_room(struct host_backend *h, size_t members)
 	return GS_OK;
 }
 
-static int ensure_staging(struct host_backend *h, uint64_t elements)
-{
-	if (elements <= h->staging_elements)
-		return GS_OK;
-	size_t bytes = (elements * gs_wire_size(h->base.wire) + 63) & ~(size_t)63;
-	char *s = aligned_alloc(64, bytes);
-	if (!s)
-		return GS_ENOMEM;
-	free(h->staging);
-	h->staging = s;
-	h->staging_elements = elements;
-	return GS_OK;
-}
-
 /* The first local rank with a tensor of the bucket in memory that lost
  * its pages (shm_guard.h), or -1. Such memory reads as zeros now: a sum
  * of it must not reach anyone's tensors. */
@@ -291,7 +277,7 @@ static int check_bucket(struct host_backend *h, const struct gs_bucket_io *io, b
 		return GS_EINVAL;
 	}
 	if (host_ensure_span_room(h, bk->count) != GS_OK ||
-	    (staged && ensure_staging(h, bk->elements) != GS_OK)) {
+	    (staged && host_ensure_staging(h, bk->elements) != GS_OK)) {
 		snprintf(b->error, sizeof(b->error), "out of memory for bucket %u (%llu elements)",
 			 io->bucket, (unsigned long long)bk->elements);
 		return GS_ENOMEM;
@@ -377,11 +363,14 @@ static int host_reduce_bucket(struct gs_backend *b, const struct gs_bucket_io *i
 		snprintf(b->error, sizeof(b->error), "no group of nodes to vote in");
 		return GS_ESTATE;
 	}
+	int rc = host_fit_buffers(h);
+	if (rc != GS_OK)
+		return rc;
 	/* Whatever was packed early for a bucket that did not run goes. */
 	struct host_lane *early = host_take_lane(h, io);
 	if (io->vote && io->vote->aborts)
 		return vote_only(h, io);
-	int rc = check_bucket(h, io, staged);
+	rc = check_bucket(h, io, staged);
 	if (rc != GS_OK) {
 		host_drop_lanes(h);
 		return rc;
@@ -511,21 +500,20 @@ static void host_destroy(struct gs_backend *b)
 	pthread_mutex_destroy(&h->comm.lock);
 	pthread_cond_destroy(&h->comm.wake);
 	pthread_cond_destroy(&h->comm.through);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 2; i++)
 		free(h->lane[i].packed);
-		free(h->lane[i].wire);
-	}
+	host_free_buffers(h);
 	free(h->left);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->go);
 	pthread_cond_destroy(&h->finished);
 	for (unsigned t = 0; t < HOST_MAX_THREADS; t++)
 		free(h->thread[t].spans);
-	free(h->staging);
 	free(h);
 }
 
 static const struct gs_backend_ops host_ops = {
+	.size_buffers = host_size_buffers,
 	.import_buffer = host_import,
 	.release_buffer = host_release,
 	.reduce_bucket = host_reduce_bucket,
@@ -550,19 +538,6 @@ static bool overlap_wanted(bool one_cpu)
 	return !one_cpu;
 }
 
-/* A lane's fusion buffer: sized for the widest wire dtype and a status
- * after every slice, rounded to whole cache lines. NULL when out of
- * memory. */
-char *host_lane_buffer(const struct host_backend *h)
-{
-	uint64_t statuses = (uint64_t)h->max_slices * GS_CHUNK_STATUS_ELEMENTS;
-	size_t bytes = ((h->base.fusion_elements + statuses) * sizeof(float) + 63) & ~(size_t)63;
-	char *wire = aligned_alloc(64, bytes);
-	if (wire)
-		memset(wire, 0, bytes);
-	return wire;
-}
-
 /* One thread per local trainer, as many as the CPUs allow, at most
  * HOST_MAX_THREADS. */
 static unsigned thread_count(unsigned local_size)
@@ -574,10 +549,11 @@ static unsigned thread_count(unsigned local_size)
 	return n < 1 ? 1 : n > HOST_MAX_THREADS ? HOST_MAX_THREADS : n;
 }
 
-struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire,
-					  uint64_t fusion_elements, bool allow_hugetlb)
+struct gs_backend *gs_backend_host_create(const struct gs_host_options *o)
 {
-	if (local_size == 0 || local_size > GS_PACK_SUM_MAX_SOURCES)
+	unsigned local_size = o->local_size;
+	uint64_t fusion_elements = o->fusion_elements;
+	if (local_size == 0 || local_size > GS_PACK_SUM_MAX_SOURCES || fusion_elements == 0)
 		return NULL;
 	struct host_backend *h = calloc(1, sizeof(*h));
 	if (!h)
@@ -585,10 +561,12 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->base.name = "host";
 	h->base.ops = &host_ops;
 	h->base.local_size = local_size;
-	h->base.wire = wire;
+	h->base.wire = o->wire;
 	h->base.fusion_elements = fusion_elements;
 	h->base.votes_in_data = true;
-	h->allow_hugetlb = allow_hugetlb;
+	h->allow_hugetlb = o->allow_hugetlb;
+	h->job_nodes = o->nodes;
+	h->budget = o->budget;
 	/* A slice is claimed by its index, below 2^20 (a fusion buffer past
 	 * 2^38 elements takes longer slices). */
 	h->claim_len = HOST_SLICE_ELEMENTS;
@@ -612,9 +590,6 @@ struct gs_backend *gs_backend_host_create(unsigned local_size, enum gs_wire wire
 	h->lane[1].packed = calloc(h->max_slices, 1);
 	h->left = calloc(h->max_slices, sizeof(*h->left));
 	if (!h->lane[0].packed || !h->lane[1].packed || !h->left)
-		goto err;
-	h->lane[0].wire = host_lane_buffer(h);
-	if (!h->lane[0].wire)
 		goto err;
 	/* One unless the process may be seen to use two or more. */
 	cpu_set_t cpus;

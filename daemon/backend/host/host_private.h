@@ -11,7 +11,8 @@
  *   comm.c: the communication thread, which all-reduces a chunk's packed
  *     slices across nodes while the next ones are packed, and a bucket
  *     packed early behind the one before it;
- *   overlap.c: the next bucket packed while this one is exchanged.
+ *   overlap.c: the next bucket packed while this one is exchanged;
+ *   buffers.c: the fusion and staging buffers, sized by the plan.
  */
 #ifndef GS_HOST_PRIVATE_H
 #define GS_HOST_PRIVATE_H
@@ -138,14 +139,22 @@ struct host_comm {
 
 struct host_backend {
 	struct gs_backend base;
-	/* Each: fusion_elements elements of the widest wire dtype, and a
-	 * status after every slice. lane[1]'s buffer is made at the first
-	 * bucket packed early. */
+	/* Each: lane_elements elements of the widest wire dtype, and a
+	 * status after every slice (buffers.c). lane[0]'s buffer is made at
+	 * the first bucket, lane[1]'s at the first bucket packed early. */
 	struct host_lane lane[2];
+	uint64_t lane_elements;
 	bool overlap; /* pack the next bucket early (GRADSYNCD_BUCKET_OVERLAP) */
 	bool one_cpu; /* this process may use one CPU only (at create) */
 	char *staging; /* staged buckets' results */
 	uint64_t staging_elements;
+	/* What size_buffers sized for the plan, in the node's budget: the
+	 * lanes' elements, the staging buffer's (0: none) and how many lanes
+	 * (2 where the next bucket may be packed early). */
+	uint64_t want_elements, want_staging;
+	unsigned want_lanes;
+	struct gs_fusion_budget *budget;
+	uint32_t job_nodes; /* the job's node count (gs_host_options) */
 	struct gs_gloo *gloo; /* the group of nodes (join_group); NULL: none */
 	int gloo_timeout_ms;
 	uint32_t node_rank, nodes;
@@ -231,11 +240,21 @@ void host_slice_packed(struct host_backend *h, uint32_t k);
 void host_pack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint64_t start,
 		     struct host_lane *lane, bool feed);
 /* Room in every thread's spans for a bucket of `members` tensors: GS_OK
- * or GS_ENOMEM; a lane's fusion buffer, or NULL. */
+ * or GS_ENOMEM. */
 int host_ensure_span_room(struct host_backend *h, size_t members);
 void host_lane_for(struct host_backend *h, struct host_lane *lane,
 		   const struct gs_bucket_io *io, uint64_t start, uint64_t len);
+
+/* buffers.c: the backend's size_buffers; at a bucket (worker thread), the
+ * buffers made as size_buffers sized them (GS_OK, or a GS_E* code with
+ * the reason in base.error); a lane's fusion buffer of lane_elements, or
+ * NULL; room in the staging buffer for a bucket of `elements` (GS_OK or
+ * GS_ENOMEM); every buffer unmapped and its bytes given back. */
+int host_size_buffers(struct gs_backend *b, const struct gs_plan *p, char *err, size_t errlen);
+int host_fit_buffers(struct host_backend *h);
 char *host_lane_buffer(const struct host_backend *h);
+int host_ensure_staging(struct host_backend *h, uint64_t elements);
+void host_free_buffers(struct host_backend *h);
 
 /* overlap.c: while lane's bucket (io) is exchanged on the comm thread,
  * the next bucket packed into the other lane and given to the comm thread

@@ -22,12 +22,12 @@
 #include "errors.h"
 
 /* Whether the next bucket can be packed early: one chunk, tensors to
- * reduce, and the room for it. */
+ * reduce, and the room for it (a second lane in the node's budget). */
 static bool can_pack_early(struct host_backend *h, const struct gs_bucket_io *n,
 			   struct host_lane *lane)
 {
 	const struct gs_bucket *bk = &n->plan->buckets[n->bucket];
-	if (n->nranks == 0 || n->nranks > GS_PACK_SUM_MAX_SOURCES || (n->vote && n->vote->aborts) ||
+	if (h->want_lanes < 2 || n->nranks == 0 || n->nranks > GS_PACK_SUM_MAX_SOURCES || (n->vote && n->vote->aborts) ||
 	    bk->elements > h->base.fusion_elements)
 		return false;
 	if (host_ensure_span_room(h, bk->count) != GS_OK)
