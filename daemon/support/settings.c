@@ -101,6 +101,8 @@ static const struct setting table[] = {
 	  "seconds a client's frame, once begun, has to arrive whole before the client is dropped" },
 	{ "max-pending-bytes", K_UINT, FIELD(max_pending_bytes), "268435456", 1048576, UINT64_C(1) << 40, NULL,
 	  "bytes of frames not yet whole that every client together may have gradsyncd hold; at least --max-frame plus 64 KiB" },
+	{ "max-queued-bytes", K_UINT, FIELD(max_queued_bytes), "16777216", 1048576, UINT64_C(1) << 30, NULL,
+	  "bytes of messages gradsyncd may hold for one client that does not read them: past a sixteenth of this it reads nothing more from the client (its requests wait) until the client has read its replies, and a client whose messages would pass this (ones sent unasked) is dropped" },
 	{ "max-parked-fds", K_UINT, FIELD(max_parked_fds), "1024", 64, 1048576, NULL,
 	  "descriptors received from clients and not yet claimed by a message, every client together (none before Hello); with --max-clients it must fit in RLIMIT_NOFILE" },
 	{ "max-buffers", K_UINT, FIELD(max_buffers), "1024", 1, 65536, NULL,

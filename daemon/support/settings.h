@@ -54,6 +54,7 @@ struct gs_settings {
 	uint64_t hello_timeout;   /* seconds a new connection has to say Hello */
 	uint64_t frame_timeout;   /* seconds a started frame has to arrive whole */
 	uint64_t max_pending_bytes; /* buffered by every client's reader together */
+	uint64_t max_queued_bytes; /* queued to write to one client */
 	uint64_t max_parked_fds;  /* received, not yet claimed, every client together */
 	uint64_t max_buffers;     /* separate buffers (mappings) per trainer */
 	uint64_t max_mappings;    /* buffers of every trainer together */
