@@ -110,6 +110,10 @@ void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now)
 			     (unsigned long long)s->hello_timeout);
 		return;
 	}
+	if (c->deadline_ns && now >= c->deadline_ns) {
+		gs_conn_fail(c, GS_ETIMEDOUT, "%s", c->deadline_why);
+		return;
+	}
 	/* A paused connection's frames wait for this side, not the peer:
 	 * their clock starts again when reading resumes. */
 	if (c->frame_start_ns && !gs_conn_paused(c) &&
@@ -120,6 +124,15 @@ void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now)
 		gs_conn_fail(c, GS_ETIMEDOUT, "a frame begun %llu s ago is still incomplete: %zu of %zu bytes (--frame-timeout)",
 			     (unsigned long long)s->frame_timeout, c->reader.len, need);
 	}
+}
+
+void gs_conn_set_deadline(struct gs_conn *c, uint64_t at, const char *fmt, ...)
+{
+	c->deadline_ns = at;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->deadline_why, sizeof(c->deadline_why), fmt, ap);
+	va_end(ap);
 }
 
 /* An Error message of code and message, held in *err. */

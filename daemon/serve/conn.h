@@ -105,6 +105,10 @@ struct gs_conn {
 	bool timed;
 	uint64_t hello_deadline_ns;
 	uint64_t frame_start_ns;
+	/* A deadline of the layer above's (a trainer's registration), and
+	 * the Error's words when it passes; 0: none. */
+	uint64_t deadline_ns;
+	char deadline_why[256];
 };
 
 /* Takes over an accepted socket into the set, reading frames of at most
@@ -120,9 +124,16 @@ struct gs_conn *gs_conn_create(struct gs_conn_set *set, int fd, size_t max_frame
 void gs_conn_identified(struct gs_conn *c, enum gs_conn_role role);
 
 /* Drops a local client that is past its Hello or frame deadline (by
- * --hello-timeout and --frame-timeout); now from gs_now_ns(). A frame is
- * not timed while the connection is not read (its replies wait unread). */
+ * --hello-timeout and --frame-timeout), or the one the layer above set;
+ * now from gs_now_ns(). A frame is not timed while the connection is not
+ * read (its replies wait unread). */
 void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now);
+
+/* Sets the layer above's deadline of a local client: past `at` (by
+ * gs_now_ns()) it is dropped with GS_ETIMEDOUT and the formatted words.
+ * at 0 clears it. */
+void gs_conn_set_deadline(struct gs_conn *c, uint64_t at, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* Whether the connection is not read now: its peer has left more than
  * --max-queued-bytes / GS_CONN_PAUSE_SHARE of its messages unread. Its

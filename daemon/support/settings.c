@@ -99,6 +99,8 @@ static const struct setting table[] = {
 	  "seconds a new connection has to say Hello before it is closed" },
 	{ "frame-timeout", K_UINT, FIELD(frame_timeout), "10", 1, 3600, NULL,
 	  "seconds a client's frame, once begun, has to arrive whole before the client is dropped" },
+	{ "register-timeout", K_UINT, FIELD(register_timeout), "60", 1, 86400, NULL,
+	  "seconds a trainer has, from its Welcome, to register its tensors before it is dropped and its place in the job and on the node is freed" },
 	{ "max-pending-bytes", K_UINT, FIELD(max_pending_bytes), "268435456", 1048576, UINT64_C(1) << 40, NULL,
 	  "bytes of frames not yet whole that every client together may have gradsyncd hold; at least --max-frame plus 64 KiB" },
 	{ "max-queued-bytes", K_UINT, FIELD(max_queued_bytes), "16777216", 1048576, UINT64_C(1) << 30, NULL,

@@ -53,6 +53,7 @@ struct gs_settings {
 	int job_access;           /* enum gs_job_access */
 	uint64_t hello_timeout;   /* seconds a new connection has to say Hello */
 	uint64_t frame_timeout;   /* seconds a started frame has to arrive whole */
+	uint64_t register_timeout; /* seconds a welcomed trainer has to register */
 	uint64_t max_pending_bytes; /* buffered by every client's reader together */
 	uint64_t max_queued_bytes; /* queued to write to one client */
 	uint64_t max_parked_fds;  /* received, not yet claimed, every client together */

@@ -32,6 +32,7 @@ RANGES = {
     "group": ("a text of 0 to 63 bytes", ["g" * 64]),
     "allow-uids": ("a text of 0 to 255 bytes", ["1," * 128]),
     "max-clients": ("an integer in [1, 65536]", ["0", "65537"]),
+    "register-timeout": ("an integer in [1, 86400]", ["0", "86401"]),
     "max-queued-bytes": ("an integer in [1048576, 1073741824]", ["1048575", "1073741825"]),
     "node-address": ("a text of 0 to 255 bytes", ["a" * 256]),
     "node-port": ("an integer in [0, 65535]", ["65536", "-1", "port"]),

@@ -371,6 +371,30 @@ static void queue_past_its_limit_drops_the_peer(void **state)
 	assert_true(freed(f));
 }
 
+/* The layer above's deadline drops a timed client with its words. */
+static void own_deadline_drops_a_timed_client(void **state)
+{
+	struct fixture *f = *state;
+	f->conn->timed = true;
+	gs_conn_set_deadline(f->conn, 1000, "no tensors within %d s (--register-timeout)", 7);
+	gs_conn_check_deadlines(f->conn, 999);
+	assert_int_equal(f->closed, 0);
+	gs_conn_set_deadline(f->conn, 0, "cleared");
+	gs_conn_check_deadlines(f->conn, 5000);
+	assert_int_equal(f->closed, 0);
+	gs_conn_set_deadline(f->conn, 1000, "no tensors within %d s (--register-timeout)", 7);
+	gs_conn_check_deadlines(f->conn, 1000);
+	assert_int_equal(f->closed, 1);
+	uint8_t buf[4096];
+	ssize_t n = read(f->peer, buf, sizeof(buf));
+	assert_true(n > GS_FRAME_HEADER_SIZE);
+	Gradsync__Message *m;
+	assert_int_equal(gs_frame_decode(buf + GS_FRAME_HEADER_SIZE, (size_t)n - GS_FRAME_HEADER_SIZE, &m), 0);
+	assert_int_equal(m->error->code, GS_ETIMEDOUT);
+	assert_string_equal(m->error->message, "no tensors within 7 s (--register-timeout)");
+	gradsync__message__free_unpacked(m, NULL);
+}
+
 static void name_carries_the_label(void **state)
 {
 	struct fixture *f = *state;
@@ -398,6 +422,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(unread_replies_pause_reading, setup, teardown),
 		cmocka_unit_test_setup_teardown(queue_past_its_limit_drops_the_peer, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(own_deadline_drops_a_timed_client, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(name_carries_the_label, setup, teardown),
 	};

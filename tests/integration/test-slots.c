@@ -1,0 +1,131 @@
+/*
+ * Places on a node, against real daemons and trainers: a trainer that
+ * says Hello and never registers is dropped at --register-timeout and its
+ * place freed.
+ */
+#include <errno.h>
+#include <grp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gradsync.h"
+#include "harness.h"
+
+/* A layout of two small tensors, in the daemon's directory. */
+static const char *small_layout(const struct gs_test_daemon *d)
+{
+	static char path[200];
+	snprintf(path, sizeof(path), "%s/small.txt", d->dir);
+	FILE *f = fopen(path, "w");
+	assert_non_null(f);
+	fprintf(f, "a 1000\nb 3000\n");
+	fclose(f);
+	return path;
+}
+
+/* The answer to a trainer's Hello: "WELCOMED", or the Error's words. */
+static void hello_answer(int fd, const struct harness_job *j, uint32_t rank, char *out, size_t n)
+{
+	raw_send_hello_job(fd, rank, GS_PROTOCOL_VERSION, j, 0);
+	Gradsync__Message *m = raw_recv(fd);
+	if (!m)
+		snprintf(out, n, "(closed)");
+	else if (m->body_case == GRADSYNC__MESSAGE__BODY_WELCOME)
+		snprintf(out, n, "WELCOMED");
+	else if (m->body_case == GRADSYNC__MESSAGE__BODY_ERROR)
+		snprintf(out, n, "%s", m->error->message);
+	else
+		snprintf(out, n, "(message %d)", (int)m->body_case);
+	if (m)
+		gradsync__message__free_unpacked(m, NULL);
+}
+
+static void expect_welcome(int fd, const struct harness_job *j, uint32_t rank)
+{
+	char said[512];
+	hello_answer(fd, j, rank, said, sizeof(said));
+	if (strcmp(said, "WELCOMED") != 0)
+		fail_msg("job '%s' rank %u: expected a Welcome, got '%s'", j->id, rank, said);
+}
+
+static void expect_refusal(int fd, const struct harness_job *j, uint32_t rank, const char *text)
+{
+	char said[512];
+	hello_answer(fd, j, rank, said, sizeof(said));
+	print_message("  job '%s' rank %u: %s\n", j->id, rank, said);
+	if (!strstr(said, text))
+		fail_msg("job '%s' rank %u: expected '%s', got '%s'", j->id, rank, text, said);
+	close(fd);
+}
+
+/* ---- Registration's deadline ---------------------------------------------- */
+
+/* A trainer welcomed and silent since is dropped at --register-timeout,
+ * with an Error naming the setting, and its place in the job is free. A
+ * trainer that registered in time is kept, however long it then waits. */
+static void silent_trainer_dropped_at_register_timeout(void **state)
+{
+	(void)state;
+	static const char *const args[] = { "--register-timeout=2", "--max-jobs=2", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	/* A trainer that registers, then waits in its step for a rank 1
+	 * that never comes. */
+	static struct harness_job busy = { .id = "busy", .local_size = { 2 } };
+	char log[200];
+	const char *argv[] = { getenv("GS_TRAINER"), "--socket", d.socket, "--layout",
+			       small_layout(&d), "--rank", "0", "--steps", "1", NULL };
+	snprintf(log, sizeof(log), "%s/busy.log", d.dir);
+	pid_t holder = harness_job_spawn(&busy, 0, argv, log);
+	harness_wait_for_text(d.log, "registered 2 tensors", 60);
+
+	static struct harness_job idle = { .id = "idle" }, next = { .id = "next" };
+	int silent = raw_connect(d.socket);
+	expect_welcome(silent, &idle, 0);
+	double t0 = harness_now_s();
+	/* Meanwhile the node is full. */
+	expect_refusal(raw_connect(d.socket), &next, 0, "this node serves 2 jobs already, its most (--max-jobs)");
+	struct timeval tv = { 30, 0 };
+	setsockopt(silent, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	Gradsync__Message *m = raw_recv(silent);
+	double took = harness_now_s() - t0;
+	if (!m || m->body_case != GRADSYNC__MESSAGE__BODY_ERROR)
+		fail_msg("the silent trainer got %s after %.2f s, not an Error",
+			 m ? "another message" : "nothing", took);
+	print_message("the silent trainer was dropped after %.2f s: %s\n", took, m->error->message);
+	assert_int_equal(m->error->code, GS_ETIMEDOUT);
+	assert_non_null(strstr(m->error->message, "job 'idle': no tensors registered within 2 s of the Welcome (--register-timeout)"));
+	gradsync__message__free_unpacked(m, NULL);
+	assert_null(raw_recv(silent));
+	close(silent);
+	assert_true(took >= 1.5 && took < 10.0);
+	/* Its place in the job is free. */
+	int fd = raw_connect(d.socket);
+	expect_welcome(fd, &idle, 0);
+	close(fd);
+	/* The registered trainer, waiting in its step, is still there. */
+	assert_false(harness_file_contains(d.log, "job 'busy': no tensors registered"));
+	assert_true(kill(holder, 0) == 0);
+	kill(holder, SIGKILL);
+	harness_wait(holder, 10000);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(silent_trainer_dropped_at_register_timeout),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
