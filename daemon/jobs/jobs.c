@@ -213,9 +213,10 @@ static void on_idle(void *arg)
 	if (e->state == GS_ENTRY_CLOSING)
 		return;
 	uint64_t linger = e->table->env.settings->job_linger;
-	/* A job whose group failed, or that never had one, keeps nothing,
-	 * and a daemon that stops keeps nothing. */
-	if (!e->cluster_started || e->table->stopping)
+	/* A job whose group failed, or that never had one, keeps nothing; a
+	 * job of one node has no group of nodes to keep; and a daemon that
+	 * stops keeps nothing. */
+	if (!e->cluster_started || e->settings.nodes <= 1 || e->table->stopping)
 		linger = 0;
 	/* Already lingering: its time runs on, unless there is nothing left
 	 * to keep (its trainers left while it joined, and then the join

@@ -3,9 +3,10 @@
  * its first trainer (engine/job_view.h) and each with its own settings,
  * backend (fusion buffers, communicators), worker thread, step engine and
  * group of nodes, so that nothing that happens to one job reaches
- * another. A job whose trainers have all gone keeps its group for
- * --job-linger seconds: trainers of the same id and shape that come back
- * meanwhile resume without a new rendezvous.
+ * another. A job of several nodes whose trainers have all gone keeps its
+ * group for --job-linger seconds: trainers of the same id and shape that
+ * come back meanwhile resume without a new rendezvous. A job of one node
+ * has no group to keep and goes at once.
  */
 #ifndef GS_JOBS_H
 #define GS_JOBS_H

@@ -120,7 +120,7 @@ static const struct setting table[] = {
 	{ "max-fusion-buffer", K_UINT, FIELD(max_fusion_elements), "67108864", 1024, UINT64_C(1) << 30, NULL,
 	  "largest fusion buffer, in elements, a job may ask for (it has one per local trainer)" },
 	{ "job-linger", K_UINT, FIELD(job_linger), "30", 0, 86400, NULL,
-	  "seconds a job's group of nodes (rendezvous, Gloo connections, NCCL communicators) is kept once its last trainer has left, so that trainers of the same job id and shape that come back resume without a new group; 0: it goes at once" },
+	  "seconds a job's group of nodes (rendezvous, Gloo connections, NCCL communicators) is kept once its last trainer has left, so that trainers of the same job id and shape that come back resume without a new group; a job of one node has none and goes at once; 0: every job goes at once" },
 	{ "gpus", K_TEXT, FIELD(gpus), "", 0, 255, NULL,
 	  "GPUs this daemon may reduce on, as comma-separated PCI bus ids (nvidia-smi's, e.g. 0000:3b:00.0); empty: every GPU it sees" },
 };

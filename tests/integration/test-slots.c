@@ -1,7 +1,8 @@
 /*
  * Places on a node, against real daemons and trainers: a trainer that
  * says Hello and never registers is dropped at --register-timeout and its
- * place freed.
+ * place freed; and a job of one node does not linger, so that jobs run
+ * one after another never find the node full.
  */
 #include <errno.h>
 #include <grp.h>
@@ -32,6 +33,24 @@ static const char *small_layout(const struct gs_test_daemon *d)
 	fprintf(f, "a 1000\nb 3000\n");
 	fclose(f);
 	return path;
+}
+
+/* A verifying trainer of job j on node `node` of daemon d, one step. */
+static pid_t one_step(const struct gs_test_daemon *d, const struct harness_job *j, unsigned node,
+		      char *log, size_t n)
+{
+	snprintf(log, n, "%s/%s-node%u.log", d->dir, j->id, node);
+	const char *argv[] = { getenv("GS_TRAINER"), "--socket", d->socket, "--layout",
+			       small_layout(d), "--steps", "1", NULL };
+	return harness_job_spawn(j, node, argv, log);
+}
+
+static void expect_ok(pid_t pid, const char *log)
+{
+	if (harness_wait(pid, 120000) != 0 || !harness_file_contains(log, "OK: 1 steps verified")) {
+		harness_dump(log);
+		fail_msg("the trainer of %s did not verify its step", log);
+	}
 }
 
 /* The answer to a trainer's Hello: "WELCOMED", or the Error's words. */
@@ -72,8 +91,9 @@ static void expect_refusal(int fd, const struct harness_job *j, uint32_t rank, c
 /* ---- Registration's deadline ---------------------------------------------- */
 
 /* A trainer welcomed and silent since is dropped at --register-timeout,
- * with an Error naming the setting, and its place in the job is free. A
- * trainer that registered in time is kept, however long it then waits. */
+ * with an Error naming the setting; the job it alone made goes, so that
+ * the node's place is another job's at once. A trainer that registered
+ * in time is kept, however long it then waits. */
 static void silent_trainer_dropped_at_register_timeout(void **state)
 {
 	(void)state;
@@ -110,9 +130,9 @@ static void silent_trainer_dropped_at_register_timeout(void **state)
 	assert_null(raw_recv(silent));
 	close(silent);
 	assert_true(took >= 1.5 && took < 10.0);
-	/* Its place in the job is free. */
+	/* Its place is free. */
 	int fd = raw_connect(d.socket);
-	expect_welcome(fd, &idle, 0);
+	expect_welcome(fd, &next, 0);
 	close(fd);
 	/* The registered trainer, waiting in its step, is still there. */
 	assert_false(harness_file_contains(d.log, "job 'busy': no tensors registered"));
@@ -122,10 +142,37 @@ static void silent_trainer_dropped_at_register_timeout(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* ---- Lingering ------------------------------------------------------------------ */
+
+/* 17 jobs of one node, one after another, on a daemon of 16 (the
+ * default) that keeps groups a minute: a job of one node has no group to
+ * keep, goes with its last trainer, and every job begins at once. */
+static void one_node_jobs_one_after_another(void **state)
+{
+	(void)state;
+	static const char *const args[] = { "--job-linger=60", NULL };
+	struct gs_test_daemon d;
+	harness_daemon_start(&d, args);
+	double t0 = harness_now_s();
+	for (int i = 0; i < 17; i++) {
+		char id[16], log[200];
+		snprintf(id, sizeof(id), "seq%d", i);
+		struct harness_job j = { .id = id };
+		double t1 = harness_now_s();
+		expect_ok(one_step(&d, &j, 0, log, sizeof(log)), log);
+		assert_true(harness_now_s() - t1 < 30.0);
+	}
+	print_message("17 jobs of one node ran one after another in %.2f s\n", harness_now_s() - t0);
+	assert_false(harness_log_contains(&d, "keeping its group"));
+	assert_false(harness_log_contains(&d, "(--max-jobs)"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(silent_trainer_dropped_at_register_timeout),
+		cmocka_unit_test(one_node_jobs_one_after_another),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
