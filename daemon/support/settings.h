@@ -61,6 +61,8 @@ struct gs_settings {
 	uint64_t max_mappings;    /* buffers of every trainer together */
 	uint64_t max_jobs;        /* jobs at once */
 	uint64_t max_trainers;    /* trainers of every job together */
+	uint64_t max_jobs_per_user;     /* jobs of one owner; 0: no limit */
+	uint64_t max_trainers_per_user; /* trainers of one uid; 0: no limit */
 	uint32_t max_nodes;       /* most nodes one job may span */
 	uint64_t max_fusion_elements; /* the largest fusion buffer a job may ask for */
 	uint64_t job_linger;      /* seconds a job's group outlives its trainers */

@@ -38,6 +38,8 @@ RANGES = {
     "node-port": ("an integer in [0, 65535]", ["65536", "-1", "port"]),
     "max-jobs": ("an integer in [1, 1024]", ["0", "1025"]),
     "max-trainers": ("an integer in [1, 4096]", ["0", "4097"]),
+    "max-jobs-per-user": ("an integer in [0, 1024]", ["1025", "-1"]),
+    "max-trainers-per-user": ("an integer in [0, 4096]", ["4097", "two"]),
     "max-nodes": ("an integer in [1, 1024]", ["0", "1025"]),
     "max-fusion-buffer": ("an integer in [1024, 1073741824]", ["1023", "1073741825"]),
     "job-linger": ("an integer in [0, 86400]", ["86401", "-1"]),
