@@ -124,7 +124,7 @@ static int init(struct gs_daemon *d, uv_loop_t *loop)
 	d->loop = loop;
 	d->view.start_ns = gs_now_ns();
 	gs_conn_set_init(&d->conns, loop, s->max_frame, s->hello_timeout, s->frame_timeout,
-			 s->max_parked_fds, s->max_pending_bytes);
+			 s->max_parked_fds, s->max_pending_bytes, s->max_queued_bytes);
 	gs_server_init(&d->server, &d->conns, &d->settings, &d->access, gs_session_accept,
 		       &d->view);
 	if (choose_backend(s) < 0)

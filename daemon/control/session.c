@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "backend/backend.h"
+#include "clock.h"
 #include "cluster/cluster.h"
 #include "control/control.h"
 #include "control/status.h"
@@ -101,6 +102,12 @@ void gs_session_welcome(struct gs_trainer *t, const struct gs_job_entry *e)
 	w.settings = &settings;
 	w.daemon_version = GS_VERSION;
 	send_welcome(c, &w);
+	/* Its place in the job and on the node is held for a trainer that
+	 * registers, not for one that only said Hello. */
+	if (!t->layout_checked)
+		gs_conn_set_deadline(c, gs_now_ns() + e->settings.register_timeout * 1000000000ull,
+				     "job '%s': no tensors registered within %llu s of the Welcome (--register-timeout); the trainer's place is freed",
+				     e->settings.job_id, (unsigned long long)e->settings.register_timeout);
 }
 
 /* A control client's Welcome describes the node, not a job. */
@@ -155,6 +162,9 @@ static void dispatch_trainer(struct gs_conn *c, const Gradsync__Message *m)
 	switch (m->body_case) {
 	case GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS:
 		gs_trainer_register(t, m->register_tensors);
+		/* Its part done (the other nodes' agreement may follow). */
+		if (c->trainer && c->trainer->layout_checked)
+			c->deadline_ns = 0;
 		break;
 	case GRADSYNC__MESSAGE__BODY_BEGIN_STEP:
 		gs_job_begin_step(t, m->begin_step);

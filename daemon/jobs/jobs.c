@@ -214,9 +214,10 @@ static void on_idle(void *arg)
 	if (e->state == GS_ENTRY_CLOSING)
 		return;
 	uint64_t linger = e->table->env.settings->job_linger;
-	/* A job whose group failed, or that never had one, keeps nothing,
-	 * and a daemon that stops keeps nothing. */
-	if (!e->cluster_started || e->table->stopping)
+	/* A job whose group failed, or that never had one, keeps nothing; a
+	 * job of one node has no group of nodes to keep; and a daemon that
+	 * stops keeps nothing. */
+	if (!e->cluster_started || e->settings.nodes <= 1 || e->table->stopping)
 		linger = 0;
 	/* Already lingering: its time runs on, unless there is nothing left
 	 * to keep (its trainers left while it joined, and then the join
@@ -355,6 +356,25 @@ void gs_jobs_init(struct gs_jobs *t, const struct gs_jobs_env *env)
 	t->env = *env;
 }
 
+/* A new job needs a place: a free one, or that of a job without trainers,
+ * whose group goes now rather than at the end of its linger; else the
+ * client is refused, naming the limit. */
+static bool make_room(struct gs_jobs *t, const struct gs_client *c, const char *id)
+{
+	struct gs_job_entry *yield;
+	char why[200];
+	if (!gs_jobs_job_fits(t, c->uid, &yield, why, sizeof(why))) {
+		gs_client_fail(c, GS_ELIMIT, "job '%s' cannot begin: %s", id, why);
+		return false;
+	}
+	if (yield) {
+		gs_info("job '%s', which has no trainer, gives its place to job '%s': %s",
+			yield->settings.job_id, id, why);
+		entry_close(yield);
+	}
+	return true;
+}
+
 /* A lingering job whose trainers come back changed (another shape or
  * settings) is not theirs: its group goes, and they begin it anew. Only
  * its owner's trainers may do that: another user's are refused by
@@ -386,9 +406,9 @@ struct gs_trainer *gs_jobs_attach(struct gs_jobs *t, const struct gs_client *c,
 		gs_client_fail(c, GS_EAGAIN, "gradsyncd is shutting down");
 		return NULL;
 	}
-	if (gs_jobs_trainers(t) >= node->max_trainers) {
-		gs_client_fail(c, GS_ELIMIT, "this node serves %u trainers already, its most (--max-trainers)",
-			       gs_jobs_trainers(t));
+	char refusal[200];
+	if (!gs_jobs_trainer_fits(t, c->uid, refusal, sizeof(refusal))) {
+		gs_client_fail(c, GS_ELIMIT, "%s", refusal);
 		return NULL;
 	}
 	struct gs_job_entry *e = find(t, id);
@@ -400,16 +420,13 @@ struct gs_trainer *gs_jobs_attach(struct gs_jobs *t, const struct gs_client *c,
 	if (fresh) {
 		char why[GS_COORDINATOR_MAX * 2 + 300];
 		struct gs_settings js;
-		if (t->count >= node->max_jobs) {
-			gs_client_fail(c, GS_ELIMIT, "job '%s' cannot begin: this node serves %u jobs already, its most (--max-jobs)",
-				       id, t->count);
-			return NULL;
-		}
 		if (gs_job_settings_from_hello(node, id, h, &js, why, sizeof(why)) < 0) {
 			gs_client_fail(c, GS_EINVAL, "%s", why);
 			return NULL;
 		}
 		js.owner = c->uid;
+		if (!make_room(t, c, id))
+			return NULL;
 		e = entry_open(t, &js, why, sizeof(why));
 		if (!e) {
 			gs_client_fail(c, GS_ESYSTEM, "job '%s' cannot begin: %s", id, why);

@@ -3,9 +3,11 @@
  * its first trainer (engine/job_view.h) and each with its own settings,
  * backend (fusion buffers, communicators), worker thread, step engine and
  * group of nodes, so that nothing that happens to one job reaches
- * another. A job whose trainers have all gone keeps its group for
- * --job-linger seconds: trainers of the same id and shape that come back
- * meanwhile resume without a new rendezvous.
+ * another. A job of several nodes whose trainers have all gone keeps its
+ * group for --job-linger seconds: trainers of the same id and shape that
+ * come back meanwhile resume without a new rendezvous. A job of one node
+ * has no group to keep and goes at once, and a lingering job gives way
+ * to a new job that finds no place free.
  */
 #ifndef GS_JOBS_H
 #define GS_JOBS_H
@@ -13,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "cluster/cluster.h"
@@ -105,6 +108,21 @@ unsigned gs_jobs_trainers(const struct gs_jobs *t);
 /* The node's totals: every job's steps, those gone included. */
 void gs_jobs_totals(const struct gs_jobs *t, struct gs_stats *out);
 const char *gs_entry_state_name(const struct gs_job_entry *e);
+
+/* ---- Places on the node (slots.c) ------------------------------------- */
+
+/* Whether one more trainer of uid fits the node (--max-trainers) and its
+ * user (--max-trainers-per-user, 0: none); if not, why names the limit
+ * and the count it met. */
+bool gs_jobs_trainer_fits(const struct gs_jobs *t, uid_t uid, char *why, size_t n);
+/* Whether a new job of uid fits the node (--max-jobs) and its user
+ * (--max-jobs-per-user, 0: none): true with *yield NULL when a place is
+ * free, or with *yield the job without trainers whose place it takes (the
+ * user's own when the user is at its limit, else any user's; of those the
+ * one that has lingered longest), why then naming the limit that is met;
+ * false with why when no such job is there. */
+bool gs_jobs_job_fits(const struct gs_jobs *t, uid_t uid, struct gs_job_entry **yield,
+		      char *why, size_t n);
 
 /* Shutting down: every job's waits on other nodes end (first, before any
  * connection closes), then every job closes. The entries are freed from

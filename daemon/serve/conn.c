@@ -15,22 +15,34 @@
 
 static void on_poll(uv_poll_t *p, int status, int events);
 
+/* A peer that leaves its replies unread is not read either, so that a
+ * client pipelining requests whose answers it never reads stalls itself
+ * instead of growing the daemon: its requests wait in its socket. */
+bool gs_conn_paused(const struct gs_conn *c)
+{
+	return c->out_bytes > c->set->max_queued / GS_CONN_PAUSE_SHARE;
+}
+
 static void update_poll(struct gs_conn *c)
 {
 	if (c->closing)
 		return;
-	int events = UV_READABLE | UV_DISCONNECT;
-	if (c->out_head)
+	/* Paused, only writing: a peer that went away fails the write. */
+	int events = gs_conn_paused(c) ? 0 : UV_READABLE | UV_DISCONNECT;
+	/* Frames held back by a pause that has ended (the queue drained
+	 * while a message was sent): a writable socket says so at once. */
+	if (c->out_head || c->held)
 		events |= UV_WRITABLE;
 	uv_poll_start(&c->poll, events, on_poll);
 }
 
 void gs_conn_set_init(struct gs_conn_set *s, uv_loop_t *loop, uint64_t max_frame,
 		      uint64_t hello_timeout, uint64_t frame_timeout, size_t max_parked_fds,
-		      size_t max_pending_bytes)
+		      size_t max_pending_bytes, uint64_t max_queued)
 {
 	*s = (struct gs_conn_set){ .loop = loop, .max_frame = max_frame,
-				   .hello_timeout = hello_timeout, .frame_timeout = frame_timeout };
+				   .hello_timeout = hello_timeout, .frame_timeout = frame_timeout,
+				   .max_queued = max_queued };
 	s->budget.max_fds = max_parked_fds;
 	s->budget.max_bytes = max_pending_bytes;
 }
@@ -98,13 +110,29 @@ void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now)
 			     (unsigned long long)s->hello_timeout);
 		return;
 	}
-	if (c->frame_start_ns && now - c->frame_start_ns >= s->frame_timeout * 1000000000ull) {
+	if (c->deadline_ns && now >= c->deadline_ns) {
+		gs_conn_fail(c, GS_ETIMEDOUT, "%s", c->deadline_why);
+		return;
+	}
+	/* A paused connection's frames wait for this side, not the peer:
+	 * their clock starts again when reading resumes. */
+	if (c->frame_start_ns && !gs_conn_paused(c) &&
+	    now - c->frame_start_ns >= s->frame_timeout * 1000000000ull) {
 		size_t need = GS_FRAME_HEADER_SIZE;
 		if (c->reader.len >= GS_FRAME_HEADER_SIZE)
 			need += gs_frame_get_len(c->reader.buf);
 		gs_conn_fail(c, GS_ETIMEDOUT, "a frame begun %llu s ago is still incomplete: %zu of %zu bytes (--frame-timeout)",
 			     (unsigned long long)s->frame_timeout, c->reader.len, need);
 	}
+}
+
+void gs_conn_set_deadline(struct gs_conn *c, uint64_t at, const char *fmt, ...)
+{
+	c->deadline_ns = at;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(c->deadline_why, sizeof(c->deadline_why), fmt, ap);
+	va_end(ap);
 }
 
 /* An Error message of code and message, held in *err. */
@@ -166,6 +194,7 @@ static int flush(struct gs_conn *c)
 		if (n < 0)
 			return (int)n;
 		f->off += (size_t)n;
+		c->out_bytes -= (size_t)n;
 		if (f->off < f->len)
 			continue;
 		c->out_head = f->next;
@@ -184,11 +213,9 @@ static void close_failed(struct gs_conn *c, int err)
 	gs_conn_close(c);
 }
 
-void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
+/* Queues m whatever the queue holds, and writes what the socket takes. */
+static void queue(struct gs_conn *c, const Gradsync__Message *m, size_t payload)
 {
-	if (c->closing)
-		return;
-	size_t payload = gradsync__message__get_packed_size(m);
 	struct gs_out_frame *f = malloc(sizeof(*f) + GS_FRAME_HEADER_SIZE + payload);
 	if (!f) {
 		gs_error("out of memory queueing a frame for %s", gs_conn_name(c));
@@ -205,6 +232,7 @@ void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
 	else
 		c->out_head = f;
 	c->out_tail = f;
+	c->out_bytes += f->len;
 	int err = flush(c);
 	if (err < 0) {
 		gs_debug("write to %s failed: %s; closing", gs_conn_name(c), strerror(-err));
@@ -212,6 +240,22 @@ void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
 		return;
 	}
 	update_poll(c);
+}
+
+void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m)
+{
+	if (c->closing)
+		return;
+	size_t payload = gradsync__message__get_packed_size(m);
+	/* Reading stops long before this (gs_conn_paused): only messages the
+	 * daemon sends unasked, to a peer that reads none, get this far. */
+	uint64_t max = c->set->max_queued;
+	if (c->out_bytes + GS_FRAME_HEADER_SIZE + payload > max) {
+		gs_conn_fail(c, GS_ELIMIT, "%zu bytes of messages to this client wait unread; %zu more would pass %llu bytes (--max-queued-bytes)",
+			     c->out_bytes, GS_FRAME_HEADER_SIZE + payload, (unsigned long long)max);
+		return;
+	}
+	queue(c, m, payload);
 }
 
 /* A warning about c, limited while c is a stranger (log_group). */
@@ -242,7 +286,10 @@ void gs_conn_end(struct gs_conn *c, int code, const char *message)
 {
 	Gradsync__Error err;
 	Gradsync__Message m = error_message(&err, code, message);
-	gs_conn_send(c, &m);
+	/* Past any limit of the queue's: one small frame more, freed with
+	 * the connection. */
+	if (!c->closing)
+		queue(c, &m, gradsync__message__get_packed_size(&m));
 	/* Best effort: the error frame is small and the socket buffer empty
 	 * in all but hostile cases; we do not wait for a peer that won't read. */
 	gs_conn_close(c);
@@ -315,7 +362,8 @@ static void process_frames(struct gs_conn *c)
 	const uint8_t *payload;
 	size_t len;
 	int r = 0;
-	while (!c->closing && (r = gs_frame_reader_next(&c->reader, &payload, &len)) > 0) {
+	while (!c->closing && !gs_conn_paused(c) &&
+	       (r = gs_frame_reader_next(&c->reader, &payload, &len)) > 0) {
 		Gradsync__Message *m;
 		int err = gs_frame_decode(payload, len, &m);
 		gs_frame_reader_consume(&c->reader);
@@ -333,6 +381,7 @@ static void process_frames(struct gs_conn *c)
 	}
 	if (r < 0 && !c->closing)
 		fail_fill(c, r);
+	c->held = gs_conn_paused(c);
 }
 
 /* A local client's frame is timed from its first byte until it is whole. */
@@ -344,10 +393,20 @@ static void note_frame_start(struct gs_conn *c)
 		c->frame_start_ns = gs_now_ns();
 }
 
+/* The peer has read enough of its replies: the frames read before the
+ * pause come first, their clock started anew. */
+static void resume(struct gs_conn *c)
+{
+	c->held = false;
+	c->frame_start_ns = 0;
+	process_frames(c);
+	note_frame_start(c);
+}
+
 static void on_readable(struct gs_conn *c)
 {
 	/* Bounded per wake-up so one client cannot starve the others. */
-	for (int i = 0; i < 16 && !c->closing; i++) {
+	for (int i = 0; i < 16 && !c->closing && !gs_conn_paused(c); i++) {
 		ssize_t n = gs_frame_reader_fill(&c->reader, c->fd);
 		if (n == -EAGAIN)
 			return;
@@ -388,7 +447,9 @@ static void on_poll(uv_poll_t *p, int status, int events)
 			return;
 		}
 	}
-	if (events & (UV_READABLE | UV_DISCONNECT))
+	if (c->held && !gs_conn_paused(c))
+		resume(c);
+	if ((events & (UV_READABLE | UV_DISCONNECT)) && !gs_conn_paused(c))
 		on_readable(c);
 	update_poll(c);
 }

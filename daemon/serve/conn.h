@@ -30,6 +30,9 @@ enum gs_conn_role { GS_CONN_NEW, GS_CONN_TRAINER, GS_CONN_CONTROL, GS_CONN_NODE 
 #define GS_CONN_SMALL_FRAME (64u << 10)
 #define GS_CONN_TRAINER_FDS (2 * GS_FRAME_MAX_FDS)
 #define GS_CONN_CONTROL_FDS 2
+/* A connection is not read while more than this share of
+ * --max-queued-bytes waits in its queue for the peer to read it. */
+#define GS_CONN_PAUSE_SHARE 16
 
 /* Every connection of a daemon, and what they share. */
 struct gs_conn_set {
@@ -42,14 +45,17 @@ struct gs_conn_set {
 	 * client, in seconds (--hello-timeout, --frame-timeout). */
 	uint64_t max_frame;
 	uint64_t hello_timeout, frame_timeout;
+	/* Bytes one connection's queue may hold (--max-queued-bytes). */
+	uint64_t max_queued;
 };
 
 /* An empty set on loop: frames up to max_frame (a trainer's), a local
- * client's deadlines, and a budget of parked descriptors and bytes of
- * unfinished frames over all connections. */
+ * client's deadlines, a budget of parked descriptors and bytes of
+ * unfinished frames over all connections, and what one connection's queue
+ * of frames to write may hold. */
 void gs_conn_set_init(struct gs_conn_set *s, uv_loop_t *loop, uint64_t max_frame,
 		      uint64_t hello_timeout, uint64_t frame_timeout, size_t max_parked_fds,
-		      size_t max_pending_bytes);
+		      size_t max_pending_bytes, uint64_t max_queued);
 
 struct gs_out_frame {
 	struct gs_out_frame *next;
@@ -65,6 +71,10 @@ struct gs_conn {
 	uv_poll_t poll;
 	struct gs_frame_reader reader;
 	struct gs_out_frame *out_head, *out_tail;
+	size_t out_bytes; /* queued and not yet written */
+	/* Reading paused (gs_conn_paused) with frames read and not yet
+	 * dispatched, maybe: they go first once it resumes. */
+	bool held;
 	struct ucred cred;
 	enum gs_conn_role role;
 	/* The engine's trainer on this connection; set and read above,
@@ -95,6 +105,10 @@ struct gs_conn {
 	bool timed;
 	uint64_t hello_deadline_ns;
 	uint64_t frame_start_ns;
+	/* A deadline of the layer above's (a trainer's registration), and
+	 * the Error's words when it passes; 0: none. */
+	uint64_t deadline_ns;
+	char deadline_why[256];
 };
 
 /* Takes over an accepted socket into the set, reading frames of at most
@@ -110,14 +124,30 @@ struct gs_conn *gs_conn_create(struct gs_conn_set *set, int fd, size_t max_frame
 void gs_conn_identified(struct gs_conn *c, enum gs_conn_role role);
 
 /* Drops a local client that is past its Hello or frame deadline (by
- * --hello-timeout and --frame-timeout); now from gs_now_ns(). */
+ * --hello-timeout and --frame-timeout), or the one the layer above set;
+ * now from gs_now_ns(). A frame is not timed while the connection is not
+ * read (its replies wait unread). */
 void gs_conn_check_deadlines(struct gs_conn *c, uint64_t now);
+
+/* Sets the layer above's deadline of a local client: past `at` (by
+ * gs_now_ns()) it is dropped with GS_ETIMEDOUT and the formatted words.
+ * at 0 clears it. */
+void gs_conn_set_deadline(struct gs_conn *c, uint64_t at, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Whether the connection is not read now: its peer has left more than
+ * --max-queued-bytes / GS_CONN_PAUSE_SHARE of its messages unread. Its
+ * requests wait in the socket and are read once it has read enough. */
+bool gs_conn_paused(const struct gs_conn *c);
 
 /* Answers a socket that gets no connection with one Error frame (best
  * effort, never blocking) and closes it. */
 void gs_conn_refuse(int fd, int code, const char *message);
 
-/* Queues one message and writes what the socket takes now. */
+/* Queues one message and writes what the socket takes now. A message
+ * that would take the queue past --max-queued-bytes drops the client
+ * instead, naming the setting (gs_conn_fail: the client is gone when this
+ * returns). */
 void gs_conn_send(struct gs_conn *c, const Gradsync__Message *m);
 
 /* Sends an Error with code and message, logs it with the peer's identity,

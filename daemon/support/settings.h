@@ -53,12 +53,16 @@ struct gs_settings {
 	int job_access;           /* enum gs_job_access */
 	uint64_t hello_timeout;   /* seconds a new connection has to say Hello */
 	uint64_t frame_timeout;   /* seconds a started frame has to arrive whole */
+	uint64_t register_timeout; /* seconds a welcomed trainer has to register */
 	uint64_t max_pending_bytes; /* buffered by every client's reader together */
+	uint64_t max_queued_bytes; /* queued to write to one client */
 	uint64_t max_parked_fds;  /* received, not yet claimed, every client together */
 	uint64_t max_buffers;     /* separate buffers (mappings) per trainer */
 	uint64_t max_mappings;    /* buffers of every trainer together */
 	uint64_t max_jobs;        /* jobs at once */
 	uint64_t max_trainers;    /* trainers of every job together */
+	uint64_t max_jobs_per_user;     /* jobs of one owner; 0: no limit */
+	uint64_t max_trainers_per_user; /* trainers of one uid; 0: no limit */
 	uint32_t max_nodes;       /* most nodes one job may span */
 	uint64_t max_fusion_elements; /* the largest fusion buffer a job may ask for */
 	uint64_t max_fusion_memory; /* bytes of every job's fusion buffers together */

@@ -304,7 +304,9 @@ static void refused(const struct gs_test_daemon *d, const struct harness_job *j,
 /* The node's limits keep one job from taking it: a job beyond --max-jobs,
  * a trainer beyond --max-trainers (every job's together), a fusion buffer
  * beyond --max-fusion-buffer and, without a node port, a job of several
- * nodes are refused, naming the limit; the jobs within them go on. */
+ * nodes are refused, naming the limit; the jobs within them go on, and a
+ * job of one node whose trainer left has nothing to keep: its place is
+ * free at once. */
 static void node_limits(void **state)
 {
 	(void)state;
@@ -323,40 +325,99 @@ static void node_limits(void **state)
 	int a0 = welcomed(&d, &a, 0), a1 = welcomed(&d, &a, 1), b0 = welcomed(&d, &b, 0);
 	refused(&d, &c, 0, GS_ELIMIT, "job 'c' cannot begin: this node serves 2 jobs already, its most (--max-jobs)");
 	close(b0);
-	/* b's trainer gone, b lingers: still a job of the node's two. */
-	usleep(200000);
-	refused(&d, &c, 0, GS_ELIMIT, "this node serves 2 jobs already");
-	int b1 = welcomed(&d, &b, 0), a2 = welcomed(&d, &a, 2);
-	refused(&d, &c, 0, GS_ELIMIT, "this node serves 4 trainers already, its most (--max-trainers)");
+	harness_wait_for_text(d.log, "left job 'b'", 10);
+	int c0 = welcomed(&d, &c, 0), a2 = welcomed(&d, &a, 2);
+	refused(&d, &b, 0, GS_ELIMIT, "this node serves 4 trainers already, its most (--max-trainers)");
 	close(a2);
-	close(b1);
+	close(c0);
 	close(a1);
 	close(a0);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-/* A job lingers between trainers: one of the same shape and user takes
- * it up again; one of another shape begins the job anew, which the
- * daemon says. */
+/* Raw trainers of job j, local rank 0 on each of the two nodes d[],
+ * welcomed once both have said Hello (a new job joins its nodes first). */
+static void welcomed_on_both(const struct gs_test_daemon d[2], const struct harness_job *j, int fd[2])
+{
+	for (unsigned n = 0; n < 2; n++) {
+		fd[n] = raw_connect(d[n].socket);
+		raw_send_hello_job(fd[n], 0, GS_PROTOCOL_VERSION, j, n);
+	}
+	for (unsigned n = 0; n < 2; n++) {
+		Gradsync__Message *m = raw_recv(fd[n]);
+		if (!m || m->body_case != GRADSYNC__MESSAGE__BODY_WELCOME)
+			fail_msg("node %u: job '%s' got %s, not a Welcome", n, j->id,
+				 !m ? "nothing"
+				 : m->body_case == GRADSYNC__MESSAGE__BODY_ERROR ? m->error->message
+				 : "another message");
+		gradsync__message__free_unpacked(m, NULL);
+	}
+}
+
+/* Times text occurs in the file. */
+static unsigned occurrences(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char line[4096];
+	unsigned n = 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, text) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Waits (up to 10 s) until text has occurred n times in the file. */
+static void wait_occurrences(const char *path, const char *text, unsigned n)
+{
+	double t0 = harness_now_s();
+	while (occurrences(path, text) < n) {
+		if (harness_now_s() - t0 > 10) {
+			harness_dump(path);
+			fail_msg("'%s' occurred %u times in %s, not %u", text, occurrences(path, text),
+				 path, n);
+		}
+		usleep(20000);
+	}
+}
+
+/* A job of several nodes lingers between trainers: ones of the same shape
+ * and user take it up again; one of another shape begins the job anew,
+ * which the daemon says. (A job of one node has no group to keep, and
+ * does not linger.) */
 static void lingering_job_taken_up_or_begun_anew(void **state)
 {
 	(void)state;
+	if (!harness_have_gloo())
+		skip();
 	static const char *const args[] = { "--job-linger=60", NULL };
-	struct gs_test_daemon d;
-	harness_daemon_start(&d, args);
-	struct harness_job j = { .id = "l", .threshold = "1000" };
-	close(welcomed(&d, &j, 0));
-	harness_wait_for_text(d.log, "job 'l': every trainer has left; keeping its group for 60 s", 10);
-	close(welcomed(&d, &j, 0));
-	harness_wait_for_text(d.log, "job 'l': a trainer came back", 10);
-	assert_false(harness_log_contains(&d, "the lingering job's group goes"));
-	struct harness_job other = { .id = "l", .threshold = "2000" };
-	int fd = welcomed(&d, &other, 0);
-	harness_wait_for_text(d.log, "job 'l': this trainer says threshold 2000, the job has 1000 (set by its first trainer): the lingering job's group goes", 10);
-	/* The job is the new trainer's now. */
-	refused(&d, &j, 0, GS_EREFUSED, "this trainer says threshold 1000, the job has 2000");
-	close(fd);
-	assert_int_equal(harness_daemon_stop(&d), 0);
+	struct harness_job j = { .id = "l", .nodes = 2, .threshold = "1000" };
+	struct gs_test_daemon d[2];
+	for (unsigned n = 0; n < 2; n++)
+		harness_job_daemon_spawn(&d[n], &j, n, args);
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	const char *lingers = "job 'l': every trainer has left; keeping its group for 60 s";
+	int fd[2];
+	for (unsigned round = 1; round <= 2; round++) {
+		welcomed_on_both(d, &j, fd);
+		for (unsigned n = 0; n < 2; n++)
+			close(fd[n]);
+		for (unsigned n = 0; n < 2; n++)
+			wait_occurrences(d[n].log, lingers, round);
+	}
+	assert_true(harness_log_contains(&d[0], "job 'l': a trainer came back"));
+	assert_false(harness_log_contains(&d[0], "the lingering job's group goes"));
+	struct harness_job other = j;
+	other.threshold = "2000";
+	welcomed_on_both(d, &other, fd);
+	harness_wait_for_text(d[0].log, "job 'l': this trainer says threshold 2000, the job has 1000 (set by its first trainer): the lingering job's group goes", 10);
+	/* The job is the new trainers' now. */
+	refused(&d[0], &j, 0, GS_EREFUSED, "this trainer says threshold 1000, the job has 2000");
+	for (unsigned n = 0; n < 2; n++)
+		close(fd[n]);
+	harness_daemon_stop(&d[1]);
+	assert_int_equal(harness_daemon_stop(&d[0]), 0);
 }
 
 int main(void)

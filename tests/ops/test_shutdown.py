@@ -9,11 +9,12 @@ longer than that (a job kept that long would hold the stop up):
                         then the join failed (--join-timeout): the job,
                         found by no Hello from then on, goes with its
                         threads at once, not --job-linger later;
-  while_lingering       a job of 1 node of its own whose trainer ran a
-                        step and left: its group is kept for --job-linger,
-                        but a daemon that stops keeps nothing.
+  while_lingering       a job of 2 nodes whose trainers ran a step and
+                        left: its group is kept for --job-linger, but a
+                        daemon that stops keeps nothing.
 
-One daemon, node 0 of each job, on loopback; node 1 is never started."""
+One daemon, node 0 of each job, on loopback; node 1 is never started,
+but for the lingering job (a job of one node has no group to keep)."""
 import os
 import time
 
@@ -79,14 +80,19 @@ def test_after_a_failed_join():
 
 
 def test_while_lingering():
-    job = Job(job_id="kept", nodes=1)
+    if not HAVE_GLOO:
+        raise Skip("a job of several nodes needs Gloo")
+    job = Job(job_id="kept", nodes=2)
     d = Daemon([f"--job-linger={LINGER}"], job=job)
+    d1 = Daemon([f"--job-linger={LINGER}"], job=job, node=1)
     try:
-        steps = Trainer(d.socket, 0, COUNTS, job=job).wait()
-        check_eq(len(steps), 1, "the trainer's steps")
+        trainers = [Trainer(n.socket, 0, COUNTS, job=job, node=i) for i, n in enumerate([d, d1])]
+        for t in trainers:
+            check_eq(len(t.wait()), 1, "the trainer's steps")
         wait_for(lambda: "keeping its group" in d.log_text(), 10, "the job to linger")
         stopped_promptly(d)
     finally:
+        d1.cleanup()
         d.cleanup()
 
 

@@ -234,8 +234,9 @@ def test_in_process_semantics():
             check(torch.allclose(p.grad, w, rtol=2 ** -10, atol=0),
                   "no_sync did not accumulate both backward passes")
         sync.close()
-        # The job lingers: a trainer of the same job (the threshold from
-        # the environment) takes its place, and its dtype is refused.
+        # The job of one node went with its trainer: a trainer of the same
+        # job (the threshold from the environment) begins it anew, and its
+        # dtype is refused.
         try:
             gst.GradSync(copy.deepcopy(model).double(), threshold=None, socket_path=d.socket)
             raise AssertionError("float64 parameters were accepted")

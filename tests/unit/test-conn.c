@@ -5,6 +5,7 @@
  * the limits and deadlines, and the order of close, closed and the free.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -17,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "clock.h"
 #include "frame.h"
 #include "errors.h"
 #include "serve/conn.h"
@@ -31,15 +33,39 @@ struct fixture {
 	int nseen;
 	int closed;
 	int closed_error; /* c->error when closed ran */
+	int dispatched;   /* messages that reached dispatch */
+	size_t reply;     /* > 0: dispatch answers each with a message this long */
 };
 
 static struct fixture *current;
+
+/* An Error whose text is `len` letters, for a message of a size of the
+ * test's choosing; numbered by its first letters. */
+static void send_long(struct gs_conn *c, size_t len, int number)
+{
+	char *text = malloc(len + 1);
+	assert_non_null(text);
+	memset(text, 'x', len);
+	text[len] = '\0';
+	snprintf(text, len, "%08d", number);
+	text[8] = 'x';
+	Gradsync__Error err = GRADSYNC__ERROR__INIT;
+	err.message = text;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
+	m.error = &err;
+	gs_conn_send(c, &m);
+	free(text);
+}
 
 static void on_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 {
 	assert_ptr_equal(c, current->conn);
 	if (current->nseen < 8)
 		current->seen[current->nseen++] = m->body_case;
+	current->dispatched++;
+	if (current->reply)
+		send_long(c, current->reply, current->dispatched);
 }
 
 static void on_closed(struct gs_conn *c)
@@ -63,7 +89,7 @@ static int setup(void **state)
 	current = &f;
 	gs_log_init(GS_LOG_ERROR);
 	assert_int_equal(uv_loop_init(&f.loop), 0);
-	gs_conn_set_init(&f.set, &f.loop, 1u << 20, 5, 5, 16, 1u << 20);
+	gs_conn_set_init(&f.set, &f.loop, 1u << 20, 5, 5, 16, 1u << 20, 1u << 20);
 	int sv[2];
 	assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
 	f.conn = gs_conn_create(&f.set, sv[0], 256, on_dispatch, on_closed);
@@ -226,6 +252,149 @@ static void hello_deadline_drops_a_timed_client(void **state)
 	assert_true(freed(f));
 }
 
+/* Frames of the connection's peer: reads what there is now, counting
+ * whole frames and checking that each Error carries its number in order;
+ * returns how many whole frames it read. */
+static int read_replies(int fd, int *next)
+{
+	static uint8_t buf[1 << 20];
+	static size_t have;
+	int got = 0;
+	ssize_t n;
+	while ((n = recv(fd, buf + have, sizeof(buf) - have, MSG_DONTWAIT)) > 0) {
+		have += (size_t)n;
+		size_t off = 0;
+		while (have - off >= GS_FRAME_HEADER_SIZE &&
+		       have - off >= GS_FRAME_HEADER_SIZE + gs_frame_get_len(buf + off)) {
+			uint32_t len = gs_frame_get_len(buf + off);
+			Gradsync__Message *m;
+			assert_int_equal(gs_frame_decode(buf + off + GS_FRAME_HEADER_SIZE, len, &m), 0);
+			assert_int_equal(m->body_case, GRADSYNC__MESSAGE__BODY_ERROR);
+			assert_int_equal(atoi(m->error->message), ++*next);
+			gradsync__message__free_unpacked(m, NULL);
+			off += GS_FRAME_HEADER_SIZE + len;
+			got++;
+		}
+		memmove(buf, buf + off, have - off);
+		have -= off;
+	}
+	return got;
+}
+
+/* A peer that pipelines requests and reads none of the answers is not
+ * read past a sixteenth of the queue's limit (64 KiB of 1 MiB): its
+ * requests wait, its frame clock stops, and once it reads, every request
+ * is answered, in order. */
+static void unread_replies_pause_reading(void **state)
+{
+	struct fixture *f = *state;
+	enum { REQUESTS = 200, REPLY = 16 << 10 };
+	f->reply = REPLY;
+	int small = 4096; /* the kernel's buffer, as small as it goes */
+	setsockopt(f->conn->fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	setsockopt(f->peer, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	for (int i = 0; i < REQUESTS; i++)
+		send_message(f->peer, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST);
+	spin(f);
+	int answered = f->dispatched;
+	print_message("paused after %d of %d requests, %zu bytes queued\n", answered, REQUESTS,
+		      f->conn->out_bytes);
+	assert_true(gs_conn_paused(f->conn));
+	assert_true(answered < REQUESTS / 4);
+	assert_true(f->conn->out_bytes <= (1u << 20) / GS_CONN_PAUSE_SHARE + REPLY + 64);
+	/* Held requests are this side's wait, not a frame the peer left
+	 * unfinished. */
+	f->conn->timed = true;
+	gs_conn_check_deadlines(f->conn, gs_now_ns() + 3600 * 1000000000ull);
+	assert_int_equal(f->closed, 0);
+	int next = 0, read = 0;
+	for (int round = 0; round < 10000 && read < REQUESTS; round++) {
+		read += read_replies(f->peer, &next);
+		spin(f);
+	}
+	assert_int_equal(read, REQUESTS);
+	assert_int_equal(f->dispatched, REQUESTS);
+	assert_false(gs_conn_paused(f->conn));
+	assert_int_equal(f->closed, 0);
+}
+
+/* stderr into a file for the time of a call: what the log said. */
+static int capture_begin(char *path, size_t n)
+{
+	snprintf(path, n, "/tmp/gs-test-conn-XXXXXX");
+	int fd = mkstemp(path);
+	assert_true(fd >= 0);
+	fflush(stderr);
+	int saved = dup(2);
+	assert_int_equal(dup2(fd, 2), 2);
+	close(fd);
+	return saved;
+}
+
+static void capture_end(int saved, const char *path, char *out, size_t n)
+{
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	size_t got = fread(out, 1, n - 1, f);
+	out[got] = '\0';
+	fclose(f);
+	unlink(path);
+	fprintf(stderr, "%s", out);
+}
+
+/* Messages the daemon sends unasked to a peer that reads none: past
+ * --max-queued-bytes the peer is dropped, the log naming the setting, and
+ * the queue never holds more than the limit. */
+static void queue_past_its_limit_drops_the_peer(void **state)
+{
+	struct fixture *f = *state;
+	gs_log_init(GS_LOG_WARN);
+	char path[64], log[4096];
+	int saved = capture_begin(path, sizeof(path));
+	int sent = 0;
+	size_t most = 0;
+	while (!f->closed && sent < 1000) {
+		send_long(f->conn, 60 << 10, ++sent);
+		if (!f->closed && f->conn->out_bytes > most)
+			most = f->conn->out_bytes;
+	}
+	capture_end(saved, path, log, sizeof(log));
+	print_message("dropped at message %d, %zu bytes queued at most\n", sent, most);
+	assert_int_equal(f->closed, 1);
+	assert_true(most <= 1u << 20);
+	assert_true(sent < 40);
+	assert_non_null(strstr(log, "(--max-queued-bytes)"));
+	spin(f);
+	assert_true(freed(f));
+}
+
+/* The layer above's deadline drops a timed client with its words. */
+static void own_deadline_drops_a_timed_client(void **state)
+{
+	struct fixture *f = *state;
+	f->conn->timed = true;
+	gs_conn_set_deadline(f->conn, 1000, "no tensors within %d s (--register-timeout)", 7);
+	gs_conn_check_deadlines(f->conn, 999);
+	assert_int_equal(f->closed, 0);
+	gs_conn_set_deadline(f->conn, 0, "cleared");
+	gs_conn_check_deadlines(f->conn, 5000);
+	assert_int_equal(f->closed, 0);
+	gs_conn_set_deadline(f->conn, 1000, "no tensors within %d s (--register-timeout)", 7);
+	gs_conn_check_deadlines(f->conn, 1000);
+	assert_int_equal(f->closed, 1);
+	uint8_t buf[4096];
+	ssize_t n = read(f->peer, buf, sizeof(buf));
+	assert_true(n > GS_FRAME_HEADER_SIZE);
+	Gradsync__Message *m;
+	assert_int_equal(gs_frame_decode(buf + GS_FRAME_HEADER_SIZE, (size_t)n - GS_FRAME_HEADER_SIZE, &m), 0);
+	assert_int_equal(m->error->code, GS_ETIMEDOUT);
+	assert_string_equal(m->error->message, "no tensors within 7 s (--register-timeout)");
+	gradsync__message__free_unpacked(m, NULL);
+}
+
 static void name_carries_the_label(void **state)
 {
 	struct fixture *f = *state;
@@ -250,6 +419,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(identified_trainer_gets_the_set_limit, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(hello_deadline_drops_a_timed_client, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(unread_replies_pause_reading, setup, teardown),
+		cmocka_unit_test_setup_teardown(queue_past_its_limit_drops_the_peer, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(own_deadline_drops_a_timed_client, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(name_carries_the_label, setup, teardown),
 	};
