@@ -26,11 +26,11 @@ static unsigned trainers_of(const struct gs_jobs *t, uid_t uid)
 	return n;
 }
 
-/* A job belongs to its first trainer's user from then on, lingering
- * included. */
+/* A job belongs to the user whose trainer began it, for its whole life
+ * (engine/ownership.h). */
 static bool owned_by(const struct gs_job_entry *e, uid_t uid)
 {
-	return e->job.has_owner && e->job.owner == uid;
+	return e->settings.owner == uid;
 }
 
 static unsigned jobs_of(const struct gs_jobs *t, uid_t uid)

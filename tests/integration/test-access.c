@@ -142,6 +142,7 @@ struct cell {
 	struct gs_test_daemon d[2];
 	unsigned daemons;
 	int held[4]; /* the owner's trainers' connections, -1: none */
+	bool keep;   /* the knocker's connection, once admitted, is kept in held[3] */
 	bool (*admitted)(struct cell *c, unsigned node);
 };
 
@@ -174,7 +175,10 @@ static enum outcome knock(struct cell *c, unsigned node, uint32_t rank,
 			if (refused)
 				print_message("    %s: %s\n", who_names[c->who], m->error->message);
 			gradsync__message__free_unpacked(m, NULL);
-			close(fd);
+			if (welcomed && c->keep)
+				c->held[3] = fd;
+			else
+				close(fd);
 			return welcomed ? ADMITTED : REFUSED;
 		}
 		if (c->admitted && c->admitted(c, node)) {
@@ -250,6 +254,7 @@ static enum outcome door_new(enum who who)
 	struct cell c;
 	cell_init(&c, who, "new", 1, 1);
 	start_daemons(&c, 1);
+	c.keep = true; /* a job of one node goes with its last trainer */
 	enum outcome o = knock(&c, 0, 0, &c.job);
 	if (o == ADMITTED)
 		assert_int_equal(job_status(c.d[0].socket, "new").owner, uid_of(who));

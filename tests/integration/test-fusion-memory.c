@@ -210,7 +210,10 @@ static void hellos_asking_for_the_largest_buffer_add_little(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	harness_daemon_start(&d, NULL);
+	/* The Hellos are all root's: one user's jobs, more than the
+	 * per-user default. */
+	static const char *const args[] = { "--max-jobs-per-user=0", NULL };
+	harness_daemon_start(&d, args);
 	long before = rss_kib(d.pid);
 	int fds[HELLOS];
 	double t0 = harness_now_s();
@@ -361,7 +364,7 @@ static const char *const churn_fusion[CHURN_ROUNDS][CHURN_JOBS] = {
 static void memory_goes_back_when_jobs_go(void **state)
 {
 	(void)state;
-	static const char *const args[] = { "--job-linger=0", NULL };
+	static const char *const args[] = { "--job-linger=0", "--max-jobs-per-user=0", NULL };
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, args);
 	long start = rss_kib(d.pid), peak = start;
@@ -435,7 +438,7 @@ static double longest_step(const char *log, unsigned *steps)
 static void other_jobs_opening_do_not_stall_a_step(void **state)
 {
 	(void)state;
-	static const char *const args[] = { "--job-linger=0", NULL };
+	static const char *const args[] = { "--job-linger=0", "--max-jobs-per-user=0", NULL };
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, args);
 	/* A small layout: its steps are short, and its trainers spend them

@@ -68,8 +68,7 @@ static struct gs_job_entry *add_job(struct fixture *f, uid_t owner, const uid_t 
 	struct gs_job_entry *e = calloc(1, sizeof(*e));
 	assert_non_null(e);
 	e->state = lingering ? GS_ENTRY_LINGERING : GS_ENTRY_READY;
-	e->job.owner = owner;
-	e->job.has_owner = true;
+	e->settings.owner = owner;
 	for (unsigned r = 0; r < n; r++) {
 		e->job.slots[r] = calloc(1, sizeof(struct gs_trainer));
 		assert_non_null(e->job.slots[r]);
