@@ -10,6 +10,7 @@
 #include "engine/reduce.h"
 #include "engine/trainer.h"
 #include "errors.h"
+#include "escape.h"
 #include "job_id.h"
 #include "support/log.h"
 
@@ -247,7 +248,9 @@ static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t r
 	if (!j->in_step || j->aborting)
 		return;
 	j->aborting = true;
-	snprintf(j->abort_reason, sizeof(j->abort_reason), "%s", why);
+	/* Escaped as an Error is: it goes to every trainer of the job, and
+	 * may name what a trainer or another node sent (a tensor's name). */
+	gs_escape(why, j->abort_reason, sizeof(j->abort_reason));
 	gs_warn("job '%s': step %llu aborted: %s", j->id, (unsigned long long)j->step_number, why);
 	/* The other nodes wait in the next bucket's collective: take part in
 	 * it with a vote to abort, so that they end the step at the same bucket

@@ -384,6 +384,11 @@ struct gs_trainer *gs_jobs_attach(struct gs_jobs *t, const struct gs_client *c,
 			       GS_JOB_ID_MAX);
 		return NULL;
 	}
+	char bad[GS_COORDINATOR_MAX + 300];
+	if (gs_hello_check(id, h, bad, sizeof(bad)) < 0) {
+		gs_client_fail(c, GS_EINVAL, "%s", bad);
+		return NULL;
+	}
 	if (t->stopping) {
 		gs_client_fail(c, GS_EAGAIN, "gradsyncd is shutting down");
 		return NULL;
