@@ -65,19 +65,18 @@ void gs_jobs_totals(const struct gs_jobs *t, struct gs_stats *out)
 		add_stats(out, &e->job.stats);
 }
 
+const char *const gs_entry_state_names[GS_ENTRY_STATES] = {
+	[GS_ENTRY_JOINING] = "joining",
+	[GS_ENTRY_READY] = "ready",
+	[GS_ENTRY_LINGERING] = "lingering",
+	[GS_ENTRY_CLOSING] = "closing",
+};
+
 const char *gs_entry_state_name(const struct gs_job_entry *e)
 {
-	switch (e->state) {
-	case GS_ENTRY_JOINING:
-		return "joining";
-	case GS_ENTRY_READY:
+	if (e->state == GS_ENTRY_READY)
 		return gs_job_state(&e->job);
-	case GS_ENTRY_LINGERING:
-		return "lingering";
-	case GS_ENTRY_CLOSING:
-		return "closing";
-	}
-	return "?";
+	return gs_entry_state_names[e->state];
 }
 
 /* ---- Closing a job ----------------------------------------------------- */
