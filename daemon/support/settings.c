@@ -75,7 +75,7 @@ static const struct setting table[] = {
 	{ "allow-hugetlb", K_CHOICE, FIELD(allow_hugetlb), "no", 0, 0, yes_no_choices,
 	  "accept gradient buffers in huge-page memfds (MFD_HUGETLB), whose pages a trainer can make vanish: a trainer whose huge pages vanish fails its own step and is dropped, and that step is aborted for the others" },
 	{ "node-address", K_TEXT, FIELD(node_address), "", 0, 255, NULL,
-	  "address (or interface name) where the daemons of other nodes reach this one, for the rendezvous of the jobs whose node 0 it is and for every job's Gloo connections; empty: the host name" },
+	  "address (or interface name) where the daemons of other nodes reach this one, for the rendezvous of the jobs whose node 0 it is and for every job's Gloo connections: a host alone, as a coordinator is (no port, path or scheme); empty: the host name" },
 	{ "node-port", K_UINT, FIELD(node_port), "29450", 0, 65535, NULL,
 	  "TCP port on --node-address where this daemon serves the rendezvous of every job whose node 0 it is; the same on every node, as a job's trainers name only its node 0's host; 0: none, and only jobs of one node are served" },
 	{ "cluster-secret-file", K_TEXT, FIELD(cluster_secret_file), "", 0, 255, NULL,
