@@ -369,7 +369,7 @@ static int derive_predivide(double opt, struct gs_launch_info *li)
 		return bad_value("predivide factor", source, v ? v : text,
 				 "expected 'world' (0) or a number in [1, 1e6]");
 	}
-	li->predivide_factor = f;
+	li->predivide_factor = f == 0 ? 0 : f; /* -0.0 from the options is the world too */
 	return GS_OK;
 }
 

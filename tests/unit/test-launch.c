@@ -4,6 +4,7 @@
  * environments written out by hand, each with the values and sources a
  * reader of the precedence table expects, and each bad value's message.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -486,6 +487,11 @@ static void settings_options_win(void **state)
 	assert_string_equal(li.wire_dtype_source, "GRADSYNC_WIRE");
 	assert_int_equal(li.fusion_buffer_elements, 2048);
 	assert_string_equal(li.fusion_buffer_source, "GRADSYNC_FUSION_BUFFER");
+
+	/* -0.0 in the options is the world size, as 0 is, and is sent as 0. */
+	o.predivide_factor = -0.0;
+	assert_int_equal(gs_launch_info_get(&o, &li), GS_OK);
+	assert_true(li.predivide_factor == 0 && !signbit(li.predivide_factor));
 
 	/* An options struct from before the settings leaves them to the
 	 * environment. */
