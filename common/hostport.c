@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 /* Interface names are at most 15 bytes (IFNAMSIZ - 1). */
 #define ZONE_MAX 15
 
