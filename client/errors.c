@@ -10,6 +10,7 @@
 
 #include "client.h"
 #include "errors.h"
+#include "escape.h"
 
 static _Thread_local char thread_error[GS_ERRMSG_SIZE];
 
@@ -42,9 +43,13 @@ const char *gs_last_error(const gs_client *c)
 static void vfail(struct gs_client *c, const char *fmt, va_list ap)
 	GS_PRINTF(2, 0);
 
+/* The message escaped whole, whatever its arguments hold (a value from
+ * the environment, the daemon's words): the caller may print it. */
 static void vfail(struct gs_client *c, const char *fmt, va_list ap)
 {
-	vsnprintf(c ? c->error : thread_error, GS_ERRMSG_SIZE, fmt, ap);
+	char raw[GS_ERRMSG_SIZE];
+	vsnprintf(raw, sizeof(raw), fmt, ap);
+	gs_escape(raw, c ? c->error : thread_error, GS_ERRMSG_SIZE);
 }
 
 int gs__fail(struct gs_client *c, int code, const char *fmt, ...)

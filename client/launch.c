@@ -5,13 +5,17 @@
  * the first source that gives it; gs_connect and gs_launch_info_get (its
  * dry run) share this one derivation.
  */
+#include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "client.h"
+#include "escape.h"
+#include "hostport.h"
 #include "job_id.h"
+#include "number.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -72,24 +76,13 @@ static void set_source(char *dst, const char *name, const char *launcher)
 		snprintf(dst, GS_LAUNCH_SOURCE_MAX, "%s", name);
 }
 
-/* A value for a message: quoted, control and non-ASCII bytes escaped, cut
- * after 64 characters. */
+/* A value for a message: quoted, bytes outside printable ASCII escaped
+ * (common/escape.h), cut after 64 characters. */
 static const char *quoted(const char *v, char *buf, size_t n)
 {
-	size_t k = 0;
-	buf[k++] = '\'';
-	for (size_t i = 0; v[i] && k + 8 < n; i++) {
-		unsigned char ch = (unsigned char)v[i];
-		if (i == 64) {
-			k += (size_t)snprintf(buf + k, n - k, "...");
-			break;
-		}
-		if (ch < 0x20 || ch > 0x7e || ch == '\'' || ch == '\\')
-			k += (size_t)snprintf(buf + k, n - k, "\\x%02x", ch);
-		else
-			buf[k++] = (char)ch;
-	}
-	snprintf(buf + k, n - k, "'");
+	char head[65], safe[GS_ESCAPED_SIZE(sizeof(head))];
+	snprintf(head, sizeof(head), "%s", v);
+	snprintf(buf, n, "'%s%s'", gs_escape(head, safe, sizeof(safe)), strlen(v) > 64 ? "..." : "");
 	return buf;
 }
 
@@ -101,27 +94,30 @@ static int bad_value(const char *what, const char *source, const char *value,
 		       quoted(value, q, sizeof(q)), why);
 }
 
-/* Decimal digits only: no sign, space or base prefix. */
+/* A number as common/number.h reads them, in [lo, hi]. */
+static int parse_uint(const char *what, const char *source, const char *text, uint64_t lo,
+		      uint64_t hi, uint64_t *out)
+{
+	int r = gs_parse_uint(text, lo, hi, out);
+	if (r == -EINVAL)
+		return bad_value(what, source, text, "not a number (" GS_NUMBER_FORM ")");
+	if (r < 0) {
+		char why[96];
+		snprintf(why, sizeof(why), "out of range: expected %llu to %llu",
+			 (unsigned long long)lo, (unsigned long long)hi);
+		return bad_value(what, source, text, why);
+	}
+	return GS_OK;
+}
+
 static int parse_number(const struct field *f, const char *source, const char *text,
 			uint32_t *out)
 {
-	uint64_t v = 0;
-	if (!*text)
-		return bad_value(f->what, source, text, "not a number");
-	for (const char *p = text; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return bad_value(f->what, source, text, "not a number");
-		v = v * 10 + (uint64_t)(*p - '0');
-		if (v > UINT32_MAX)
-			break;
-	}
-	if (v < f->lo || v > f->hi) {
-		char why[96];
-		snprintf(why, sizeof(why), "out of range: expected %u to %u", f->lo, f->hi);
-		return bad_value(f->what, source, text, why);
-	}
-	*out = (uint32_t)v;
-	return GS_OK;
+	uint64_t v;
+	int r = parse_uint(f->what, source, text, f->lo, f->hi, &v);
+	if (r == GS_OK)
+		*out = (uint32_t)v;
+	return r;
 }
 
 /* The options' value when set, else the first variable set, else def. */
@@ -158,7 +154,7 @@ static int torchrun_nodes(uint32_t *out, char *source)
 	const char *ws = env("WORLD_SIZE"), *lws = env("LOCAL_WORLD_SIZE");
 	if (!ws || !lws)
 		return 0;
-	uint32_t w, l;
+	uint32_t w = 0, l = 0;
 	int r = parse_number(&world, "WORLD_SIZE (torchrun)", ws, &w);
 	if (r == GS_OK)
 		r = parse_number(&local_size_field, "LOCAL_WORLD_SIZE (torchrun)", lws, &l);
@@ -259,13 +255,14 @@ static int derive_coordinator(const char *opt, struct gs_launch_info *li)
 		host = "";
 		set_source(source, "default", NULL);
 	}
-	for (size_t i = 0; host[i]; i++)
-		if ((unsigned char)host[i] <= 0x20 || (unsigned char)host[i] > 0x7e)
-			return bad_value("coordinator", source, host,
-					 "a host name or address has no spaces, control or non-ASCII characters");
-	if (strlen(host) >= sizeof(li->coordinator))
-		return bad_value("coordinator", source, host,
-				 "longer than the " STR(GS_COORDINATOR_MAX) " bytes a coordinator may have");
+	/* Refused here, at once, what gradsyncd would only find out by
+	 * failing to reach it for --join-timeout: a port, a path, a URL. */
+	char why[160];
+	if (host[0] && gs_host_check(host, why, sizeof(why)) < 0) {
+		char full[200];
+		snprintf(full, sizeof(full), "not a host name or address: it %s", why);
+		return bad_value("coordinator", source, host, full);
+	}
 	snprintf(li->coordinator, sizeof(li->coordinator), "%s", host);
 	return GS_OK;
 }
@@ -282,32 +279,6 @@ static int check_rank(const char *rank_what, uint32_t rank, const char *rank_sou
 }
 
 /* ---- The job's settings ------------------------------------------------ */
-
-/* Decimal digits only, lo..hi. */
-static int parse_u64(const char *what, const char *source, const char *text,
-		     uint64_t lo, uint64_t hi, uint64_t *out)
-{
-	uint64_t v = 0;
-	if (!*text)
-		return bad_value(what, source, text, "not a number");
-	for (const char *p = text; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return bad_value(what, source, text, "not a number");
-		if (v > (UINT64_MAX - 9) / 10) {
-			v = UINT64_MAX;
-			break;
-		}
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	if (v < lo || v > hi) {
-		char why[96];
-		snprintf(why, sizeof(why), "out of range: expected %llu to %llu",
-			 (unsigned long long)lo, (unsigned long long)hi);
-		return bad_value(what, source, text, why);
-	}
-	*out = v;
-	return GS_OK;
-}
 
 /* gradsyncd's bounds of --threshold and --fusion-buffer. */
 #define THRESHOLD_MAX (UINT64_C(1) << 32)
@@ -335,9 +306,9 @@ static int derive_u64(const char *what, const char *var, bool from_options, uint
 	if (from_options) {
 		char text[24];
 		snprintf(text, sizeof(text), "%llu", (unsigned long long)opt);
-		return parse_u64(what, source, text, lo, hi, out);
+		return parse_uint(what, source, text, lo, hi, out);
 	}
-	return v ? parse_u64(what, source, v, lo, hi, out) : GS_OK;
+	return v ? parse_uint(what, source, v, lo, hi, out) : GS_OK;
 }
 
 static const char *const wire_names[] = { NULL, "fp16", "bf16", "fp32" };
@@ -384,11 +355,13 @@ static int derive_predivide(double opt, struct gs_launch_info *li)
 	if (opt < 0 && strcmp(v, "world") == 0)
 		f = 0;
 	else if (opt < 0) {
-		char *end;
-		f = strtod(v, &end);
-		if (end == v || *end)
+		int r = gs_parse_real(v, 1, 1e6, &f);
+		if (r == -EINVAL)
 			return bad_value("predivide factor", source, v,
-					 "expected 'world' or a number in [1, 1e6]");
+					 "not a number: expected 'world' or a decimal number in [1, 1e6] (no sign, space, hex, inf or nan)");
+		if (r < 0)
+			return bad_value("predivide factor", source, v,
+					 "out of range: expected 'world' or a number in [1, 1e6]");
 	}
 	if (f != 0 && !(f >= 1 && f <= 1e6)) {
 		char text[32];
@@ -396,7 +369,7 @@ static int derive_predivide(double opt, struct gs_launch_info *li)
 		return bad_value("predivide factor", source, v ? v : text,
 				 "expected 'world' (0) or a number in [1, 1e6]");
 	}
-	li->predivide_factor = f;
+	li->predivide_factor = f == 0 ? 0 : f; /* -0.0 from the options is the world too */
 	return GS_OK;
 }
 
@@ -425,54 +398,69 @@ static int derive_settings(const struct gs_connect_options *o, struct gs_launch_
 	return r;
 }
 
+#define TASKS_SOURCE "SLURM_TASKS_PER_NODE (Slurm)"
+#define TASKS_FORM "not Slurm's form: counts N or N(xM), comma separated"
+
+/* One entry of SLURM_TASKS_PER_NODE (all of it v) at *p, "N" or "N(xM)":
+ * its count and repeat, *p moved past it. Returns GS_OK or the error. */
+static int slurm_entry(const char **p, const char *v, uint64_t *count, uint64_t *repeat)
+{
+	int r = gs_parse_uint_prefix(*p, p, 1, GS_MAX_LOCAL_SIZE, count);
+	if (r == -ERANGE)
+		return bad_value("local size", TASKS_SOURCE, v,
+				 "a node's count is out of range: expected 1 to " STR(GS_MAX_LOCAL_SIZE));
+	if (r < 0)
+		return bad_value("local size", TASKS_SOURCE, v, TASKS_FORM);
+	*repeat = 1;
+	if (strncmp(*p, "(x", 2) != 0)
+		return GS_OK;
+	r = gs_parse_uint_prefix(*p + 2, p, 1, GS_MAX_NODES, repeat);
+	if (r == -ERANGE)
+		return bad_value("local size", TASKS_SOURCE, v,
+				 "a count's repeat is out of range: expected 1 to " STR(GS_MAX_NODES) " nodes");
+	if (r < 0 || **p != ')')
+		return bad_value("local size", TASKS_SOURCE, v, TASKS_FORM);
+	(*p)++;
+	return GS_OK;
+}
+
 /* Slurm's SLURM_TASKS_PER_NODE, which srun sets with or without
  * --ntasks-per-node: "2(x3),1" is 2 tasks on each of the first three
  * nodes and 1 on the fourth. This node's count (node SLURM_NODEID; with
  * no node id, the count all nodes share). Returns 1 when it gave one, 0
- * when it gives none, or the error. */
+ * when it gives none, or the error. Every number is bounded, and so is
+ * the nodes' sum: no repeat can wrap it round to another node's entry. */
 static int slurm_tasks_per_node(uint32_t *out, char *source)
 {
 	const char *v = env("SLURM_TASKS_PER_NODE");
 	if (!v)
 		return 0;
-	const char *src = "SLURM_TASKS_PER_NODE (Slurm)";
 	const char *id_text = env("SLURM_NODEID");
 	uint64_t node = UINT64_MAX, at = 0, found = 0, first = 0;
 	bool uniform = true;
-	if (id_text && parse_u64("node rank", "SLURM_NODEID (Slurm)", id_text, 0,
-				 GS_MAX_NODES - 1, &node) != GS_OK)
+	if (id_text && parse_uint("node rank", "SLURM_NODEID (Slurm)", id_text, 0,
+				  GS_MAX_NODES - 1, &node) != GS_OK)
 		return GS_EINVAL;
-	for (const char *p = v; *p;) {
-		char *end;
-		if (*p < '0' || *p > '9')
-			break;
-		uint64_t count = strtoull(p, &end, 10), repeat = 1;
-		p = end;
-		if (p[0] == '(' && p[1] == 'x') {
-			if (p[2] < '0' || p[2] > '9')
-				break;
-			repeat = strtoull(p + 2, &end, 10);
-			if (*end != ')' || repeat == 0)
-				break;
-			p = end + 1;
-		}
-		if (count == 0 || count > GS_MAX_LOCAL_SIZE)
-			return bad_value("local size", src, v, "a node's count is out of range: expected 1 to " STR(GS_MAX_LOCAL_SIZE));
+	for (const char *p = v;;) {
+		uint64_t count, repeat;
+		int r = slurm_entry(&p, v, &count, &repeat);
+		if (r < 0)
+			return r;
+		if (at + repeat > GS_MAX_NODES)
+			return bad_value("local size", TASKS_SOURCE, v,
+					 "it lists more than the " STR(GS_MAX_NODES) " nodes a job may have");
 		if (!first)
 			first = count;
 		uniform = uniform && count == first;
 		if (node >= at && node - at < repeat)
 			found = count;
 		at += repeat;
-		if (*p == ',' && p[1])
-			p++;
-		else if (*p)
+		if (!*p)
 			break;
-		else
-			goto parsed;
+		if (*p != ',' || !p[1])
+			return bad_value("local size", TASKS_SOURCE, v, TASKS_FORM);
+		p++;
 	}
-	return bad_value("local size", src, v, "not Slurm's form: counts N or N(xM), comma separated");
-parsed:
 	if (node == UINT64_MAX)
 		found = uniform ? first : 0;
 	if (!found)

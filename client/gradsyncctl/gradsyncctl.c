@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "gradsync.h"
+#include "number.h"
 
 #ifndef GS_VERSION
 #define GS_VERSION "unknown"
@@ -97,9 +98,8 @@ static int usage_error(const char *what, const char *arg)
 
 static bool parse_ms(const char *s, int *out)
 {
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0' || v <= 0 || v > 86400000)
+	uint64_t v;
+	if (gs_parse_uint(s, 1, 86400000, &v) < 0)
 		return false;
 	*out = (int)v;
 	return true;

@@ -898,13 +898,26 @@ void gs_cluster_request_regroup(void *cluster, uint64_t generation, const char *
 	gs_conn_send(c->conn, &m);
 }
 
-const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank)
+const char *const gs_peer_state_names[GS_PEER_STATES] = {
+	[GS_PEER_THIS_NODE] = "this node",
+	[GS_PEER_JOINING] = "joining",
+	[GS_PEER_JOINED] = "joined",
+	[GS_PEER_REGROUPING] = "regrouping",
+	[GS_PEER_LOST] = "lost",
+};
+
+static enum gs_peer_states peer_state(const struct gs_cluster *c, uint32_t rank)
 {
 	if (rank == c->node_rank)
-		return "this node";
+		return GS_PEER_THIS_NODE;
 	if (!c->joined)
-		return "joining";
+		return GS_PEER_JOINING;
 	if (c->lost && c->lost[rank])
-		return "lost";
-	return c->group_ready ? "joined" : "regrouping";
+		return GS_PEER_LOST;
+	return c->group_ready ? GS_PEER_JOINED : GS_PEER_REGROUPING;
+}
+
+const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank)
+{
+	return gs_peer_state_names[peer_state(c, rank)];
 }

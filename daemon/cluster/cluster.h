@@ -139,7 +139,19 @@ int gs_cluster_vote(void *cluster, float *v, size_t n, char *err, size_t errlen)
  * rebuilt since. */
 void gs_cluster_request_regroup(void *cluster, uint64_t generation, const char *why);
 
-/* The state of node `rank` as this daemon knows it, for status. */
+/* The state of a node of the job as this daemon knows it, as status
+ * names it: each name fits the char[32] of the public API's struct
+ * gs_peer_status (tests/unit/test-state-names.c checks). */
+enum gs_peer_states {
+	GS_PEER_THIS_NODE,
+	GS_PEER_JOINING,
+	GS_PEER_JOINED,
+	GS_PEER_REGROUPING,
+	GS_PEER_LOST,
+	GS_PEER_STATES
+};
+extern const char *const gs_peer_state_names[GS_PEER_STATES];
+/* Node `rank`'s, one of gs_peer_state_names. */
 const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank);
 
 #endif

@@ -526,7 +526,9 @@ static int read_welcome(const Gradsync__NodeWelcome *w, const struct gs_settings
 	}
 	for (size_t r = 0; r < w->n_nodes; r++) {
 		const Gradsync__NodeInfo *ni = w->nodes[r];
-		if (ni->node_rank != r || ni->local_size == 0 || ni->local_size > 64) {
+		char why[160];
+		if (ni->node_rank != r || ni->local_size == 0 || ni->local_size > 64 ||
+		    (ni->host[0] && gs_host_check(ni->host, why, sizeof(why)) < 0)) {
 			snprintf(err, n, "the coordinator's node list is malformed at node %zu", r);
 			return GS_EPROTO;
 		}

@@ -19,6 +19,7 @@
 #include "engine/job.h"
 #include "engine/ownership.h"
 #include "errors.h"
+#include "escape.h"
 #include "hostport.h"
 #include "node_protocol.h"
 #include "serve/conn.h"
@@ -155,11 +156,20 @@ static void handle_hello(struct gs_rdv_server *s, struct gs_conn *c, const Grads
 			     h->node_rank, h->local_size, GS_MAX_LOCAL);
 		return;
 	}
+	/* Its host goes to every node and into status: a host alone, as the
+	 * node's --node-address had to be (or none). */
+	const char *host = h->host ? h->host : "";
+	char why[160];
+	if (host[0] && gs_host_check(host, why, sizeof(why)) < 0) {
+		gs_conn_fail(c, GS_EINVAL, "node %u's NodeHello host (its --node-address) '%.64s%s' is not a host name or address: it %s",
+			     h->node_rank, host, strlen(host) > 64 ? "..." : "", why);
+		return;
+	}
 	struct rdv_node *n = &s->node[h->node_rank];
 	if (n->conn)
-		rdv_claim(s, n, p, h->local_size, h->host);
+		rdv_claim(s, n, p, h->local_size, host);
 	else
-		rdv_join(s, n, p, h->local_size, h->host);
+		rdv_join(s, n, p, h->local_size, host);
 }
 
 /* ---- The key-value store ------------------------------------------------ */
@@ -253,7 +263,9 @@ static void send_verdict(struct rdv_node *n, const char *why)
 	Gradsync__LayoutVerdict v = GRADSYNC__LAYOUT_VERDICT__INIT;
 	v.round = n->offer_round;
 	v.agreed = why == NULL;
-	v.message = (char *)(why ? why : "");
+	/* It may name a node's tensors: escaped, as an Error would be. */
+	char safe[GS_ESCAPED_SIZE(512)];
+	v.message = (char *)gs_escape(why ? why : "", safe, sizeof(safe));
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_VERDICT;
 	m.layout_verdict = &v;
@@ -366,12 +378,13 @@ static void handle_regroup_request(struct gs_rdv_server *s, struct gs_conn *c,
 	s->generation++;
 	gs_warn("rendezvous: node %u's group failed (%.256s): rebuilding the group (generation %llu)",
 		rank, r->reason ? r->reason : "", (unsigned long long)s->generation);
-	char why[320];
+	char why[320], safe[GS_ESCAPED_SIZE(320)];
 	snprintf(why, sizeof(why), "the group of nodes failed on node %u (%.256s); it is being rebuilt",
 		 rank, r->reason ? r->reason : "");
+	/* The node's reason goes to every node: escaped, as an Error would be. */
 	Gradsync__Regroup g = GRADSYNC__REGROUP__INIT;
 	g.generation = s->generation;
-	g.reason = why;
+	g.reason = (char *)gs_escape(why, safe, sizeof(safe));
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGROUP;
 	m.regroup = &g;

@@ -16,19 +16,18 @@
 
 /* ---- clients ------------------------------------------------------------- */
 
-static const char *role_name(enum gs_conn_role r)
-{
-	switch (r) {
-	case GS_CONN_TRAINER:
-		return "trainer";
-	case GS_CONN_CONTROL:
-		return "control";
-	case GS_CONN_NODE:
-		return "node";
-	default:
-		return "new";
-	}
-}
+const char *const gs_conn_role_names[GS_CONN_NODE + 1] = {
+	[GS_CONN_NEW] = "new",
+	[GS_CONN_TRAINER] = "trainer",
+	[GS_CONN_CONTROL] = "control",
+	[GS_CONN_NODE] = "node",
+};
+
+const char *const gs_client_state_names[GS_CLIENT_STATES] = {
+	[GS_CLIENT_HIDDEN] = "another user's",
+	[GS_CLIENT_SAYING_HELLO] = "saying hello",
+	[GS_CLIENT_CONNECTED] = "connected",
+};
 
 /* A local client sees its own user's connections in full, root and
  * gradsyncd's user every one; of another user's only that it is there. */
@@ -43,11 +42,11 @@ static void fill_client(const struct gs_conn *c, const struct gs_conn *asker,
 {
 	gradsync__client_info__init(ci);
 	ci->id = c->id;
-	ci->role = (char *)role_name(c->role);
+	ci->role = (char *)gs_conn_role_names[c->role];
 	if (!shows(asker, c)) {
 		ci->hidden = true;
 		ci->local_rank = -1;
-		ci->state = "another user's";
+		ci->state = (char *)gs_client_state_names[GS_CLIENT_HIDDEN];
 		return;
 	}
 	ci->pid = (uint32_t)c->cred.pid;
@@ -63,7 +62,8 @@ static void fill_client(const struct gs_conn *c, const struct gs_conn *asker,
 		ci->bytes = t->bytes;
 		ci->steps = t->steps;
 	} else {
-		ci->state = c->role == GS_CONN_NEW ? "saying hello" : "connected";
+		ci->state = (char *)gs_client_state_names[c->role == GS_CONN_NEW ? GS_CLIENT_SAYING_HELLO
+										 : GS_CLIENT_CONNECTED];
 	}
 }
 

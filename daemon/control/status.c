@@ -152,7 +152,8 @@ void gs_status_reply(struct gs_conn *c)
 	s.uptime_ns = gs_now_ns() - v->start_ns;
 	s.backend = (char *)v->backend;
 	s.settings = &node_settings;
-	s.job_state = "idle";
+	/* No job: the node is as idle as a job without trainers. */
+	s.job_state = (char *)gs_job_state_names[GS_JOB_IDLE];
 	s.job_id = "";
 	s.steps_completed = totals.steps_completed;
 	s.steps_aborted = totals.steps_aborted;

@@ -11,6 +11,7 @@
 #include "engine/reduce.h"
 #include "engine/trainer.h"
 #include "errors.h"
+#include "escape.h"
 #include "job_id.h"
 #include "support/log.h"
 
@@ -75,19 +76,34 @@ uint32_t gs_job_world_size(const struct gs_job *j)
 	return j->world.world_size;
 }
 
-const char *gs_job_state(const struct gs_job *j)
+const char *const gs_job_state_names[GS_JOB_STATES] = {
+	[GS_JOB_IDLE] = "idle",
+	[GS_JOB_REGISTERING] = "registering",
+	[GS_JOB_WAITING_FOR_TRAINERS] = "waiting for trainers",
+	[GS_JOB_AGREEING] = "agreeing on the layout", /* with the other nodes */
+	[GS_JOB_READY] = "ready",
+	[GS_JOB_IN_STEP] = "in step",
+	[GS_JOB_ABORTING] = "aborting step",
+};
+
+static enum gs_job_states state_of(const struct gs_job *j)
 {
 	if (j->aborting)
-		return "aborting step";
+		return GS_JOB_ABORTING;
 	if (j->in_step)
-		return "in step";
+		return GS_JOB_IN_STEP;
 	if (j->attached == 0)
-		return "idle";
+		return GS_JOB_IDLE;
 	if (j->has_layout && !j->agreed)
-		return "agreeing on the layout with the other nodes";
+		return GS_JOB_AGREEING;
 	if (j->attached < j->env.settings->local_size)
-		return "waiting for trainers";
-	return j->has_layout ? "ready" : "registering";
+		return GS_JOB_WAITING_FOR_TRAINERS;
+	return j->has_layout ? GS_JOB_READY : GS_JOB_REGISTERING;
+}
+
+const char *gs_job_state(const struct gs_job *j)
+{
+	return gs_job_state_names[state_of(j)];
 }
 
 bool gs_job_active(const struct gs_job *j)
@@ -234,7 +250,9 @@ static void abort_step(struct gs_job *j, const char *why, int reason, uint32_t r
 	if (!j->in_step || j->aborting)
 		return;
 	j->aborting = true;
-	snprintf(j->abort_reason, sizeof(j->abort_reason), "%s", why);
+	/* Escaped as an Error is: it goes to every trainer of the job, and
+	 * may name what a trainer or another node sent (a tensor's name). */
+	gs_escape(why, j->abort_reason, sizeof(j->abort_reason));
 	gs_warn("job '%s': step %llu aborted: %s", j->id, (unsigned long long)j->step_number, why);
 	/* The other nodes wait in the next bucket's collective: take part in
 	 * it with a vote to abort, so that they end the step at the same bucket

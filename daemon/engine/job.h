@@ -147,6 +147,22 @@ bool gs_job_active(const struct gs_job *j);
  * privileged user (root, gradsyncd's own user: the caller knows), and
  * anyone under --job-access=any. */
 bool gs_job_visible_to(const struct gs_job *j, uid_t uid, bool privileged);
+/* What a job is doing, as status names it: gs_job_state_names[] holds
+ * each name, and gs_job_state gives the job's. Status carries a name in
+ * a char[32] of the public API (struct gs_job_status, which may not
+ * grow): every name must fit, which tests/unit/test-state-names.c walks
+ * them all to check. */
+enum gs_job_states {
+	GS_JOB_IDLE,
+	GS_JOB_REGISTERING,
+	GS_JOB_WAITING_FOR_TRAINERS,
+	GS_JOB_AGREEING,
+	GS_JOB_READY,
+	GS_JOB_IN_STEP,
+	GS_JOB_ABORTING,
+	GS_JOB_STATES
+};
+extern const char *const gs_job_state_names[GS_JOB_STATES];
 const char *gs_job_state(const struct gs_job *j);
 
 /* A trainer said hello: gives it a local rank slot and returns it, or

@@ -93,6 +93,18 @@ static int refuse(char *err, size_t n, const char *id, const char *what)
 	return -1;
 }
 
+int gs_hello_check(const char *id, const Gradsync__Hello *h, char *err, size_t n)
+{
+	const char *coordinator = h->coordinator ? h->coordinator : "";
+	char why[160];
+	if (!coordinator[0] || gs_host_check(coordinator, why, sizeof(why)) == 0)
+		return 0;
+	/* The log and the Error escape what is quoted here. */
+	snprintf(err, n, "job '%s': the hello's coordinator (the trainer's GRADSYNC_COORDINATOR or MASTER_ADDR) '%.64s%s' is not a host name or address: it %s",
+		 id, coordinator, strlen(coordinator) > 64 ? "..." : "", why);
+	return -1;
+}
+
 /* HOST:PORT, or [HOST]:PORT for an IPv6 literal. */
 static void join_host_port(const char *host, uint32_t port, char *out, size_t n)
 {

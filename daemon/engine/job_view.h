@@ -12,6 +12,15 @@
 #include "gradsync.pb-c.h"
 #include "support/settings.h"
 
+/* Whether the fields of h that have a form of their own, whatever the
+ * job, are well formed: the coordinator is a host alone (a name or an
+ * address, common/hostport.h), never "host:port", a URL or a path, which
+ * the rendezvous could only fail to reach for --join-timeout. Returns 0,
+ * or -1 with err naming the field, its variables and why ("job 'x': the
+ * hello's coordinator (...) 'h:5' is not a host name or address: it has
+ * a port ..."). */
+int gs_hello_check(const char *id, const Gradsync__Hello *h, char *err, size_t n);
+
 /* The settings of the job a first trainer's Hello h defines: the node's,
  * with the job's fields from h (defaults where h leaves them unset) and
  * the coordinator at h's host on the node port. Returns 0, or -1 with err

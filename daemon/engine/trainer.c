@@ -85,14 +85,27 @@ uint32_t gs_trainer_rank(const struct gs_trainer *t)
 	return t->rank;
 }
 
-const char *gs_trainer_state(const struct gs_trainer *t)
+const char *const gs_trainer_state_names[GS_TRAINER_STATES] = {
+	[GS_TRAINER_CONNECTED] = "connected",
+	[GS_TRAINER_REGISTERING] = "registering",
+	[GS_TRAINER_WAITING_FOR_NODES] = "waiting for the other nodes",
+	[GS_TRAINER_IDLE] = "idle",
+	[GS_TRAINER_IN_STEP] = "in step",
+};
+
+static enum gs_trainer_states state_of(const struct gs_trainer *t)
 {
 	if (!t->registered) {
 		if (t->layout_checked)
-			return "waiting for the other nodes";
-		return t->layout.n ? "registering" : "connected";
+			return GS_TRAINER_WAITING_FOR_NODES;
+		return t->layout.n ? GS_TRAINER_REGISTERING : GS_TRAINER_CONNECTED;
 	}
-	return t->in_step ? "in step" : "idle";
+	return t->in_step ? GS_TRAINER_IN_STEP : GS_TRAINER_IDLE;
+}
+
+const char *gs_trainer_state(const struct gs_trainer *t)
+{
+	return gs_trainer_state_names[state_of(t)];
 }
 
 static const char *dtype_name(Gradsync__Dtype d)

@@ -61,6 +61,18 @@ struct gs_trainer *gs_trainer_create(struct gs_job *job, const struct gs_client 
 void gs_trainer_destroy(struct gs_trainer *t);
 
 uint32_t gs_trainer_rank(const struct gs_trainer *t);
+/* What a trainer is doing, as status and the clients' list name it
+ * (gs_trainer_state): each name fits the char[32] of the public API's
+ * struct gs_trainer_status (tests/unit/test-state-names.c checks). */
+enum gs_trainer_states {
+	GS_TRAINER_CONNECTED,
+	GS_TRAINER_REGISTERING,
+	GS_TRAINER_WAITING_FOR_NODES,
+	GS_TRAINER_IDLE,
+	GS_TRAINER_IN_STEP,
+	GS_TRAINER_STATES
+};
+extern const char *const gs_trainer_state_names[GS_TRAINER_STATES];
 const char *gs_trainer_state(const struct gs_trainer *t);
 
 /* Handles one RegisterTensors frame; answers Registered after the last,

@@ -66,19 +66,18 @@ void gs_jobs_totals(const struct gs_jobs *t, struct gs_stats *out)
 		add_stats(out, &e->job.stats);
 }
 
+const char *const gs_entry_state_names[GS_ENTRY_STATES] = {
+	[GS_ENTRY_JOINING] = "joining",
+	[GS_ENTRY_READY] = "ready",
+	[GS_ENTRY_LINGERING] = "lingering",
+	[GS_ENTRY_CLOSING] = "closing",
+};
+
 const char *gs_entry_state_name(const struct gs_job_entry *e)
 {
-	switch (e->state) {
-	case GS_ENTRY_JOINING:
-		return "joining";
-	case GS_ENTRY_READY:
+	if (e->state == GS_ENTRY_READY)
 		return gs_job_state(&e->job);
-	case GS_ENTRY_LINGERING:
-		return "lingering";
-	case GS_ENTRY_CLOSING:
-		return "closing";
-	}
-	return "?";
+	return gs_entry_state_names[e->state];
 }
 
 /* ---- Closing a job ----------------------------------------------------- */
@@ -400,6 +399,11 @@ struct gs_trainer *gs_jobs_attach(struct gs_jobs *t, const struct gs_client *c,
 	if (!gs_job_id_valid(id)) {
 		gs_client_fail(c, GS_EINVAL, "job id must be at most %d printable ASCII characters",
 			       GS_JOB_ID_MAX);
+		return NULL;
+	}
+	char bad[GS_COORDINATOR_MAX + 300];
+	if (gs_hello_check(id, h, bad, sizeof(bad)) < 0) {
+		gs_client_fail(c, GS_EINVAL, "%s", bad);
 		return NULL;
 	}
 	if (t->stopping) {

@@ -50,7 +50,12 @@ enum gs_entry_state {
 	GS_ENTRY_READY,     /* serving steps */
 	GS_ENTRY_LINGERING, /* no trainer: the group is kept for --job-linger */
 	GS_ENTRY_CLOSING,   /* going: no longer found by its id */
+	GS_ENTRY_STATES
 };
+/* Each state's name, as status shows it (a ready job shows its job's
+ * own, gs_job_state): each fits the char[32] of the public API's struct
+ * gs_job_status (tests/unit/test-state-names.c checks). */
+extern const char *const gs_entry_state_names[GS_ENTRY_STATES];
 
 struct gs_job_entry {
 	struct gs_jobs *table;

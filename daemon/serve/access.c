@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "number.h"
 #include "support/log.h"
 #include "support/settings.h"
 
@@ -67,13 +68,12 @@ static bool process_in_group(pid_t pid, gid_t gid)
 	while (!found && fgets(line, sizeof(line), f)) {
 		if (strncmp(line, "Groups:", 7) != 0)
 			continue;
-		for (char *p = line + 7; *p && !found;) {
-			char *end;
-			unsigned long g = strtoul(p, &end, 10);
-			if (end == p)
+		for (const char *p = line + 7; *p && !found;) {
+			uint64_t g;
+			p += strspn(p, " \t");
+			if (gs_parse_uint_prefix(p, &p, 0, UINT32_MAX, &g) < 0)
 				break;
 			found = (gid_t)g == gid;
-			p = end;
 		}
 	}
 	fclose(f);

@@ -11,6 +11,7 @@
 
 #include "clock.h"
 #include "errors.h"
+#include "escape.h"
 #include "support/log.h"
 
 static void on_poll(uv_poll_t *p, int status, int events);
@@ -135,12 +136,19 @@ void gs_conn_set_deadline(struct gs_conn *c, uint64_t at, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* An Error message of code and message, held in *err. */
-static Gradsync__Message error_message(Gradsync__Error *err, int code, const char *message)
+/* Room for an Error's message, escaped. */
+#define ERROR_TEXT_MAX 2048
+
+/* An Error message of code and message, held in *err, the message
+ * escaped into safe[ERROR_TEXT_MAX]: like a log line, an Error never
+ * carries the raw bytes of what a client or peer sent (a coordinator,
+ * a tensor name), whoever formatted it. */
+static Gradsync__Message error_message(Gradsync__Error *err, int code, const char *message,
+				       char *safe)
 {
 	*err = (Gradsync__Error)GRADSYNC__ERROR__INIT;
 	err->code = code;
-	err->message = (char *)message;
+	err->message = (char *)gs_escape(message, safe, ERROR_TEXT_MAX);
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_ERROR;
 	m.error = err;
@@ -150,7 +158,8 @@ static Gradsync__Message error_message(Gradsync__Error *err, int code, const cha
 void gs_conn_refuse(int fd, int code, const char *message)
 {
 	Gradsync__Error err;
-	Gradsync__Message m = error_message(&err, code, message);
+	char safe[ERROR_TEXT_MAX];
+	Gradsync__Message m = error_message(&err, code, message, safe);
 	uint8_t *buf;
 	size_t len;
 	if (gs_frame_encode(&m, &buf, &len) == 0) {
@@ -285,7 +294,8 @@ void gs_conn_fail(struct gs_conn *c, int code, const char *fmt, ...)
 void gs_conn_end(struct gs_conn *c, int code, const char *message)
 {
 	Gradsync__Error err;
-	Gradsync__Message m = error_message(&err, code, message);
+	char safe[ERROR_TEXT_MAX];
+	Gradsync__Message m = error_message(&err, code, message, safe);
 	/* Past any limit of the queue's: one small frame more, freed with
 	 * the connection. */
 	if (!c->closing)

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
+
 #define MAX_LINE 4096
 #define MAX_KEYS 256
 
@@ -55,12 +57,13 @@ static int complain(const char *path, unsigned line, const char *fmt, ...)
 
 static int complain(const char *path, unsigned line, const char *fmt, ...)
 {
+	/* A line of the file may hold any bytes: quoted back escaped. */
+	char msg[512], safe[GS_ESCAPED_SIZE(sizeof(msg))];
 	va_list ap;
 	va_start(ap, fmt);
-	fprintf(stderr, "gradsyncd: %s:%u: ", path, line);
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
+	fprintf(stderr, "gradsyncd: %s:%u: %s\n", path, line, gs_escape(msg, safe, sizeof(safe)));
 	return -EINVAL;
 }
 

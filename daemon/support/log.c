@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "escape.h"
+#include "number.h"
 
 /* Each call site (its format string) may log this many lines per window;
  * more are counted and summed up in one line when the window has passed,
@@ -36,12 +38,13 @@ static uint64_t window_ns = GS_LOG_WINDOW_MS * 1000000ull;
  * (then the variable was inherited, and prefixes would be noise). */
 static bool stderr_is_journal(void)
 {
-	const char *e = getenv("JOURNAL_STREAM");
-	unsigned long long dev, ino;
+	const char *e = getenv("JOURNAL_STREAM"), *colon;
+	uint64_t dev, ino;
 	struct stat st;
-	if (!e || sscanf(e, "%llu:%llu", &dev, &ino) != 2 || fstat(STDERR_FILENO, &st) < 0)
+	if (!e || gs_parse_uint_prefix(e, &colon, 0, UINT64_MAX, &dev) < 0 || *colon != ':' ||
+	    gs_parse_uint(colon + 1, 0, UINT64_MAX, &ino) < 0 || fstat(STDERR_FILENO, &st) < 0)
 		return false;
-	return (unsigned long long)st.st_dev == dev && (unsigned long long)st.st_ino == ino;
+	return (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
 }
 
 void gs_log_init(enum gs_log_level level)
@@ -62,29 +65,6 @@ static const char *level_name(enum gs_log_level level)
 	default:
 		return "debug";
 	}
-}
-
-/* Control characters and backslashes as \xNN and \\: text from clients
- * (job ids, tensor names, peers' messages) can then never forge a line of
- * its own or send escape codes to a terminal. */
-static void escape(const char *in, char *out, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t k = 0;
-	for (const unsigned char *p = (const unsigned char *)in; *p && k + 5 < n; p++) {
-		if (*p == '\\') {
-			out[k++] = '\\';
-			out[k++] = '\\';
-		} else if (*p < 0x20 || *p == 0x7f) {
-			out[k++] = '\\';
-			out[k++] = 'x';
-			out[k++] = hex[*p >> 4];
-			out[k++] = hex[*p & 15];
-		} else {
-			out[k++] = (char)*p;
-		}
-	}
-	out[k] = '\0';
 }
 
 static void emit(enum gs_log_level level, const char *line)
@@ -137,8 +117,7 @@ static void tell_held(const struct log_site *s, unsigned long long held)
 	snprintf(line, sizeof(line), "%llu more messages like \"%.160s\" were not logged in the last %g s",
 		 held, s->fmt, (double)window_ns / 1e9);
 	char safe[sizeof(line) * 2];
-	escape(line, safe, sizeof(safe));
-	emit(s->level, safe);
+	emit(s->level, gs_escape(line, safe, sizeof(safe)));
 }
 
 /* Under lock: whether this call site may log now. */
@@ -174,9 +153,13 @@ void gs_vlog(enum gs_log_level level, const char *fmt, va_list ap)
 {
 	if (level > max_level)
 		return;
+	/* The whole line is escaped, whatever its arguments hold: text from
+	 * clients and other nodes (job ids, tensor names, hosts, peers'
+	 * messages) can then never forge a line of its own, send escape codes
+	 * to a terminal, or put non-ASCII bytes in the journal. */
 	char line[2048], safe[4096];
 	vsnprintf(line, sizeof(line), fmt, ap);
-	escape(line, safe, sizeof(safe));
+	gs_escape(line, safe, sizeof(safe));
 	pthread_mutex_lock(&lock);
 	if (admit(fmt, level, gs_now_ns()))
 		emit(level, safe);

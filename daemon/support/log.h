@@ -2,9 +2,10 @@
  * Logging to stderr with levels. Under systemd (stderr is the journal
  * stream JOURNAL_STREAM names) each line starts with a "<N>" syslog
  * priority prefix that journald stores as the message's priority;
- * otherwise with a timestamp. Control characters in a line are escaped
- * (\xNN), and each call site logs at most 100 lines in 10 s, the rest
- * summed up in one line: no client can forge lines or flood the log.
+ * otherwise with a timestamp. Every byte of a line outside printable ASCII
+ * is escaped (\xNN, common/escape.h), and each call site logs at most 100
+ * lines in 10 s, the rest summed up in one line: no client can forge
+ * lines, put raw bytes in the log, or flood it.
  * Safe from any thread.
  */
 #ifndef GS_LOG_H

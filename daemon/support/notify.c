@@ -10,6 +10,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "number.h"
 #include "support/log.h"
 
 /* How often the status line is refreshed, and how far each tick pushes
@@ -116,19 +117,18 @@ int gs_notify_listen_fd(char *path, size_t n)
 	const char *pid = getenv("LISTEN_PID"), *fds = getenv("LISTEN_FDS");
 	if (!pid || !fds)
 		return -ENOENT;
-	char *end;
-	long p = strtol(pid, &end, 10);
-	bool mine = *end == '\0' && p == (long)getpid();
-	long count = strtol(fds, &end, 10);
+	uint64_t p, count;
+	bool mine = gs_parse_uint(pid, 1, UINT64_MAX, &p) == 0 && p == (uint64_t)getpid();
+	int r = gs_parse_uint(fds, 0, UINT64_MAX, &count);
 	clear_listen_env();
 	if (!mine)
 		return -ENOENT; /* meant for another process */
-	if (*end != '\0' || count != 1) {
+	if (r < 0 || count != 1) {
 		gs_error("socket activation: systemd passed %s sockets; gradsyncd takes exactly one", fds);
 		return -EINVAL;
 	}
 	int fd = FIRST_LISTEN_FD;
-	int r = check_listener(fd, path, n);
+	r = check_listener(fd, path, n);
 	if (r < 0)
 		return r;
 	int fl = fcntl(fd, F_GETFL);

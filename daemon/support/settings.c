@@ -8,6 +8,9 @@
 #include <string.h>
 
 #include "errors.h"
+#include "escape.h"
+#include "hostport.h"
+#include "number.h"
 #include "support/config_file.h"
 #include "support/log.h"
 
@@ -72,7 +75,7 @@ static const struct setting table[] = {
 	{ "allow-hugetlb", K_CHOICE, FIELD(allow_hugetlb), "no", 0, 0, yes_no_choices,
 	  "accept gradient buffers in huge-page memfds (MFD_HUGETLB), whose pages a trainer can make vanish: a trainer whose huge pages vanish fails its own step and is dropped, and that step is aborted for the others" },
 	{ "node-address", K_TEXT, FIELD(node_address), "", 0, 255, NULL,
-	  "address (or interface name) where the daemons of other nodes reach this one, for the rendezvous of the jobs whose node 0 it is and for every job's Gloo connections; empty: the host name" },
+	  "address (or interface name) where the daemons of other nodes reach this one, for the rendezvous of the jobs whose node 0 it is and for every job's Gloo connections: a host alone, as a coordinator is (no port, path or scheme); empty: the host name" },
 	{ "node-port", K_UINT, FIELD(node_port), "29450", 0, 65535, NULL,
 	  "TCP port on --node-address where this daemon serves the rendezvous of every job whose node 0 it is; the same on every node, as a job's trainers name only its node 0's host; 0: none, and only jobs of one node are served" },
 	{ "cluster-secret-file", K_TEXT, FIELD(cluster_secret_file), "", 0, 255, NULL,
@@ -150,19 +153,6 @@ static bool is_u32(const struct setting *st)
 	return st->size == sizeof(uint32_t);
 }
 
-static int parse_uint(const char *text, uint64_t *out)
-{
-	if (!isdigit((unsigned char)text[0]))
-		return -EINVAL;
-	char *end;
-	errno = 0;
-	unsigned long long v = strtoull(text, &end, 10);
-	if (errno || *end)
-		return -EINVAL;
-	*out = v;
-	return 0;
-}
-
 static void describe_range(const struct setting *st, char *out, size_t n)
 {
 	switch (st->kind) {
@@ -194,7 +184,7 @@ static int apply(const struct setting *st, const char *text, struct gs_settings 
 		strcpy(field, text);
 		return 0;
 	case K_UINT:
-		if (parse_uint(text, &v) < 0 || v < st->min || v > st->max)
+		if (gs_parse_uint(text, st->min, st->max, &v) < 0)
 			return -EINVAL;
 		if (is_u32(st))
 			*(uint32_t *)field = (uint32_t)v;
@@ -220,11 +210,13 @@ static int apply_from(const struct setting *st, const char *text,
 		sources[st - table] = source;
 		return 0;
 	}
-	char env[64], range[160];
+	char env[64], range[160], safe[GS_ESCAPED_SIZE(256)];
 	env_name(st, env, sizeof(env));
 	describe_range(st, range, sizeof(range));
+	if (st->kind == K_UINT)
+		snprintf(range + strlen(range), sizeof(range) - strlen(range), " (%s)", GS_NUMBER_FORM);
 	fprintf(stderr, "gradsyncd: invalid value '%s' for --%s (%s), from %s: expected %s\n",
-		text, st->name, env, source, range);
+		gs_escape(text, safe, sizeof(safe)), st->name, env, source, range);
 	return -EINVAL;
 }
 
@@ -489,8 +481,15 @@ enum gs_settings_result gs_settings_load(struct gs_settings *s, int argc,
 	uid_t uids[GS_MAX_ALLOW_UIDS];
 	char why[160];
 	if (gs_settings_allow_uids(s, uids, &(size_t){ 0 }, why, sizeof(why)) < 0) {
+		char safe[GS_ESCAPED_SIZE(sizeof(s->allow_uids))];
 		fprintf(stderr, "gradsyncd: invalid value '%s' for --allow-uids (GRADSYNC_ALLOW_UIDS): %s\n",
-			s->allow_uids, why);
+			gs_escape(s->allow_uids, safe, sizeof(safe)), why);
+		return GS_SETTINGS_EXIT_USAGE;
+	}
+	if (s->node_address[0] && gs_host_check(s->node_address, why, sizeof(why)) < 0) {
+		char safe[GS_ESCAPED_SIZE(sizeof(s->node_address))];
+		fprintf(stderr, "gradsyncd: invalid value '%s' for --node-address (GRADSYNC_NODE_ADDRESS): it %s\n",
+			gs_escape(s->node_address, safe, sizeof(safe)), why);
 		return GS_SETTINGS_EXIT_USAGE;
 	}
 	if (s->max_pending_bytes < s->max_frame + (64u << 10)) {
@@ -520,8 +519,8 @@ int gs_settings_allow_uids(const struct gs_settings *s, uid_t *uids, size_t *n,
 		uint64_t v;
 		snprintf(item, sizeof(item), "%.*s", (int)(len < sizeof(item) ? len : sizeof(item) - 1), p);
 		/* (uid_t)-1 means "no user" to the kernel: never a real user. */
-		if (len == 0 || len >= sizeof(item) || parse_uint(item, &v) < 0 ||
-		    v >= (uint64_t)(uid_t)-1) {
+		if (len == 0 || len >= sizeof(item) ||
+		    gs_parse_uint(item, 0, (uint64_t)(uid_t)-1 - 1, &v) < 0) {
 			snprintf(why, whylen, "'%.*s' is not a user id (0 to %u)", (int)(len > 20 ? 20 : len),
 				 p, (unsigned)(uid_t)-1 - 1);
 			return -EINVAL;

@@ -4,10 +4,11 @@
  * with a memfd buffer, BeginStep, GradientsReady, StatusRequest and the
  * other control requests), whole, split, over the other wire dtypes, and a
  * few broken ones (the daemons' own Ping and Pong among them), each behind
- * the two bytes of flags of fuzz-input.h.
- * Built from the protocol's own definitions, so the seeds follow it.
+ * the two bytes of flags of fuzz-input.h. With a second directory, writes
+ * fuzz-node's there too (fuzz-corpus-node.c). Built from the protocol's
+ * own definitions, so the seeds follow it.
  *
- * Usage: fuzz-corpus DIR
+ * Usage: fuzz-corpus DIR [NODE_DIR]
  */
 #include <stdbool.h>
 #include <stdint.h>
@@ -15,75 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "frame.h"
-#include "fuzz-input.h"
 #include "client_protocol.h"
-
-struct seed {
-	uint8_t data[8192];
-	size_t len;
-	/* Where a split write should fall (payload offsets, lo <= split < hi). */
-	size_t split_lo, split_hi;
-};
-
-static void put(struct seed *s, const void *p, size_t n)
-{
-	if (s->len + n > sizeof(s->data)) {
-		fprintf(stderr, "fuzz-corpus: seed too long\n");
-		exit(1);
-	}
-	memcpy(s->data + s->len, p, n);
-	s->len += n;
-}
-
-static void start(struct seed *s, unsigned flags)
-{
-	s->len = 0;
-	s->split_lo = s->split_hi = 0;
-	uint8_t head[FUZZ_HEADER] = { (uint8_t)flags, 0 };
-	put(s, head, sizeof(head));
-}
-
-static void frame(struct seed *s, Gradsync__Message *m)
-{
-	uint8_t *buf;
-	size_t len;
-	if (gs_frame_encode(m, &buf, &len) != 0) {
-		fprintf(stderr, "fuzz-corpus: out of memory\n");
-		exit(1);
-	}
-	put(s, buf, len);
-	free(buf);
-}
-
-/* Byte 1 (see FUZZ_SPLIT) that puts the split within [lo, hi). */
-static void place_split(struct seed *s)
-{
-	size_t len = s->len - FUZZ_HEADER;
-	for (unsigned b = 0; b < 256; b++) {
-		size_t at = len * b / 256;
-		if (at >= s->split_lo && at < s->split_hi) {
-			s->data[1] = (uint8_t)b;
-			return;
-		}
-	}
-	fprintf(stderr, "fuzz-corpus: no split point within [%zu, %zu)\n", s->split_lo,
-		s->split_hi);
-	exit(1);
-}
-
-static void save(struct seed *s, const char *dir, const char *name)
-{
-	if (s->data[0] & FUZZ_SPLIT)
-		place_split(s);
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/%s", dir, name);
-	FILE *f = fopen(path, "wb");
-	if (!f || fwrite(s->data, 1, s->len, f) != s->len || fclose(f) != 0) {
-		perror(path);
-		exit(1);
-	}
-}
+#include "fuzz-input.h"
+#include "fuzz-seed.h"
 
 /* ---- Messages --------------------------------------------------------------- */
 
@@ -113,7 +48,7 @@ static void hello_job(struct seed *s, Gradsync__Role role, uint32_t version, con
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_HELLO;
 	m.hello = &h;
-	frame(s, &m);
+	seed_frame(s, &m);
 }
 
 static void hello(struct seed *s, Gradsync__Role role, uint32_t version)
@@ -160,7 +95,7 @@ static void register_tensors(struct seed *s, size_t first, size_t end, bool with
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
 	m.register_tensors = &r;
-	frame(s, &m);
+	seed_frame(s, &m);
 }
 
 static void begin_step(struct seed *s, uint64_t step, bool clip, bool events)
@@ -173,7 +108,7 @@ static void begin_step(struct seed *s, uint64_t step, bool clip, bool events)
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_BEGIN_STEP;
 	m.begin_step = &b;
-	frame(s, &m);
+	seed_frame(s, &m);
 }
 
 static void ready(struct seed *s, uint64_t step, const uint64_t *idx, size_t n)
@@ -185,7 +120,7 @@ static void ready(struct seed *s, uint64_t step, const uint64_t *idx, size_t n)
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
 	m.gradients_ready = &r;
-	frame(s, &m);
+	seed_frame(s, &m);
 }
 
 /* An empty control request of the given kind. */
@@ -217,7 +152,7 @@ static void request(struct seed *s, Gradsync__Message__BodyCase body)
 	default:
 		abort();
 	}
-	frame(s, &m);
+	seed_frame(s, &m);
 }
 
 /* A Ping, or a Pong, of seq (messages between daemons). */
@@ -235,7 +170,7 @@ static void liveness(struct seed *s, bool pong, uint64_t seq)
 		m.body_case = GRADSYNC__MESSAGE__BODY_PING;
 		m.ping = &ping;
 	}
-	frame(s, &m);
+	seed_frame(s, &m);
 }
 
 /* A trainer's whole life: hello, registration, two steps (the second
@@ -249,9 +184,9 @@ static void trainer_session(struct seed *s)
 	register_tensors(s, 0, NTENSORS, true, true);
 	begin_step(s, 1, false, false);
 	ready(s, 1, all, 3);
-	s->split_lo = s->len - FUZZ_HEADER;
+	s->split_lo = seed_here(s);
 	begin_step(s, 2, true, true);
-	s->split_hi = s->len - FUZZ_HEADER;
+	s->split_hi = seed_here(s);
 	ready(s, 2, last, 1);
 	ready(s, 2, first, 2);
 }
@@ -260,29 +195,29 @@ static void trainer_session(struct seed *s)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: fuzz-corpus DIR\n");
+	if (argc != 2 && argc != 3) {
+		fprintf(stderr, "usage: fuzz-corpus DIR [NODE_DIR]\n");
 		return 2;
 	}
 	const char *dir = argv[1];
 	struct seed s;
 
-	start(&s, 0);
+	seed_start(&s, 0);
 	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
-	save(&s, dir, "hello-trainer");
+	seed_save(&s, dir, "hello-trainer");
 
-	start(&s, FUZZ_MEMFD);
+	seed_start(&s, FUZZ_MEMFD);
 	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
 	register_tensors(&s, 0, NTENSORS, true, true);
-	save(&s, dir, "register");
+	seed_save(&s, dir, "register");
 
 	/* Registration over two frames; the second names the first's buffer. */
-	start(&s, FUZZ_MEMFD);
+	seed_start(&s, FUZZ_MEMFD);
 	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
 	register_tensors(&s, 0, 1, true, false);
 	register_tensors(&s, 1, NTENSORS, false, true);
 	begin_step(&s, 1, false, false);
-	save(&s, dir, "register-two-frames");
+	seed_save(&s, dir, "register-two-frames");
 
 	/* Step 2 begins after step 1 ends, but for "steps-unsplit" (which
 	 * begins it too early and is dropped for it). */
@@ -301,74 +236,76 @@ int main(int argc, char **argv)
 		{ "steps-no-memfd", FUZZ_SPLIT },
 	};
 	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
-		start(&s, steps[i].flags);
+		seed_start(&s, steps[i].flags);
 		trainer_session(&s);
 		request(&s, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST); /* refused: a trainer's */
-		save(&s, dir, steps[i].name);
+		seed_save(&s, dir, steps[i].name);
 	}
 
-	start(&s, 0);
+	seed_start(&s, 0);
 	hello(&s, GRADSYNC__ROLE__ROLE_CONTROL, GS_PROTOCOL_VERSION);
 	request(&s, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST);
 	request(&s, GRADSYNC__MESSAGE__BODY_CLIENTS_REQUEST);
 	request(&s, GRADSYNC__MESSAGE__BODY_METRICS_REQUEST);
-	save(&s, dir, "control");
+	seed_save(&s, dir, "control");
 
 	/* The trace file is the memfd, unsealed so that it can be written. */
-	start(&s, FUZZ_MEMFD | FUZZ_UNSEALED);
+	seed_start(&s, FUZZ_MEMFD | FUZZ_UNSEALED);
 	hello(&s, GRADSYNC__ROLE__ROLE_CONTROL, GS_PROTOCOL_VERSION);
 	request(&s, GRADSYNC__MESSAGE__BODY_TRACE_START);
 	request(&s, GRADSYNC__MESSAGE__BODY_STATUS_REQUEST);
 	request(&s, GRADSYNC__MESSAGE__BODY_TRACE_STOP);
-	save(&s, dir, "control-trace");
+	seed_save(&s, dir, "control-trace");
 
-	start(&s, 0);
+	seed_start(&s, 0);
 	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION + 1);
-	save(&s, dir, "hello-wrong-version");
+	seed_save(&s, dir, "hello-wrong-version");
 
-	start(&s, 0);
+	seed_start(&s, 0);
 	begin_step(&s, 1, false, false);
-	save(&s, dir, "step-before-hello");
+	seed_save(&s, dir, "step-before-hello");
 
 	/* A header announcing more than --max-frame. */
-	start(&s, 0);
+	seed_start(&s, 0);
 	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
 	static const uint8_t huge[] = { 0xff, 0xff, 0xff, 0x7f, 0x08, 0x01 };
-	put(&s, huge, sizeof(huge));
-	save(&s, dir, "oversized-frame");
+	seed_put(&s, huge, sizeof(huge));
+	seed_save(&s, dir, "oversized-frame");
 
 	/* Numbers and text past what the daemon takes. */
-	start(&s, FUZZ_MEMFD);
+	seed_start(&s, FUZZ_MEMFD);
 	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
 	register_tensors(&s, 0, NTENSORS, true, true);
 	begin_step(&s, 1, false, false);
 	static const uint64_t far[] = { 0, UINT64_C(1) << 40 };
 	ready(&s, 1, far, 2);
-	save(&s, dir, "ready-huge-index");
+	seed_save(&s, dir, "ready-huge-index");
 
-	start(&s, 0);
+	seed_start(&s, 0);
 	hello_job(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION, "job\n\x1b[2Jforged");
-	save(&s, dir, "hello-job-id-control");
+	seed_save(&s, dir, "hello-job-id-control");
 
 	/* A descriptor before any whole frame: before Hello. */
-	start(&s, FUZZ_MEMFD);
+	seed_start(&s, FUZZ_MEMFD);
 	static const uint8_t half[] = { 0x10, 0x00 };
-	put(&s, half, sizeof(half));
-	save(&s, dir, "memfd-before-hello");
+	seed_put(&s, half, sizeof(half));
+	seed_save(&s, dir, "memfd-before-hello");
 
 	/* The daemons' liveness messages on a trainer's socket, where they
 	 * are refused: their fields, for the fuzzer to vary. (The rendezvous
-	 * that serves them is not under this target.) */
-	start(&s, 0);
+	 * that serves them is fuzz-node's.) */
+	seed_start(&s, 0);
 	hello(&s, GRADSYNC__ROLE__ROLE_TRAINER, GS_PROTOCOL_VERSION);
 	liveness(&s, false, 1);
 	liveness(&s, true, UINT64_MAX);
-	save(&s, dir, "node-ping-pong");
+	seed_save(&s, dir, "node-ping-pong");
 
 	/* A whole frame that is not a message. */
-	start(&s, 0);
+	seed_start(&s, 0);
 	static const uint8_t junk[] = { 0x05, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0xff, 0xff };
-	put(&s, junk, sizeof(junk));
-	save(&s, dir, "garbage");
+	seed_put(&s, junk, sizeof(junk));
+	seed_save(&s, dir, "garbage");
+	if (argc == 3)
+		node_seeds(argv[2]);
 	return 0;
 }

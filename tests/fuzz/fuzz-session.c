@@ -20,11 +20,9 @@
  *
  * GS_FUZZ_LOG=debug (or info, warning) shows the daemon's log.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,8 +33,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "frame.h"
+#include "fuzz-daemon.h"
 #include "fuzz-input.h"
 #include "serve/conn.h"
 #include "serve/server.h"
@@ -49,55 +47,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * exchange needs (a few dozen). */
 #define SETTLE_PASSES 200000
 
-static const char *log_level = "error";
-
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	(void)argc;
 	(void)argv;
-	const char *e = getenv("GS_FUZZ_LOG");
-	if (e && *e)
-		log_level = e;
-	signal(SIGPIPE, SIG_IGN);
-	/* libuv opens a process-wide pipe with the first loop; open it now, so
-	 * that the descriptor count of the first input is not off by it. */
-	uv_loop_t loop;
-	if (uv_loop_init(&loop) != 0 || uv_loop_close(&loop) != 0)
-		abort();
+	fuzz_daemon_init();
 	return 0;
 }
 
 /* ---- Resources the process holds, to catch leaks ------------------------- */
-
-static int count_fds(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	if (!dir)
-		abort();
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(dir)))
-		n += e->d_name[0] != '.';
-	closedir(dir);
-	return n - 1; /* the directory's own */
-}
-
-static void list_fds(void)
-{
-	DIR *dir = opendir("/proc/self/fd");
-	struct dirent *e;
-	while (dir && (e = readdir(dir))) {
-		char path[300], target[256];
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		ssize_t n = readlink(path, target, sizeof(target) - 1);
-		if (n > 0 && e->d_name[0] != '.') {
-			target[n] = '\0';
-			fprintf(stderr, "  fd %s -> %s\n", e->d_name, target);
-		}
-	}
-	if (dir)
-		closedir(dir);
-}
 
 /* Mappings of the memfds this target made. */
 static int count_fuzz_maps(void)
@@ -213,58 +171,6 @@ static size_t first_frame_len(const uint8_t *buf, size_t len)
 	return n <= len ? n : 0;
 }
 
-/* ---- The daemon's side ------------------------------------------------------ */
-
-/* A daemon as gradsyncd's starts, with no signals, listening socket or
- * systemd. Small limits, so that the fuzzer reaches them with small
- * inputs: frames of at most 4 KiB, 64 tensors, 64 KiB of gradients,
- * fusion buffers of at most 64 Ki elements, jobs of one node (no other
- * node would ever come). The job itself is the Hello's. */
-static struct gs_daemon *daemon_open(void)
-{
-	char level[64];
-	snprintf(level, sizeof(level), "--log-level=%s", log_level);
-	char *argv[] = {
-		"gradsyncd-fuzz", "--config=", "--backend=host", level,
-		"--max-fusion-buffer=65536", "--max-nodes=1", "--job-linger=0", "--max-frame=4096",
-		"--max-tensors=64", "--max-bytes=65536", "--group=", NULL,
-	};
-	struct gs_daemon *d = calloc(1, sizeof(*d));
-	uv_loop_t *loop = calloc(1, sizeof(*loop));
-	if (!d || !loop || uv_loop_init(loop) != 0)
-		abort();
-	if (gs_settings_load(&d->settings, (int)(sizeof(argv) / sizeof(argv[0])) - 1, argv) !=
-	    GS_SETTINGS_RUN)
-		abort();
-	gs_log_init((enum gs_log_level)d->settings.log_level);
-	if (gs_daemon_start(d, loop, false) < 0 || d->stopping)
-		abort();
-	return d;
-}
-
-static void print_handle(uv_handle_t *h, void *arg)
-{
-	(void)arg;
-	fprintf(stderr, "  %s handle %p%s%s\n", uv_handle_type_name(uv_handle_get_type(h)),
-		(void *)h, uv_is_active(h) ? ", active" : "", uv_is_closing(h) ? ", closing" : "");
-}
-
-/* Stops and frees it as gradsyncd does; a handle left open is a bug. */
-static void daemon_close(struct gs_daemon *d)
-{
-	uv_loop_t *loop = d->loop;
-	gs_daemon_shutdown(d, 0);
-	uv_run(loop, UV_RUN_DEFAULT);
-	gs_daemon_free(d);
-	if (uv_loop_close(loop) != 0) {
-		fprintf(stderr, "fuzz-session: uv handles still open after shutdown:\n");
-		uv_walk(loop, print_handle, NULL);
-		__builtin_trap();
-	}
-	free(loop);
-	free(d);
-}
-
 /* ---- One input -------------------------------------------------------------- */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -275,9 +181,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *bytes = data + FUZZ_HEADER;
 	size_t len = size - FUZZ_HEADER;
 	size_t split = flags & FUZZ_SPLIT ? len * data[1] / 256 : len;
-	int fds_before = count_fds();
+	int fds_before = fuzz_count_fds();
 
-	struct gs_daemon *d = daemon_open();
+	struct gs_daemon *d = fuzz_daemon_open();
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0)
 		abort();
@@ -305,13 +211,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	settle(d, client);
 	close(client);
 	settle(d, -1);
-	daemon_close(d);
+	fuzz_daemon_close(d);
 
-	int fds_after = count_fds();
+	int fds_after = fuzz_count_fds();
 	if (fds_after != fds_before) {
 		fprintf(stderr, "fuzz-session: %d descriptors open before the input, %d after:\n",
 			fds_before, fds_after);
-		list_fds();
+		fuzz_list_fds();
 		__builtin_trap();
 	}
 	int maps = flags & FUZZ_MEMFD ? count_fuzz_maps() : 0;

@@ -36,7 +36,10 @@ RANGES = {
     "max-queued-bytes": ("an integer in [1048576, 1073741824]", ["1048575", "1073741825"]),
     "node-address": ("a text of 0 to 255 bytes", ["a" * 256]),
     "node-port": ("an integer in [0, 65535]", ["65536", "-1", "port"]),
-    "max-jobs": ("an integer in [1, 1024]", ["0", "1025"]),
+    # Numbers are decimal digits only: no base prefix, leading zero, sign
+    # or space (issue 23), and never wrap.
+    "max-jobs": ("an integer in [1, 1024]",
+                 ["0", "1025", "0x10", "010", "+5", " 5", "5 ", "18446744073709551617"]),
     "max-trainers": ("an integer in [1, 4096]", ["0", "4097"]),
     "max-jobs-per-user": ("an integer in [0, 1024]", ["1025", "-1"]),
     "max-trainers-per-user": ("an integer in [0, 4096]", ["4097", "two"]),
@@ -181,6 +184,21 @@ def test_every_invalid_value_refused_from_every_source():
     shutil.rmtree(d)
 
 
+def test_node_address_is_a_host():
+    """--node-address is a host alone, as a trainer's coordinator must be:
+    what the other nodes are told to reach this one by."""
+    for value, why in [("node0:29500", "it has a port (':29500')"),
+                       ("http://node0/", "it is a URL"),
+                       ("[::1]:5", "it has a port (':5')")]:
+        r = gsd([f"--node-address={value}"])
+        check_eq(r.returncode, 2, f"exit status for --node-address={value}")
+        want = f"invalid value '{value}' for --node-address (GRADSYNC_NODE_ADDRESS): {why}"
+        check(want in r.stderr, f"'{want}' in: {r.stderr}")
+    for value in ["10.0.0.1", "node-0.cluster", "[::1]", "::1", "eth0"]:
+        rows = print_config([f"--node-address={value}"])
+        check_eq(rows["node-address"][0], value, f"--node-address={value} is taken")
+
+
 def test_file_errors_name_file_and_line():
     d = tempfile.mkdtemp(prefix="gs-conf-")
     cases = [
@@ -257,5 +275,6 @@ def test_man_pages_document_every_setting():
 if __name__ == "__main__":
     run([test_precedence_and_sources, test_default_file_may_be_absent,
          test_daemon_runs_with_the_file, test_every_invalid_value_refused_from_every_source,
-         test_file_errors_name_file_and_line, test_example_documents_every_setting,
+         test_node_address_is_a_host, test_file_errors_name_file_and_line,
+         test_example_documents_every_setting,
          test_man_pages_document_every_setting])

@@ -4,6 +4,7 @@
  * environments written out by hand, each with the values and sources a
  * reader of the precedence table expects, and each bad value's message.
  */
+#include <math.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -154,6 +155,21 @@ static const struct good_case good[] = {
 	  false,
 	  { "", DEF, 0, DEF, 3, "SLURM_NTASKS_PER_NODE (Slurm)", 1, DEF, 0, "SLURM_NODEID (Slurm)",
 	    "", DEF } },
+	/* The largest repeats and counts there are, and the last node. */
+	{ "Slurm's tasks per node at the limits",
+	  { "SLURM_TASKS_PER_NODE=64(x1023),3", "SLURM_NODEID=1023", NULL },
+	  false,
+	  { "", DEF, 0, DEF, 3, "SLURM_TASKS_PER_NODE (Slurm)", 1, DEF, 1023, "SLURM_NODEID (Slurm)",
+	    "", DEF } },
+	{ "largest ranks and sizes",
+	  { "GRADSYNC_LOCAL_RANK=63", "GRADSYNC_LOCAL_SIZE=64", "GRADSYNC_NODES=1024",
+	    "GRADSYNC_NODE_RANK=1023", "GRADSYNC_COORDINATOR=[fe80::1%eth0]", NULL },
+	  false,
+	  { "", DEF, 63, "GRADSYNC_LOCAL_RANK", 64, "GRADSYNC_LOCAL_SIZE", 1024, "GRADSYNC_NODES",
+	    1023, "GRADSYNC_NODE_RANK", "[fe80::1%eth0]", "GRADSYNC_COORDINATOR" } },
+	{ "a bare IPv6 coordinator",
+	  { "MASTER_ADDR=::1", NULL }, false,
+	  { "", DEF, 0, DEF, 1, DEF, 1, DEF, 0, DEF, "::1", "MASTER_ADDR" } },
 	{ "options over all",
 	  { "GRADSYNC_JOB_ID=g", "GRADSYNC_LOCAL_RANK=0", "GRADSYNC_LOCAL_SIZE=1",
 	    "GRADSYNC_NODES=1", "GRADSYNC_NODE_RANK=0", "GRADSYNC_COORDINATOR=g",
@@ -204,6 +220,10 @@ static void good_cases(void **state)
 	}
 }
 
+/* How the library says a value is not a number, in full. */
+#define NOT_A_NUMBER "not a number (decimal digits only: no sign, space, base prefix or leading zero)"
+#define NOT_A_HOST "not a host name or address: it "
+
 struct bad_case {
 	const char *env[8];
 	const char *message; /* gs_last_error(NULL), whole */
@@ -211,11 +231,11 @@ struct bad_case {
 
 static const struct bad_case bad[] = {
 	{ { "LOCAL_RANK=one", NULL },
-	  "local rank from LOCAL_RANK (torchrun) is 'one': not a number" },
+	  "local rank from LOCAL_RANK (torchrun) is 'one': " NOT_A_NUMBER },
 	{ { "GRADSYNC_LOCAL_RANK=-1", NULL },
-	  "local rank from GRADSYNC_LOCAL_RANK is '-1': not a number" },
+	  "local rank from GRADSYNC_LOCAL_RANK is '-1': " NOT_A_NUMBER },
 	{ { "SLURM_LOCALID= 1", NULL },
-	  "local rank from SLURM_LOCALID (Slurm) is ' 1': not a number" },
+	  "local rank from SLURM_LOCALID (Slurm) is ' 1': " NOT_A_NUMBER },
 	{ { "GRADSYNC_LOCAL_RANK=64", NULL },
 	  "local rank from GRADSYNC_LOCAL_RANK is '64': out of range: expected 0 to 63" },
 	{ { "LOCAL_WORLD_SIZE=0", NULL },
@@ -225,13 +245,13 @@ static const struct bad_case bad[] = {
 	{ { "GRADSYNC_NODES=1025", NULL },
 	  "node count from GRADSYNC_NODES is '1025': out of range: expected 1 to 1024" },
 	{ { "SLURM_NNODES=2x", NULL },
-	  "node count from SLURM_NNODES (Slurm) is '2x': not a number" },
+	  "node count from SLURM_NNODES (Slurm) is '2x': " NOT_A_NUMBER },
 	{ { "GROUP_RANK=1024", NULL },
 	  "node rank from GROUP_RANK (torchrun) is '1024': out of range: expected 0 to 1023" },
 	{ { "WORLD_SIZE=5", "LOCAL_WORLD_SIZE=2", NULL },
 	  "node count: WORLD_SIZE (torchrun) '5' is not a multiple of LOCAL_WORLD_SIZE (torchrun) '2'" },
 	{ { "WORLD_SIZE=four", "LOCAL_WORLD_SIZE=2", NULL },
-	  "world size from WORLD_SIZE (torchrun) is 'four': not a number" },
+	  "world size from WORLD_SIZE (torchrun) is 'four': " NOT_A_NUMBER },
 	{ { "LOCAL_RANK=2", "LOCAL_WORLD_SIZE=2", NULL },
 	  "local rank 2 from LOCAL_RANK (torchrun) is not below the local size 2 from LOCAL_WORLD_SIZE (torchrun)" },
 	{ { "GRADSYNC_LOCAL_RANK=3", "SLURM_NTASKS_PER_NODE=2", NULL },
@@ -253,7 +273,49 @@ static const struct bad_case bad[] = {
 	{ { "SLURM_TASKS_PER_NODE=65(x2)", "SLURM_NODEID=0", NULL },
 	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '65(x2)': a node's count is out of range: expected 1 to 64" },
 	{ { "MASTER_ADDR=host name", NULL },
-	  "coordinator from MASTER_ADDR is 'host name': a host name or address has no spaces, control or non-ASCII characters" },
+	  "coordinator from MASTER_ADDR is 'host name': " NOT_A_HOST "has a space, control or non-ASCII byte: a host name or address has none" },
+	/* Strict numbers: no base prefix, leading zero, sign or space. */
+	{ { "GRADSYNC_LOCAL_RANK=0x10", NULL },
+	  "local rank from GRADSYNC_LOCAL_RANK is '0x10': " NOT_A_NUMBER },
+	{ { "GRADSYNC_LOCAL_RANK=010", NULL },
+	  "local rank from GRADSYNC_LOCAL_RANK is '010': " NOT_A_NUMBER },
+	{ { "GRADSYNC_NODES=+2", NULL },
+	  "node count from GRADSYNC_NODES is '+2': " NOT_A_NUMBER },
+	{ { "GROUP_RANK=1 ", NULL },
+	  "node rank from GROUP_RANK (torchrun) is '1 ': " NOT_A_NUMBER },
+	{ { "GRADSYNC_NODES=18446744073709551616", NULL },
+	  "node count from GRADSYNC_NODES is '18446744073709551616': out of range: expected 1 to 1024" },
+	/* The issue's: a repeat that wrapped the node count round gave node 0
+	 * the 5 of a later entry. */
+	{ { "SLURM_TASKS_PER_NODE=1(x18446744073709551615),2,5", "SLURM_NODEID=0", NULL },
+	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '1(x18446744073709551615),2,5': a count's repeat is out of range: expected 1 to 1024 nodes" },
+	{ { "SLURM_TASKS_PER_NODE=1(x1025)", NULL },
+	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '1(x1025)': a count's repeat is out of range: expected 1 to 1024 nodes" },
+	{ { "SLURM_TASKS_PER_NODE=1(x1024),2", "SLURM_NODEID=0", NULL },
+	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '1(x1024),2': it lists more than the 1024 nodes a job may have" },
+	{ { "SLURM_TASKS_PER_NODE=2(x0)", NULL },
+	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '2(x0)': a count's repeat is out of range: expected 1 to 1024 nodes" },
+	{ { "SLURM_TASKS_PER_NODE=02", NULL },
+	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '02': not Slurm's form: counts N or N(xM), comma separated" },
+	{ { "SLURM_TASKS_PER_NODE=2(x 3)", NULL },
+	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '2(x 3)': not Slurm's form: counts N or N(xM), comma separated" },
+	{ { "SLURM_TASKS_PER_NODE=2,", NULL },
+	  "local size from SLURM_TASKS_PER_NODE (Slurm) is '2,': not Slurm's form: counts N or N(xM), comma separated" },
+	/* The coordinators: a host alone, refused at once otherwise. */
+	{ { "GRADSYNC_COORDINATOR=host:port", NULL },
+	  "coordinator from GRADSYNC_COORDINATOR is 'host:port': " NOT_A_HOST "has a ':' but is no IPv6 address" },
+	{ { "MASTER_ADDR=node0:29500", "TORCHELASTIC_RUN_ID=x", NULL },
+	  "coordinator from MASTER_ADDR (torchrun) is 'node0:29500': " NOT_A_HOST "has a port (':29500'): give the host alone; the port is gradsyncd's --node-port, the same on every node" },
+	{ { "GRADSYNC_COORDINATOR=[::1]:5", NULL },
+	  "coordinator from GRADSYNC_COORDINATOR is '[::1]:5': " NOT_A_HOST "has a port (':5'): give the host alone; the port is gradsyncd's --node-port, the same on every node" },
+	{ { "GRADSYNC_COORDINATOR=[", NULL },
+	  "coordinator from GRADSYNC_COORDINATOR is '[': " NOT_A_HOST "has an unmatched bracket: only an IPv6 address goes in brackets, as [::1]" },
+	{ { "GRADSYNC_COORDINATOR=]", NULL },
+	  "coordinator from GRADSYNC_COORDINATOR is ']': " NOT_A_HOST "has an unmatched bracket: only an IPv6 address goes in brackets, as [::1]" },
+	{ { "GRADSYNC_COORDINATOR=http://x/", NULL },
+	  "coordinator from GRADSYNC_COORDINATOR is 'http://x/': " NOT_A_HOST "is a URL: give the host alone, without a scheme, path or port" },
+	{ { "MASTER_ADDR=n\xc3\xb6" "de0", "SLURM_JOB_ID=3", NULL },
+	  "coordinator from MASTER_ADDR (Slurm) is 'n\\xc3\\xb6de0': " NOT_A_HOST "has a space, control or non-ASCII byte: a host name or address has none" },
 };
 
 static void bad_cases(void **state)
@@ -381,6 +443,25 @@ static void settings_from_env(void **state)
 	assert_string_equal(li.predivide_source, "GRADSYNC_PREDIVIDE");
 	assert_int_equal(li.wire_dtype, GS_WIRE_DTYPE_FP32);
 	assert_int_equal(li.threshold, UINT64_C(4294967296));
+
+	/* The factors at the edges of [1, 1e6], against the compiler's own
+	 * reading of the same text. */
+	static const struct {
+		const char *var;
+		double want;
+	} factors[] = {
+		{ "GRADSYNC_PREDIVIDE=1", 1.0 },
+		{ "GRADSYNC_PREDIVIDE=1e6", 1e6 },
+		{ "GRADSYNC_PREDIVIDE=1000000.0", 1000000.0 },
+		{ "GRADSYNC_PREDIVIDE=2.5E+1", 2.5E+1 },
+		{ "GRADSYNC_PREDIVIDE=0.1e1", 0.1e1 },
+	};
+	for (size_t i = 0; i < sizeof(factors) / sizeof(factors[0]); i++) {
+		print_message("case: %s\n", factors[i].var);
+		set_env((const char *const[]){ factors[i].var, NULL });
+		assert_int_equal(gs_launch_info_get(NULL, &li), GS_OK);
+		assert_true(li.predivide_factor == factors[i].want);
+	}
 }
 
 /* Options > variables, setting by setting. */
@@ -407,6 +488,11 @@ static void settings_options_win(void **state)
 	assert_int_equal(li.fusion_buffer_elements, 2048);
 	assert_string_equal(li.fusion_buffer_source, "GRADSYNC_FUSION_BUFFER");
 
+	/* -0.0 in the options is the world size, as 0 is, and is sent as 0. */
+	o.predivide_factor = -0.0;
+	assert_int_equal(gs_launch_info_get(&o, &li), GS_OK);
+	assert_true(li.predivide_factor == 0 && !signbit(li.predivide_factor));
+
 	/* An options struct from before the settings leaves them to the
 	 * environment. */
 	o = (struct gs_connect_options)GS_CONNECT_OPTIONS_INIT;
@@ -417,25 +503,39 @@ static void settings_options_win(void **state)
 	assert_string_equal(li.threshold_source, "GRADSYNC_THRESHOLD");
 }
 
+#define NOT_A_FACTOR "not a number: expected 'world' or a decimal number in [1, 1e6] (no sign, space, hex, inf or nan)"
+#define OUT_OF_FACTORS "out of range: expected 'world' or a number in [1, 1e6]"
+
 struct bad_setting {
 	const char *var;
 	const char *message;
 };
 
 static const struct bad_setting bad_settings[] = {
-	{ "GRADSYNC_THRESHOLD=-1", "threshold from GRADSYNC_THRESHOLD is '-1': not a number" },
+	{ "GRADSYNC_THRESHOLD=-1", "threshold from GRADSYNC_THRESHOLD is '-1': " NOT_A_NUMBER },
 	{ "GRADSYNC_THRESHOLD=4294967297",
 	  "threshold from GRADSYNC_THRESHOLD is '4294967297': out of range: expected 0 to 4294967296" },
 	{ "GRADSYNC_THRESHOLD=99999999999999999999999",
 	  "threshold from GRADSYNC_THRESHOLD is '99999999999999999999999': out of range: expected 0 to 4294967296" },
 	{ "GRADSYNC_WIRE=FP16", "wire dtype from GRADSYNC_WIRE is 'FP16': expected fp16, bf16 or fp32" },
 	{ "GRADSYNC_OP=max", "op from GRADSYNC_OP is 'max': expected average or sum" },
-	{ "GRADSYNC_PREDIVIDE=0.5",
-	  "predivide factor from GRADSYNC_PREDIVIDE is '0.5': expected 'world' (0) or a number in [1, 1e6]" },
-	{ "GRADSYNC_PREDIVIDE=2x",
-	  "predivide factor from GRADSYNC_PREDIVIDE is '2x': expected 'world' or a number in [1, 1e6]" },
-	{ "GRADSYNC_PREDIVIDE=nan",
-	  "predivide factor from GRADSYNC_PREDIVIDE is 'nan': expected 'world' (0) or a number in [1, 1e6]" },
+	{ "GRADSYNC_PREDIVIDE=0.5", "predivide factor from GRADSYNC_PREDIVIDE is '0.5': " OUT_OF_FACTORS },
+	{ "GRADSYNC_PREDIVIDE=0", "predivide factor from GRADSYNC_PREDIVIDE is '0': " OUT_OF_FACTORS },
+	{ "GRADSYNC_PREDIVIDE=1000000.0000001",
+	  "predivide factor from GRADSYNC_PREDIVIDE is '1000000.0000001': " OUT_OF_FACTORS },
+	{ "GRADSYNC_PREDIVIDE=2x", "predivide factor from GRADSYNC_PREDIVIDE is '2x': " NOT_A_FACTOR },
+	{ "GRADSYNC_PREDIVIDE=nan", "predivide factor from GRADSYNC_PREDIVIDE is 'nan': " NOT_A_FACTOR },
+	{ "GRADSYNC_PREDIVIDE=inf", "predivide factor from GRADSYNC_PREDIVIDE is 'inf': " NOT_A_FACTOR },
+	/* The four, each once accepted. */
+	{ "GRADSYNC_PREDIVIDE=0x10", "predivide factor from GRADSYNC_PREDIVIDE is '0x10': " NOT_A_FACTOR },
+	{ "GRADSYNC_PREDIVIDE= 2", "predivide factor from GRADSYNC_PREDIVIDE is ' 2': " NOT_A_FACTOR },
+	{ "GRADSYNC_PREDIVIDE=-0", "predivide factor from GRADSYNC_PREDIVIDE is '-0': " NOT_A_FACTOR },
+	{ "GRADSYNC_PREDIVIDE=1e-400", "predivide factor from GRADSYNC_PREDIVIDE is '1e-400': " OUT_OF_FACTORS },
+	{ "GRADSYNC_PREDIVIDE=+2", "predivide factor from GRADSYNC_PREDIVIDE is '+2': " NOT_A_FACTOR },
+	{ "GRADSYNC_PREDIVIDE=1e400", "predivide factor from GRADSYNC_PREDIVIDE is '1e400': " OUT_OF_FACTORS },
+	{ "GRADSYNC_THRESHOLD=010", "threshold from GRADSYNC_THRESHOLD is '010': " NOT_A_NUMBER },
+	{ "GRADSYNC_FUSION_BUFFER=1073741825",
+	  "fusion buffer from GRADSYNC_FUSION_BUFFER is '1073741825': out of range: expected 1024 to 1073741824" },
 	{ "GRADSYNC_FUSION_BUFFER=1023",
 	  "fusion buffer from GRADSYNC_FUSION_BUFFER is '1023': out of range: expected 1024 to 1073741824" },
 };

@@ -54,16 +54,20 @@ static unsigned captured(char *out, size_t n)
 }
 
 /* A job id that tries to end the line and start a forged one, with a
- * terminal escape: one line comes out, its control characters as \xNN. */
+ * terminal escape and UTF-8: one line comes out, every byte outside
+ * printable ASCII as \xNN (the backslash as it was: escaping twice
+ * changes nothing). */
 static void test_control_characters(void **state)
 {
 	(void)state;
-	const char *id = "job\n12:00:00.000 gradsyncd error: forged\x1b[31m\\";
+	const char *id = "job\n12:00:00.000 gradsyncd error: forged\x1b[31m\\ caf\xc3\xa9";
 	gs_warn("trainer joined job '%s'", id);
 	char out[1024];
 	assert_int_equal(captured(out, sizeof(out)), 1);
-	assert_non_null(strstr(out, "job\\x0a12:00:00.000 gradsyncd error: forged\\x1b[31m\\\\'"));
+	assert_non_null(strstr(out, "job\\x0a12:00:00.000 gradsyncd error: forged\\x1b[31m\\ caf\\xc3\\xa9'"));
 	assert_null(strchr(out, '\x1b'));
+	for (const char *p = out; *p; p++)
+		assert_true((unsigned char)*p < 0x80);
 }
 
 /* One call site logging in a loop: the first lines of the window, then

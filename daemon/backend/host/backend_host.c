@@ -63,6 +63,7 @@
 #include "backend/host/shm.h"
 #include "backend/host/shm_guard.h"
 #include "errors.h"
+#include "number.h"
 
 static struct host_backend *host(struct gs_backend *b)
 {
@@ -440,10 +441,9 @@ static int agree_slice(struct host_backend *h, const struct gs_group_join *g, ch
 		memcpy(text, value, len);
 		text[len] = '\0';
 		free(value);
-		char *end;
-		slice = strtoull(text, &end, 10);
 		/* The fusion buffer has room for the statuses of slices this long. */
-		if (end == text || *end || (slice && slice < HOST_SLICE_ELEMENTS)) {
+		if (gs_parse_uint(text, 0, UINT64_MAX, &slice) < 0 ||
+		    (slice && slice < HOST_SLICE_ELEMENTS)) {
 			snprintf(err, errlen, "node 0 offers a pipeline slice of '%s' elements; 0 or at least %u expected",
 				 text, HOST_SLICE_ELEMENTS);
 			return GS_EPROTO;
