@@ -96,8 +96,14 @@ static void lobby_refuse(struct lobby_peer *lp, int code, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	struct gs_conn *c = lp->conn;
-	gs_log_grouped(&lp->port->quiet, GS_LOG_WARN, "rendezvous: refused a connection from %s: %s",
-		       c->addr, msg);
+	/* Once it claimed a rank in a NodeAuth, named as a job's rendezvous
+	 * names such a peer. */
+	if (lp->state == PEER_CHALLENGED)
+		gs_log_grouped(&lp->port->quiet, GS_LOG_WARN, "rendezvous: refused node %u from %s: %s",
+			       lp->rank, c->addr, msg);
+	else
+		gs_log_grouped(&lp->port->quiet, GS_LOG_WARN, "rendezvous: refused a connection from %s: %s",
+			       c->addr, msg);
 	gs_conn_end(c, code, msg);
 }
 
