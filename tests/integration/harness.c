@@ -634,3 +634,18 @@ uint64_t harness_layout_elements(const char *name)
 	fclose(f);
 	return total;
 }
+
+long harness_rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	long kib = -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	assert_true(kib > 0);
+	return kib;
+}

@@ -45,6 +45,10 @@ bool harness_have_gloo(void);
 /* A TCP port on 127.0.0.1 that was free a moment ago. */
 int harness_free_port(void);
 
+/* The resident memory of process pid (VmRSS), in KiB. Fails the test
+ * when it cannot be read. */
+long harness_rss_kib(pid_t pid);
+
 /* SIGTERM, then waits (SIGKILL after 10 s); returns its exit status. */
 int harness_daemon_stop(struct gs_test_daemon *d);
 /* True while the daemon process runs. */

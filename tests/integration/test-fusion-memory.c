@@ -37,21 +37,6 @@
 
 /* ---- The daemon, seen from outside ------------------------------------------ */
 
-static long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	long kib = -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	assert_true(kib > 0);
-	return kib;
-}
-
 static size_t jobs_of(const char *socket)
 {
 	gs_client *c;
@@ -214,12 +199,12 @@ static void hellos_asking_for_the_largest_buffer_add_little(void **state)
 	 * per-user default. */
 	static const char *const args[] = { "--max-jobs-per-user=0", NULL };
 	harness_daemon_start(&d, args);
-	long before = rss_kib(d.pid);
+	long before = harness_rss_kib(d.pid);
 	int fds[HELLOS];
 	double t0 = harness_now_s();
 	hello_jobs(d.socket, "h", fds, HELLOS);
 	double took = harness_now_s() - t0;
-	long after = rss_kib(d.pid);
+	long after = harness_rss_kib(d.pid);
 	print_message("%d Hellos asking for %s elements: VmRSS %ld -> %ld KiB (+%ld KiB) in %.2f s\n",
 		      HELLOS, LARGEST_FUSION, before, after, after - before, took);
 	/* A thread or two per job, a few pages each; one buffer alone would
@@ -367,7 +352,7 @@ static void memory_goes_back_when_jobs_go(void **state)
 	static const char *const args[] = { "--job-linger=0", "--max-jobs-per-user=0", NULL };
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, args);
-	long start = rss_kib(d.pid), peak = start;
+	long start = harness_rss_kib(d.pid), peak = start;
 	unsigned jobs = 0;
 	for (unsigned round = 0; round < CHURN_ROUNDS; round++) {
 		char logs[CHURN_JOBS][200];
@@ -381,7 +366,7 @@ static void memory_goes_back_when_jobs_go(void **state)
 		}
 		for (unsigned i = 0; i < n; i++) {
 			expect_exit_ok(pids[i], logs[i]);
-			long now = rss_kib(d.pid);
+			long now = harness_rss_kib(d.pid);
 			peak = now > peak ? now : peak;
 		}
 		wait_jobs_at_most(d.socket, 0);
@@ -399,7 +384,7 @@ static void memory_goes_back_when_jobs_go(void **state)
 		usleep(50000);
 	}
 	long now;
-	while ((now = rss_kib(d.pid)) > start + CHURN_SLACK_KIB && harness_now_s() - t0 < 30)
+	while ((now = harness_rss_kib(d.pid)) > start + CHURN_SLACK_KIB && harness_now_s() - t0 < 30)
 		usleep(50000);
 	print_message("VmRSS at start %ld KiB, at its highest %ld KiB, after %u jobs and %d Hellos %ld KiB (+%ld KiB)\n",
 		      start, peak, jobs, HELLOS, now, now - start);

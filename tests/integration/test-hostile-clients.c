@@ -63,20 +63,6 @@ static double cpu_seconds(pid_t pid)
 	return (double)(utime + stime) / (double)sysconf(_SC_CLK_TCK);
 }
 
-static long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	long kib = -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
 static unsigned log_lines(const struct gs_test_daemon *d)
 {
 	FILE *f = fopen(d->log, "r");
@@ -513,7 +499,7 @@ static void frames_pile_up(void **state)
 		fcntl(sock[i], F_SETFL, O_NONBLOCK);
 	}
 	/* Counted from here, the job (its fusion buffers) already made. */
-	long rss0 = rss_kib(d.pid), peak = rss0;
+	long rss0 = harness_rss_kib(d.pid), peak = rss0;
 	double t0 = harness_now_s();
 	while (harness_now_s() - t0 < 2.0) {
 		for (int i = 0; i < ATTACKERS; i++) {
@@ -522,7 +508,7 @@ static void frames_pile_up(void **state)
 			ssize_t n = send(sock[i], frame + sent[i], FRAME - 1 - sent[i], MSG_NOSIGNAL);
 			sent[i] += n > 0 ? (size_t)n : 0;
 		}
-		long r = rss_kib(d.pid);
+		long r = harness_rss_kib(d.pid);
 		peak = r > peak ? r : peak;
 		usleep(5000);
 	}

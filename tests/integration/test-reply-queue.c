@@ -23,20 +23,6 @@
 #include "gradsync.h"
 #include "harness.h"
 
-static long rss_kib(pid_t pid)
-{
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "r");
-	assert_non_null(f);
-	long kib = -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-			break;
-	fclose(f);
-	return kib;
-}
-
 /* Frames of requests, status and metrics in turn, REQUESTS of them. */
 struct flood {
 	uint8_t *buf;
@@ -118,7 +104,7 @@ static size_t pour(int fd, const struct flood *f, pid_t daemon, double limit_s, 
 			assert_true(n < 0 && errno == EAGAIN);
 		while (whole < f->n && f->ends[whole] <= off)
 			whole++;
-		long r = rss_kib(daemon);
+		long r = harness_rss_kib(daemon);
 		*peak = r > *peak ? r : *peak;
 		bool mid_frame = off != (whole ? f->ends[whole - 1] : 0);
 		double t = harness_now_s() - t0;
@@ -170,14 +156,14 @@ static void flood_stalls_only_the_flooder(void **state)
 	struct flood f;
 	flood_init(&f, REQUESTS);
 	int fd = control_client(d.socket);
-	long rss0 = rss_kib(d.pid), peak = rss0;
+	long rss0 = harness_rss_kib(d.pid), peak = rss0;
 	size_t sent = pour(fd, &f, d.pid, 3.0, &peak);
 	/* Others are served while the flooder's answers wait. */
 	double worst = 0;
 	for (int i = 0; i < 5; i++) {
 		double took = harness_status_seconds(d.socket);
 		worst = took > worst ? took : worst;
-		long r = rss_kib(d.pid);
+		long r = harness_rss_kib(d.pid);
 		peak = r > peak ? r : peak;
 	}
 	/* The flooder reads at last: every request it sent is answered. */
