@@ -622,6 +622,37 @@ void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step)
 	}
 }
 
+/* Whether the daemon's status lists trainer pid with its tensors registered. */
+static bool trainer_registered(const char *socket, pid_t pid)
+{
+	gs_client *ctl;
+	struct gs_status *st;
+	bool there = false;
+	if (gs_control_connect(socket, 5000, &ctl) != GS_OK)
+		return false;
+	if (gs_status_get(ctl, 5000, &st) == GS_OK) {
+		for (size_t i = 0; i < st->trainer_count; i++)
+			there |= st->trainers[i].pid == (uint32_t)pid &&
+				 (strcmp(st->trainers[i].state, "idle") == 0 ||
+				  strcmp(st->trainers[i].state, "in step") == 0);
+		gs_status_free(st);
+	}
+	gs_close(ctl);
+	return there;
+}
+
+void harness_wait_registered(const struct gs_test_daemon *d, pid_t pid)
+{
+	double t0 = harness_now_s();
+	while (!trainer_registered(d->socket, pid)) {
+		if (harness_now_s() - t0 > 120) {
+			harness_dump(d->log);
+			fail_msg("trainer pid %d never registered", (int)pid);
+		}
+		usleep(20000);
+	}
+}
+
 uint64_t harness_layout_elements(const char *name)
 {
 	FILE *f = fopen(harness_layout(name), "r");

@@ -71,6 +71,11 @@ double harness_status_seconds(const char *socket);
  * `step`; fails the test past that. */
 void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step);
 
+/* Waits (up to 120 s) until the daemon's status lists trainer pid as
+ * registered (idle or in a step); fails the test past that, showing the
+ * daemon's log. */
+void harness_wait_registered(const struct gs_test_daemon *d, pid_t pid);
+
 /* Starts a program with argv (argv[0] is the path), output to log. */
 pid_t harness_spawn(const char *const *argv, const char *log);
 /* Waits for pid up to timeout_ms; kills it and fails the test past that.
