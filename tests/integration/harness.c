@@ -161,10 +161,47 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 	d->pid = harness_spawn(argv, d->log);
 }
 
+/* Until the peer has closed its end of fd (end of stream, or reset) or
+ * the deadline (on now_ms()'s clock) passes; closes fd either way.
+ * Returns whether the peer closed. */
+static bool closed_by_peer(int fd, long deadline)
+{
+	char buf[256];
+	shutdown(fd, SHUT_WR);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long left = deadline - now_ms();
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			break;
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+			close(fd);
+			return true;
+		}
+	}
+	close(fd);
+	return false;
+}
+
+/* Whether gradsyncd accepts connections on path and, when it does, has
+ * closed the probe's connection again by the deadline: a test that
+ * counts the daemon's connections or descriptors next finds none of it. */
+static bool listening_settled(const char *path, long deadline)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		close(fd);
+		return false;
+	}
+	return closed_by_peer(fd, deadline);
+}
+
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms)
 {
 	long deadline = now_ms() + timeout_ms;
-	while (!harness_listening(d->socket)) {
+	while (!listening_settled(d->socket, deadline)) {
 		if (!harness_daemon_alive(d) || now_ms() > deadline) {
 			harness_dump(d->log);
 			fail_msg("gradsyncd did not start listening on %s", d->socket);
@@ -421,6 +458,12 @@ int raw_connect(const char *path)
 	struct timeval tv = { 10, 0 };
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	return fd;
+}
+
+void raw_close(int fd)
+{
+	if (!closed_by_peer(fd, now_ms() + 10000))
+		fail_msg("gradsyncd did not close a connection within 10 s of the client's end");
 }
 
 void raw_send_bytes(int fd, const void *data, size_t len)

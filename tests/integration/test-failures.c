@@ -265,17 +265,15 @@ static void too_many_clients(void **state)
 	(void)state;
 	struct gs_test_daemon d;
 	static const char *const args[] = { "--max-clients=2", NULL };
+	/* The start-up probe's connection is closed once it returns. */
 	harness_daemon_start(&d, args);
-	/* Let the daemon see the start-up probe's connection close. */
-	usleep(200000);
+	/* The daemon accepts connections in the order they came: a and b are
+	 * counted before c is looked at. */
 	int a = raw_connect(d.socket), b = raw_connect(d.socket);
-	/* Both are counted once the daemon has accepted them. */
-	usleep(100000);
 	int c = raw_connect(d.socket);
 	raw_expect_error(c, GS_ELIMIT, "gradsyncd serves at most 2 connections (--max-clients)");
-	close(a);
 	close(c);
-	usleep(100000);
+	raw_close(a);
 	int e = raw_connect(d.socket);
 	raw_hello(e, 0);
 	close(b);
