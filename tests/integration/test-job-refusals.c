@@ -322,9 +322,9 @@ static void node_limits(void **state)
 	refused(&d, &wide, 0, GS_EINVAL, "job 'wide': this daemon serves jobs of one node only (--node-port 0)");
 	int a0 = welcomed(&d, &a, 0), a1 = welcomed(&d, &a, 1), b0 = welcomed(&d, &b, 0);
 	refused(&d, &c, 0, GS_ELIMIT, "job 'c' cannot begin: this node serves 2 jobs already, its most (--max-jobs)");
-	close(b0);
-	/* b's trainer gone, b lingers: still a job of the node's two. */
-	usleep(200000);
+	/* b's trainer gone, b lingers: still a job of the node's two; its
+	 * local rank 0 is free again once the daemon has closed it. */
+	raw_close(b0);
 	refused(&d, &c, 0, GS_ELIMIT, "this node serves 2 jobs already");
 	int b1 = welcomed(&d, &b, 0), a2 = welcomed(&d, &a, 2);
 	refused(&d, &c, 0, GS_ELIMIT, "this node serves 4 trainers already, its most (--max-trainers)");
@@ -345,9 +345,11 @@ static void lingering_job_taken_up_or_begun_anew(void **state)
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, args);
 	struct harness_job j = { .id = "l", .threshold = "1000" };
-	close(welcomed(&d, &j, 0));
+	raw_close(welcomed(&d, &j, 0));
 	harness_wait_for_text(d.log, "job 'l': every trainer has left; keeping its group for 60 s", 10);
-	close(welcomed(&d, &j, 0));
+	/* Gone again before the other shape comes, which would otherwise
+	 * find the job held, not lingering. */
+	raw_close(welcomed(&d, &j, 0));
 	harness_wait_for_text(d.log, "job 'l': a trainer came back", 10);
 	assert_false(harness_log_contains(&d, "the lingering job's group goes"));
 	struct harness_job other = { .id = "l", .threshold = "2000" };
