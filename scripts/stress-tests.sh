@@ -13,7 +13,9 @@
 #                      equal terms)
 #       --hogs N       busy loops (default: one per core, nproc)
 #       --limit S      the hogs end after S seconds whatever happens
-#                      (default 14400)
+#                      (default 14400); each also ends within a fraction
+#                      of a second of this script, even one killed by
+#                      SIGKILL
 #       TEST...        meson test names instead of suites (e.g. failures)
 #
 # Builds build/ (or $GRADSYNC_BUILD) first. Prints, per test, how many runs
@@ -51,20 +53,24 @@ done
 
 ./scripts/build.sh >/dev/null || fail "the build failed (run ./scripts/build.sh)"
 
-# The hogs: one busy loop per core, each bounded by timeout so that none
-# outlives a script that is killed with SIGKILL, and killed by the trap in
-# every other case.
-hog_pids=()
-stop_hogs() {
+# The hogs: one busy loop per core, killed by the trap when the script
+# exits; each also stops once this script is gone (it looks every 100,000
+# turns) and, whatever happens, at the timeout. meson test runs in the
+# background, so that a signal reaches the trap at once and stops it too.
+hog_pids=() meson_pid=
+stop_all() {
   local pid
+  [ -z "$meson_pid" ] || kill "$meson_pid" 2>/dev/null
   for pid in "${hog_pids[@]}"; do kill "$pid" 2>/dev/null; done
-  for pid in "${hog_pids[@]}"; do wait "$pid" 2>/dev/null; done
-  hog_pids=()
+  for pid in "${hog_pids[@]}" $meson_pid; do wait "$pid" 2>/dev/null; done
+  hog_pids=() meson_pid=
 }
-trap stop_hogs EXIT
+trap stop_all EXIT
 trap 'exit 130' INT TERM
 for ((i = 0; i < hogs; i++)); do
-  timeout "$limit" nice -n "$nice" bash -c 'while :; do :; done' &
+  timeout "$limit" nice -n "$nice" bash -c \
+    'while kill -0 "$1" 2>/dev/null; do for ((i = 0; i < 100000; i++)); do :; done; done' \
+    hog $$ &
   hog_pids+=($!)
 done
 echo "stress-tests: $hogs busy loops at nice $nice, $runs runs of" \
@@ -80,12 +86,15 @@ logs=()
 for ((run = 1; run <= runs; run++)); do
   start=$SECONDS
   meson test -C "$build" --no-rebuild --logbase "stress-$run" "${select[@]}" \
-    >"$build/meson-logs/stress-$run.out" 2>&1
+    >"$build/meson-logs/stress-$run.out" 2>&1 &
+  meson_pid=$!
+  wait "$meson_pid"
+  meson_pid=
   echo "run $run of $runs: $((SECONDS - start)) s, $(grep -cE '^ *[0-9]+/[0-9]+ .* (OK|EXPECTEDFAIL) ' \
     "$build/meson-logs/stress-$run.out") passed; load now $(cut -d' ' -f1-3 /proc/loadavg)"
   logs+=("$build/meson-logs/stress-$run.json")
 done
-stop_hogs
+stop_all
 
 # The table, from meson's own record of each run.
 python3 - "${logs[@]}" <<'PY'
