@@ -161,10 +161,47 @@ void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args)
 	d->pid = harness_spawn(argv, d->log);
 }
 
+/* Until the peer has closed its end of fd (end of stream, or reset) or
+ * the deadline (on now_ms()'s clock) passes; closes fd either way.
+ * Returns whether the peer closed. */
+static bool closed_by_peer(int fd, long deadline)
+{
+	char buf[256];
+	shutdown(fd, SHUT_WR);
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		long left = deadline - now_ms();
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			break;
+		ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+			close(fd);
+			return true;
+		}
+	}
+	close(fd);
+	return false;
+}
+
+/* Whether gradsyncd accepts connections on path and, when it does, has
+ * closed the probe's connection again by the deadline: a test that
+ * counts the daemon's connections or descriptors next finds none of it. */
+static bool listening_settled(const char *path, long deadline)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_un addr = { .sun_family = AF_UNIX };
+	snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path);
+	if (connect(fd, (struct sockaddr *)&addr, sizeof(addr)) < 0) {
+		close(fd);
+		return false;
+	}
+	return closed_by_peer(fd, deadline);
+}
+
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms)
 {
 	long deadline = now_ms() + timeout_ms;
-	while (!harness_listening(d->socket)) {
+	while (!listening_settled(d->socket, deadline)) {
 		if (!harness_daemon_alive(d) || now_ms() > deadline) {
 			harness_dump(d->log);
 			fail_msg("gradsyncd did not start listening on %s", d->socket);
@@ -423,6 +460,12 @@ int raw_connect(const char *path)
 	return fd;
 }
 
+void raw_close(int fd)
+{
+	if (!closed_by_peer(fd, now_ms() + 10000))
+		fail_msg("gradsyncd did not close a connection within 10 s of the client's end");
+}
+
 void raw_send_bytes(int fd, const void *data, size_t len)
 {
 	const char *p = data;
@@ -618,6 +661,37 @@ void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step)
 			return;
 		if (harness_now_s() - t0 > 120)
 			fail_msg("node never reached step %llu", (unsigned long long)step);
+		usleep(20000);
+	}
+}
+
+/* Whether the daemon's status lists trainer pid with its tensors registered. */
+static bool trainer_registered(const char *socket, pid_t pid)
+{
+	gs_client *ctl;
+	struct gs_status *st;
+	bool there = false;
+	if (gs_control_connect(socket, 5000, &ctl) != GS_OK)
+		return false;
+	if (gs_status_get(ctl, 5000, &st) == GS_OK) {
+		for (size_t i = 0; i < st->trainer_count; i++)
+			there |= st->trainers[i].pid == (uint32_t)pid &&
+				 (strcmp(st->trainers[i].state, "idle") == 0 ||
+				  strcmp(st->trainers[i].state, "in step") == 0);
+		gs_status_free(st);
+	}
+	gs_close(ctl);
+	return there;
+}
+
+void harness_wait_registered(const struct gs_test_daemon *d, pid_t pid)
+{
+	double t0 = harness_now_s();
+	while (!trainer_registered(d->socket, pid)) {
+		if (harness_now_s() - t0 > 120) {
+			harness_dump(d->log);
+			fail_msg("trainer pid %d never registered", (int)pid);
+		}
 		usleep(20000);
 	}
 }

@@ -33,7 +33,9 @@ void harness_clear_launch_env(void);
 void harness_daemon_start(struct gs_test_daemon *d, const char *const *args);
 /* Starts gradsyncd without waiting for it (several nodes start together). */
 void harness_daemon_spawn(struct gs_test_daemon *d, const char *const *args);
-/* Waits until a spawned daemon accepts trainers, up to timeout_ms. */
+/* Waits until a spawned daemon accepts trainers, up to timeout_ms, and
+ * has closed the connection that found it so (no fixed sleep needed
+ * before counting its connections or descriptors). */
 void harness_daemon_wait_ready(struct gs_test_daemon *d, int timeout_ms);
 /* Whether something accepts connections on the Unix socket at path. */
 bool harness_listening(const char *path);
@@ -74,6 +76,11 @@ double harness_status_seconds(const char *socket);
 /* Waits (up to 120 s) until the daemon's status says its job is in step
  * `step`; fails the test past that. */
 void harness_wait_in_step(const struct gs_test_daemon *d, uint64_t step);
+
+/* Waits (up to 120 s) until the daemon's status lists trainer pid as
+ * registered (idle or in a step); fails the test past that, showing the
+ * daemon's log. */
+void harness_wait_registered(const struct gs_test_daemon *d, pid_t pid);
 
 /* Starts a program with argv (argv[0] is the path), output to log. */
 pid_t harness_spawn(const char *const *argv, const char *log);
@@ -165,6 +172,10 @@ void harness_job_setenv(const struct harness_job *j, unsigned node);
 
 /* A connected socket to the daemon (blocking, 10 s receive timeout). */
 int raw_connect(const char *socket);
+/* Closes a raw connection and waits (up to 10 s, else fails the test)
+ * until gradsyncd has closed its end too: what the connection held (a
+ * local rank, parked descriptors, mappings) is then released. */
+void raw_close(int fd);
 /* Sends a message with optional descriptors. */
 void raw_send(int fd, const Gradsync__Message *m, const int *fds, size_t nfds);
 void raw_send_bytes(int fd, const void *data, size_t len);

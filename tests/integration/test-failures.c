@@ -75,7 +75,11 @@ static void trainer_killed_mid_step(void **state)
 	struct gs_test_daemon d;
 	harness_job_daemon_start(&d, &two, 0, NULL);
 	char log0[200], log1[200], log1b[200];
-	static const char *const a0[] = { "--steps", "3", "--expect-abort-at", "2", NULL };
+	/* Trainer 0 holds before step 3 until its new partner has registered:
+	 * a step begun while local rank 1 is empty is aborted at once, as it
+	 * should be ("no step can complete until a trainer takes its place"). */
+	static const char *const a0[] = { "--steps", "3", "--expect-abort-at", "2",
+					   "--hold-before-step", "3", NULL };
 	static const char *const a1[] = { "--steps", "3", "--pause-at-step", "2",
 					   "--pause-after", "40", NULL };
 	pid_t t0 = trainer(&d, 0, log0, "0", a0);
@@ -103,6 +107,8 @@ static void trainer_killed_mid_step(void **state)
 	/* A restarted trainer takes its place and step 3 is right again. */
 	static const char *const a1b[] = { "--steps", "1", "--first-step", "3", NULL };
 	pid_t t1b = trainer(&d, 1, log1b, "1b", a1b);
+	harness_wait_registered(&d, t1b);
+	kill(t0, SIGUSR1);
 	expect_success(t0, log0);
 	expect_success(t1b, log1b);
 	assert_int_equal(harness_daemon_stop(&d), 0);
@@ -117,7 +123,10 @@ static void gradient_never_arrives(void **state)
 	static const char *const args[] = { "--step-timeout=3", "--stall-warning=1", NULL };
 	harness_job_daemon_start(&d, &two, 0, args);
 	char log0[200], log1[200], log1b[200];
-	static const char *const a0[] = { "--steps", "2", "--expect-abort-at", "1", NULL };
+	/* Trainer 0 holds before step 2 until the late trainer's replacement
+	 * has registered, as in trainer_killed_mid_step. */
+	static const char *const a0[] = { "--steps", "2", "--expect-abort-at", "1",
+					   "--hold-before-step", "2", NULL };
 	static const char *const a1[] = { "--steps", "2", "--pause-at-step", "1",
 					   "--pause-after", "5", NULL };
 	pid_t t0 = trainer(&d, 0, log0, "0", a0);
@@ -138,6 +147,8 @@ static void gradient_never_arrives(void **state)
 	harness_wait(t1, 5000);
 	static const char *const a1b[] = { "--steps", "1", "--first-step", "2", NULL };
 	pid_t t1b = trainer(&d, 1, log1b, "1b", a1b);
+	harness_wait_registered(&d, t1b);
+	kill(t0, SIGUSR1);
 	expect_success(t0, log0);
 	expect_success(t1b, log1b);
 	assert_int_equal(harness_daemon_stop(&d), 0);
@@ -254,17 +265,15 @@ static void too_many_clients(void **state)
 	(void)state;
 	struct gs_test_daemon d;
 	static const char *const args[] = { "--max-clients=2", NULL };
+	/* The start-up probe's connection is closed once it returns. */
 	harness_daemon_start(&d, args);
-	/* Let the daemon see the start-up probe's connection close. */
-	usleep(200000);
+	/* The daemon accepts connections in the order they came: a and b are
+	 * counted before c is looked at. */
 	int a = raw_connect(d.socket), b = raw_connect(d.socket);
-	/* Both are counted once the daemon has accepted them. */
-	usleep(100000);
 	int c = raw_connect(d.socket);
 	raw_expect_error(c, GS_ELIMIT, "gradsyncd serves at most 2 connections (--max-clients)");
-	close(a);
 	close(c);
-	usleep(100000);
+	raw_close(a);
 	int e = raw_connect(d.socket);
 	raw_hello(e, 0);
 	close(b);

@@ -44,6 +44,19 @@ static unsigned open_fds(pid_t pid)
 	return n;
 }
 
+/* Waits (up to 10 s) until the daemon's descriptors number want, or at
+ * most want when at_most: what a closed connection held is released a
+ * moment after the client sees it closed. Returns the last count. */
+static unsigned settled_fds(pid_t pid, unsigned want, bool at_most)
+{
+	double t0 = harness_now_s();
+	unsigned n;
+	while ((n = open_fds(pid)) != want && !(at_most && n < want) &&
+	       harness_now_s() - t0 < 10)
+		usleep(20000);
+	return n;
+}
+
 /* CPU time (user + system) in seconds. */
 static double cpu_seconds(pid_t pid)
 {
@@ -198,7 +211,6 @@ static void descriptors_before_hello(void **state)
 	(void)state;
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, NULL);
-	usleep(100000);
 	unsigned before = open_fds(d.pid);
 	int sock = raw_connect(d.socket);
 	int mfd = make_memfd(4096, true);
@@ -209,9 +221,9 @@ static void descriptors_before_hello(void **state)
 	assert_true(harness_now_s() - t0 < 1.0);
 	close(sock);
 	close(mfd);
-	usleep(100000);
-	print_message("gradsyncd's descriptors: %u before, %u after\n", before, open_fds(d.pid));
-	assert_int_equal(open_fds(d.pid), before);
+	unsigned after = settled_fds(d.pid, before, false);
+	print_message("gradsyncd's descriptors: %u before, %u after\n", before, after);
+	assert_int_equal(after, before);
 	one_good_step(d.socket);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
@@ -234,7 +246,6 @@ static void parked_descriptors_bounded(void **state)
 	 * here, its job (worker, buffers) already made. */
 	int a = raw_connect(d.socket);
 	raw_hello_job(a, 0, &job);
-	usleep(100000);
 	unsigned before = open_fds(d.pid);
 	send_fds(a, mfd, 64, partial, 1);
 	send_fds(a, mfd, 64, partial + 1, 1);
@@ -249,24 +260,23 @@ static void parked_descriptors_bounded(void **state)
 	raw_hello_job(e, 3, &job);
 	send_fds(b, mfd, 64, partial, 1);
 	send_fds(c, mfd, 64, partial, 1);
-	usleep(100000);
+	/* e's descriptors must come after b's and c's are parked (a's
+	 * connection gone, b, c and e's come): else e parks and c is the
+	 * one dropped. */
+	settled_fds(d.pid, before - 1 + 3 + 128, false);
 	send_fds(e, mfd, 64, partial, 1);
 	raw_expect_error(e, GS_ELIMIT, "gradsyncd already holds 150 descriptors that clients sent and no message claimed (--max-parked-fds)");
 	close(e);
-	usleep(100000);
-	unsigned during = open_fds(d.pid);
+	unsigned during = settled_fds(d.pid, before + 2 + 128, true);
 	print_message("gradsyncd's descriptors: %u before, %u with 128 parked\n", before, during);
 	assert_true(during <= before + 2 + 128);
 	assert_true(harness_status_seconds(d.socket) < 2.0);
-	close(b);
-	close(c);
+	raw_close(b);
+	raw_close(c);
 	close(mfd);
 	/* Every descriptor parked is closed, and every client's; their job,
 	 * of one node, went with its last trainer, and its descriptors. */
-	double t0 = harness_now_s();
-	while (open_fds(d.pid) != idle && harness_now_s() - t0 < 10)
-		usleep(20000);
-	assert_int_equal(open_fds(d.pid), idle);
+	assert_int_equal(settled_fds(d.pid, idle, false), idle);
 	one_good_step_of(d.socket, &job);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
@@ -279,7 +289,6 @@ static void descriptor_flood(void **state)
 	(void)state;
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, NULL);
-	usleep(100000);
 	unsigned fds0 = open_fds(d.pid), lines0 = log_lines(&d);
 	double cpu0 = cpu_seconds(d.pid), t0 = harness_now_s(), worst = 0;
 	int mfd = make_memfd(4096, true);
@@ -305,13 +314,13 @@ static void descriptor_flood(void **state)
 	unsigned lines = log_lines(&d) - lines0;
 	print_message("200 connections x 250 descriptors: %u refused, slowest status %.3f s, "
 		      "gradsyncd %.2f s of CPU in %.2f s, %u log lines, descriptors %u before %u after\n",
-		      refused, worst, cpu, wall, lines, fds0, open_fds(d.pid));
+		      refused, worst, cpu, wall, lines, fds0, settled_fds(d.pid, fds0 + 1, true));
 	assert_int_equal(refused, 200);
 	assert_true(worst < 2.0);
 	/* Three lines a connection (connected, dropped, closed: the harness
 	 * logs debug), 600 in all, each call site limited. */
 	assert_true(lines <= 3 * GS_LOG_BURST + 20);
-	assert_true(open_fds(d.pid) <= fds0 + 1);
+	assert_true(settled_fds(d.pid, fds0 + 1, true) <= fds0 + 1);
 	one_good_step(d.socket);
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
@@ -326,7 +335,6 @@ static void out_of_descriptors(void **state)
 	(void)state;
 	struct gs_test_daemon d;
 	harness_daemon_start(&d, NULL);
-	usleep(100000);
 	gs_client *ctl;
 	assert_int_equal(gs_control_connect(d.socket, 5000, &ctl), GS_OK);
 	struct rlimit old, tight;
@@ -487,7 +495,6 @@ static void frames_pile_up(void **state)
 	static const char *const args[] = { "--max-frame=4194304", "--max-pending-bytes=10485760",
 					     "--frame-timeout=3", NULL };
 	harness_job_daemon_start(&d, &job, 0, args);
-	usleep(100000);
 	uint8_t *frame = calloc(1, FRAME);
 	assert_non_null(frame);
 	gs_frame_put_len(frame, FRAME - GS_FRAME_HEADER_SIZE);
@@ -918,7 +925,8 @@ static void log_injection(void **state)
 	assert_int_equal(gs_register(c, bad, 1), GS_EINVAL);
 	assert_non_null(strstr(gs_last_error(c), "tensor 0: name holds a control character"));
 	gs_close(c);
-	usleep(100000);
+	/* Whatever the refusals wrote is in the log once their line is. */
+	harness_wait_for_text(d.log, "name holds a control character", 30);
 	FILE *f = fopen(d.log, "r");
 	char line[1024];
 	while (fgets(line, sizeof(line), f))
@@ -950,7 +958,6 @@ static void killed_between_steps(void **state)
 		good_step(early, 2);
 	gs_close(early[0]);
 	gs_close(early[1]);
-	usleep(100000);
 
 	gs_client *t0 = trainer_of(&job, d.socket, 0);
 	int p[2];
@@ -982,7 +989,10 @@ static void killed_between_steps(void **state)
 	assert_int_equal(read(p[0], &one, 1), 1);
 	kill(child, SIGKILL);
 	assert_int_equal(harness_wait(child, 5000), 128 + SIGKILL);
-	usleep(100000);
+	/* Gone before the step begins, not during it. */
+	char left[96];
+	snprintf(left, sizeof(left), "trainer pid %d (local rank 1) left job 'job'", (int)child);
+	harness_wait_for_text(d.log, left, 30);
 
 	double t_begin = harness_now_s();
 	fill(t0, 0);
@@ -1069,8 +1079,7 @@ static void mappings_bounded(void **state)
 	int c = register_buffers(d.socket, &job, 1, 3);
 	raw_expect_error(c, GS_ELIMIT, "gradsyncd already maps 4 buffers of its trainers; at most 6 (--max-mappings)");
 	close(c);
-	close(b);
-	usleep(200000);
+	raw_close(b);
 	/* Those of a trainer that left count no more. */
 	one_good_step_of(d.socket, &job);
 	assert_int_equal(harness_daemon_stop(&d), 0);

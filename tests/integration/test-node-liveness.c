@@ -417,16 +417,21 @@ static void crowd_that_keeps_coming_with_a_secret(void **state)
 /* ---- A node that vanishes without closing ------------------------------------ */
 
 /* A TCP proxy from a port of its own to 127.0.0.1:target, one process
- * forwarding every connection both ways; *port says where it listens. */
+ * forwarding every connection both ways; *port says where it listens.
+ * Node 1 binds that port too, as its node port, on 127.0.0.2: it is one
+ * of harness_free_port()'s, below the ephemeral range, since a port the
+ * kernel picked (bind to port 0) may be the own end of any connection
+ * from 127.0.0.2 meanwhile, and node 1 would fail to start. */
 static pid_t start_proxy(int target, int *port)
 {
 	int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(a);
+	do /* target is not bound yet: the pick could be it */
+		*port = harness_free_port();
+	while (*port == target);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)*port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof(a)), 0);
 	assert_int_equal(listen(lfd, 16), 0);
-	assert_int_equal(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
-	*port = ntohs(a.sin_port);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
 	if (pid > 0) {

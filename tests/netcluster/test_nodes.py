@@ -97,10 +97,11 @@ def run_job_and_cut(c, n, marks):
     p1, log1 = n.trainer(1, "cut", LAYOUT, 3, "--pause-at-step", "2", "--pause-after",
                          str(marks))
     wait_for(lambda: "PAUSED in step 2" in text(log1), 30, "node 1's trainer to pause")
+    # Node 0's trainer's marks in: its buckets launched, the first of them
+    # waiting for node 1 (in flight until the step ends).
     wait_for(lambda: (job_status(n.socks[0], "cut") or {}).get("current_step") == 2
-             and job_status(n.socks[0], "cut")["state"] == "in step",
-             30, "node 0 in step 2")
-    time.sleep(0.5)  # node 0's trainer's marks in, its buckets launched
+             and job_status(n.socks[0], "cut")["buckets_in_flight"] > 0,
+             30, "node 0's buckets of step 2 launched")
     cut = time.monotonic()
     cut_link(c, 1)
     slowest = 0.0

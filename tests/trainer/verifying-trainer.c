@@ -11,9 +11,11 @@
  * index (backpropagation order). The settings (wire dtype, op, predivide)
  * are the daemon's, from the welcome.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +27,8 @@
 #include "layout_file.h"
 
 #define WAIT_TIMEOUT_MS 60000
+/* How long --hold-before-step waits for its SIGUSR1. */
+#define HOLD_TIMEOUT_S 300
 
 enum pattern { PATTERN_RANDOM, PATTERN_POW2, PATTERN_OVERFLOW };
 
@@ -47,6 +51,7 @@ struct options {
 	uint64_t pause_after;
 	uint64_t pause_for;       /* seconds; 0: until killed */
 	uint64_t expect_abort_at; /* step the daemon must abort */
+	uint64_t hold_before;     /* step to wait for SIGUSR1 before */
 	bool reconnect;           /* survive a daemon restart */
 };
 
@@ -124,6 +129,10 @@ static void usage(FILE *f)
 		"                    'PAUSED', and wait to be killed\n"
 		"  --pause-for T     with --pause-at-step: wait T seconds instead, then\n"
 		"                    mark the rest (a trainer that is late, not dead)\n"
+		"  --hold-before-step S\n"
+		"                    before beginning step S print 'HOLDING' and wait for\n"
+		"                    SIGUSR1 (up to %d s): a test lets it go on once\n"
+		"                    gradsyncd is in the state the test needs\n"
 		"  --expect-abort-at S\n"
 		"                    step S must be aborted by gradsyncd; then every\n"
 		"                    tensor must hold either the reduced result (checked\n"
@@ -133,7 +142,7 @@ static void usage(FILE *f)
 		"  -h, --help        show this help\n"
 		"\n"
 		"Exit status: 0 all steps verified, 1 mismatch or gradsync error,\n"
-		"2 usage error.\n");
+		"2 usage error.\n", HOLD_TIMEOUT_S);
 }
 
 /* ---- options ----------------------------------------------------------- */
@@ -177,7 +186,7 @@ enum {
 	OPT_SOCKET = 256, OPT_LAYOUT, OPT_RANK, OPT_STEPS, OPT_SEED, OPT_CLIP,
 	OPT_PATTERN, OPT_EXACT, OPT_BATCH, OPT_BUCKET_EVENTS, OPT_QUIET,
 	OPT_FIRST_STEP, OPT_PAUSE_AT, OPT_PAUSE_AFTER, OPT_PAUSE_FOR, OPT_EXPECT_ABORT,
-	OPT_RECONNECT,
+	OPT_RECONNECT, OPT_HOLD_BEFORE,
 };
 
 static bool parse_one(int opt, const char *arg, struct options *o)
@@ -213,6 +222,7 @@ static bool parse_one(int opt, const char *arg, struct options *o)
 	case OPT_PAUSE_FOR: return parse_u64(arg, 3600, &o->pause_for);
 	case OPT_EXPECT_ABORT: return parse_u64(arg, 1u << 30, &o->expect_abort_at);
 	case OPT_RECONNECT: o->reconnect = true; return true;
+	case OPT_HOLD_BEFORE: return parse_u64(arg, 1u << 30, &o->hold_before) && o->hold_before > 0;
 	}
 	return false;
 }
@@ -238,6 +248,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "pause-for", required_argument, NULL, OPT_PAUSE_FOR },
 		{ "expect-abort-at", required_argument, NULL, OPT_EXPECT_ABORT },
 		{ "reconnect", no_argument, NULL, OPT_RECONNECT },
+		{ "hold-before-step", required_argument, NULL, OPT_HOLD_BEFORE },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -560,6 +571,26 @@ static bool mark_all(const struct trainer *tr, uint64_t step, uint32_t *batch)
 	return mark_range(tr, n, tr->n, batch);
 }
 
+/* Waits for the test's SIGUSR1, blocked since start-up so that one sent
+ * before the trainer got here is kept, not lost or fatal. */
+static bool hold(uint64_t step)
+{
+	printf("HOLDING before step %" PRIu64 " until SIGUSR1\n", step);
+	fflush(stdout);
+	sigset_t usr1;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	struct timespec limit = { HOLD_TIMEOUT_S, 0 };
+	while (sigtimedwait(&usr1, NULL, &limit) < 0) {
+		if (errno == EINTR)
+			continue;
+		fprintf(stderr, "gradsync-verifying-trainer: no SIGUSR1 within %d s of holding before step %" PRIu64 "\n",
+			HOLD_TIMEOUT_S, step);
+		return false;
+	}
+	return true;
+}
+
 /* After an aborted step each tensor holds the reduced result or, bitwise,
  * this rank's own input: never a mix. */
 static bool check_aborted(const struct trainer *tr, uint64_t step)
@@ -634,6 +665,8 @@ static bool run_step(const struct trainer *tr, uint64_t step,
 	so.clip_value = tr->o.clip;
 	so.bucket_events = tr->o.bucket_events;
 
+	if (step == tr->o.hold_before && !hold(step))
+		return false;
 	double t0 = gs_now_ms();
 	int r = gs_step_begin(tr->c, &so);
 	if (r == GS_OK && !mark_all(tr, step, batch))
@@ -731,6 +764,12 @@ int main(int argc, char **argv)
 	int r = parse_args(argc, argv, &tr.o);
 	if (r >= 0)
 		return r;
+	if (tr.o.hold_before) {
+		sigset_t usr1;
+		sigemptyset(&usr1);
+		sigaddset(&usr1, SIGUSR1);
+		sigprocmask(SIG_BLOCK, &usr1, NULL);
+	}
 	bool ok = layout_file_read(tr.o.layout, &tr.layout) == 0 && connect_session(&tr);
 	if (ok && !tr.o.quiet)
 		print_session(&tr);
