@@ -45,6 +45,7 @@ struct lobby_peer {
 	struct sockaddr_storage from;
 	uv_timer_t timer;
 	enum peer_state state; /* PEER_CHALLENGED: it named a job that is not here */
+	bool has_rank;         /* its NodeAuth claimed rank */
 	uint32_t rank;
 	char job_id[GS_JOB_ID_MAX + 1];
 	uint8_t node_nonce[GS_AUTH_NONCE];
@@ -98,7 +99,7 @@ static void lobby_refuse(struct lobby_peer *lp, int code, const char *fmt, ...)
 	struct gs_conn *c = lp->conn;
 	/* Once it claimed a rank in a NodeAuth, named as a job's rendezvous
 	 * names such a peer. */
-	if (lp->state == PEER_CHALLENGED)
+	if (lp->has_rank)
 		gs_log_grouped(&lp->port->quiet, GS_LOG_WARN, "rendezvous: refused node %u from %s: %s",
 			       lp->rank, c->addr, msg);
 	else
@@ -128,6 +129,8 @@ static void no_such_job_auth(struct lobby_peer *lp, const Gradsync__NodeAuth *a)
 {
 	const struct gs_settings *s = lp->port->settings;
 	char why[256];
+	lp->rank = a->node_rank;
+	lp->has_rank = true;
 	int code = rdv_auth_refusal(s, a, why, sizeof(why));
 	if (code != GS_OK) {
 		lobby_refuse(lp, code, "%s", why);
@@ -148,7 +151,6 @@ static void no_such_job_auth(struct lobby_peer *lp, const Gradsync__NodeAuth *a)
 		lobby_refuse(lp, GS_ESYSTEM, "the coordinator cannot draw a random nonce");
 		return;
 	}
-	lp->rank = a->node_rank;
 	snprintf(lp->job_id, sizeof(lp->job_id), "%s", a->job_id ? a->job_id : "");
 	memcpy(lp->node_nonce, a->nonce.data, GS_AUTH_NONCE);
 	lp->state = PEER_CHALLENGED;
