@@ -616,7 +616,7 @@ int gs_rdv_store_get(void *client, const char *key, void **value, size_t *len,
 		return rc;
 	*len = r->store_value->value.len;
 	*value = malloc(*len ? *len : 1);
-	if (*value)
+	if (*value && *len > 0) /* an empty value's data may be NULL */
 		memcpy(*value, r->store_value->value.data, *len);
 	gradsync__message__free_unpacked(r, NULL);
 	return *value ? GS_OK : GS_ENOMEM;

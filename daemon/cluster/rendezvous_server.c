@@ -222,7 +222,8 @@ static void handle_set(struct gs_rdv_server *s, struct gs_conn *c, const Gradsyn
 	}
 	e->key = key;
 	e->len = set->value.len;
-	memcpy(e->value, set->value.data, e->len);
+	if (e->len > 0) /* an empty value's data may be NULL */
+		memcpy(e->value, set->value.data, e->len);
 	e->next = s->store;
 	s->store = e;
 	for (struct rdv_wait **w = &s->waits; *w;) {

@@ -139,6 +139,9 @@ static void node_life(struct seed *s, const char *name)
 	s->split_hi = seed_here(s);
 	store_set(s, "i1/g0/rank_1", "127.0.0.2:40000");
 	store_get(s, "i1/g0/rank_1");
+	/* An empty value: protobuf-c gives no data for it (found by fuzzing). */
+	store_set(s, "i1/g0/empty", "");
+	store_get(s, "i1/g0/empty");
 	store_get(s, "i1/g0/rank_0"); /* waits: nobody set it */
 	regroup_request(s, 0, "a collective of generation 0 timed out");
 	ping_pong(s, 1);
