@@ -285,7 +285,7 @@ static void node_port_escapes_what_strangers_send(void **state)
 	close(fd);
 
 	/* Both refusals were logged, escaped. */
-	harness_wait_for_text(d.log, "refused a connection from 127.0.0.1", 10);
+	harness_wait_for_text(d.log, "rendezvous: refused node 1 from 127.0.0.1", 10);
 	harness_wait_for_text(d.log, "'n\\xc3\\xb6de1'", 10);
 	expect_ascii_log(&d);
 	assert_int_equal(harness_daemon_stop(&d), 0);
