@@ -12,14 +12,16 @@
 Tensors registered without a buffer of the caller's live in shared memory
 the library maps (a sealed memfd the daemon maps too); register() returns
 a NumPy float32 array over each (a memoryview when NumPy is not
-installed). Those arrays keep the connection's memory mapped: the library
-handle is closed when the client is closed and no array of it is left.
+installed). close() ends the session with gradsyncd at once, which frees
+the trainer's local rank; the arrays keep the memory mapped, and the
+library handle is freed when no array of it is left.
 """
 from __future__ import annotations
 
 import ctypes
 import numbers
 import operator
+import socket
 import threading
 import weakref
 from dataclasses import dataclass
@@ -195,6 +197,23 @@ class _Handle:
         self.closing = True
         if not self.views:
             self.close()
+        else:
+            self._hang_up()
+
+    def _hang_up(self) -> None:
+        """Ends the session with gradsyncd now, although arrays keep the
+        memory mapped: the daemon sees the trainer leave and frees its
+        place (a model whose gradients outlive ``close()`` must not hold
+        its local rank). The descriptor itself stays open until
+        ``gs_close``, so that no other file can take its number first."""
+        fd = _lib.lib().gs_fd(self.ptr) if self.ptr else -1
+        if fd < 0:
+            return
+        try:
+            with socket.fromfd(fd, socket.AF_UNIX, socket.SOCK_STREAM) as dup:
+                dup.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # the daemon is gone already
 
     def close(self) -> None:
         if self.ptr:
