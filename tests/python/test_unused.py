@@ -12,7 +12,9 @@ momentum and weight decay) in two processes (unused_trainer.py).
   ends equal to its weights when it was frozen;
 - the final weights are within fp16 rounding of DDP with its
   fp16_compress_hook on the default wire, and bit for bit DDP's on
-  wire="fp32".
+  wire="fp32";
+- one trainer on each of two gradsyncd (the nodes' vote carries which
+  gradients any rank produced) ends bit for bit as two on one node.
 
 The fp16 bound is test_torch.py's: one rounding of the wire (2^-11
 relative) per step in each gradient element, turned by SGD with momentum m
@@ -24,22 +26,25 @@ import tempfile
 
 import numpy as np
 
-from pylib import Daemon, check, run, set_job, spawn
+from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run, set_job,
+                   spawn)
 from unused_trainer import FREEZE_AT, LR, MOMENTUM, THRESHOLD, WORLD, Model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 12
 
 
-def train(mode, tmp, *extra):
-    """Runs WORLD trainers of `mode`; returns their saved results."""
+def train(mode, tmp, *extra, rank_args=lambda r: [], rank_env=lambda r: {}):
+    """Runs WORLD trainers of `mode` (rank r with the arguments extra and
+    rank_args(r), and the variables rank_env(r) added to the environment);
+    returns their saved results."""
     procs, outs, logs = [], [], []
     for r in range(WORLD):
         out = os.path.join(tmp, f"{mode}-{r}.npz")
         log = os.path.join(tmp, f"{mode}-{r}.log")
         argv = [sys.executable, os.path.join(HERE, "unused_trainer.py"), mode, str(r),
-                str(STEPS), out] + list(extra)
-        procs.append(spawn(argv, log))
+                str(STEPS), out] + list(extra) + rank_args(r)
+        procs.append(spawn(argv, log, env={**os.environ, **rank_env(r)}))
         outs.append(out)
         logs.append(log)
     results = []
@@ -131,5 +136,32 @@ def test_fp32_wire_equals_ddp():
         check(diff == 0, f"fp32: {layer} differs from DDP's by {diff:.3g}, not bit for bit")
 
 
+def test_two_nodes_equal_one_node():
+    """One trainer on each of two gradsyncd joined on loopback: which
+    gradients some rank produced rides on the nodes' vote, and the weights
+    are bit for bit those of two trainers on one node."""
+    if not HAVE_GLOO:
+        raise Skip("gradsyncd is built without Gloo")
+    port = free_port()
+    settings = (("threshold", THRESHOLD), ("wire", "fp16"))
+    nodes = [job_daemon(1, settings, 2, r, port) for r in range(2)]
+    try:
+        for n in nodes:
+            n.wait_ready(60)
+        two = train("gradsync", nodes[0].dir, "--wire", "fp16", "--local-rank", "0",
+                    rank_args=lambda r: ["--socket", nodes[r].socket],
+                    rank_env=lambda r: {"GRADSYNC_NODES": "2", "GRADSYNC_NODE_RANK": str(r),
+                                        "GRADSYNC_LOCAL_SIZE": "1",
+                                        "GRADSYNC_COORDINATOR": LOOPBACK})
+    finally:
+        for n in nodes:
+            n.cleanup()
+    check_semantics(two, "gradsync fp16 on two nodes")
+    one = gradsync_run("fp16")
+    diff = max_diff(weights(two[0]), weights(one[0]))
+    check(diff == 0, f"two nodes differ from one node of two trainers by {diff:.3g}")
+
+
 if __name__ == "__main__":
-    run([test_fp32_wire_equals_ddp, test_fp16_wire_against_ddp_fp16_hook])
+    run([test_fp32_wire_equals_ddp, test_fp16_wire_against_ddp_fp16_hook,
+         test_two_nodes_equal_one_node])

@@ -4,7 +4,7 @@ DDP(find_unused_parameters=True). Saves the final parameters, which
 gradients were None before each optimizer step, and the frozen layer's
 weights when it was frozen, to OUT.npz.
 
-    unused_trainer.py gradsync RANK STEPS OUT --socket S --wire fp16|fp32
+    unused_trainer.py gradsync RANK STEPS OUT --socket S --wire fp16|fp32 [--local-rank L]
     unused_trainer.py ddp      RANK STEPS OUT --init FILE [--fp16-hook]
 
 The model, h = tanh(mid(tanh(trunk(x)))), output head(h), plus:
@@ -60,8 +60,9 @@ def wrap(a, model, opt):
     """The synchronised model: GradSync's or DDP's."""
     if a.mode == "gradsync":
         import gradsync.torch
+        local_rank = a.rank if a.local_rank is None else a.local_rank
         gradsync.torch.GradSync(model, threshold=THRESHOLD, wire=a.wire, optimizer=opt,
-                                socket_path=a.socket, local_rank=a.rank)
+                                socket_path=a.socket, local_rank=local_rank)
         return model
     import torch.distributed as dist
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -83,6 +84,8 @@ def main():
     ap.add_argument("--wire", default="fp16")
     ap.add_argument("--init")
     ap.add_argument("--fp16-hook", action="store_true")
+    ap.add_argument("--local-rank", type=int, help="the trainer's rank on its node "
+                    "(default: RANK, all trainers on one node)")
     a = ap.parse_args()
     torch.set_num_threads(1)  # the same float operations in every process
     model = Model()
