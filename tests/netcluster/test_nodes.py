@@ -246,7 +246,7 @@ def run_cut_between_buckets(c, n, tmp):
         f.write("# four buckets, packed one behind the other\n")
         for i, count in enumerate(OVERLAP_TENSORS):
             f.write(f"t{i} {count} {count}\n")
-    bucket = wire_bytes(OVERLAP_TENSORS[0])
+    bucket = wire_bytes(OVERLAP_TENSORS[0], 1)  # one tensor a bucket
     step = bucket * len(OVERLAP_TENSORS)
 
     t = [n.trainer(k, "ovl", layout, 2, "--expect-abort-at", "2", settings=OVERLAP_SETTINGS)
