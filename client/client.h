@@ -42,6 +42,8 @@ struct gs__tensor {
 	float *data;
 	uint64_t count;
 	uint64_t marked_step; /* the last step that marked it ready */
+	uint64_t absent_step; /* the last step that marked it absent (gs_mark_absent) */
+	bool produced;        /* in the last finished step (gs_tensor_produced) */
 };
 
 /* Where a registered tensor lives: buffer index and byte offset. */

@@ -417,9 +417,12 @@ static struct gs__cuda *cuda_of(struct gs_client *c, const char *fn)
 	return NULL;
 }
 
-int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *stream)
+/* gs_cuda_mark_ready and gs_cuda_mark_absent (absent, fn): the next ready
+ * event recorded on stream, then the marks that name it. */
+static int cuda_mark(gs_client *c, const uint32_t *indices, size_t n, void *stream, bool absent,
+		     const char *fn)
 {
-	struct gs__cuda *g = cuda_of(c, "gs_cuda_mark_ready");
+	struct gs__cuda *g = cuda_of(c, fn);
 	if (!g)
 		return c ? GS_ESTATE : GS_EINVAL;
 	int r = push(c, g);
@@ -432,9 +435,19 @@ int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *st
 		return driver_fail(c, g, GS_ESYSTEM, "recording the ready event (cuEventRecord)", res);
 	g->next_ready++;
 	c->ready_event = e;
-	r = gs_mark_ready(c, indices, n);
+	r = absent ? gs_mark_absent(c, indices, n) : gs_mark_ready(c, indices, n);
 	c->ready_event = 0;
 	return r;
+}
+
+int gs_cuda_mark_ready(gs_client *c, const uint32_t *indices, size_t n, void *stream)
+{
+	return cuda_mark(c, indices, n, stream, false, "gs_cuda_mark_ready");
+}
+
+int gs_cuda_mark_absent(gs_client *c, const uint32_t *indices, size_t n, void *stream)
+{
+	return cuda_mark(c, indices, n, stream, true, "gs_cuda_mark_absent");
 }
 
 int gs_cuda_stream_wait(gs_client *c, void *stream)

@@ -56,6 +56,23 @@ static int on_bucket_done(struct gs_client *c, const Gradsync__BucketDone *b)
 	return GS_OK;
 }
 
+/* Which tensors hold a gradient someone produced: a reduced one unless
+ * the daemon lists it as produced by no trainer of the job; one the step
+ * did not reduce (aborted) holds this trainer's own, produced unless it
+ * was marked absent. */
+static void note_produced(struct gs_client *c, const Gradsync__StepDone *d)
+{
+	if (!c->tensors || !c->reduced)
+		return;
+	for (size_t i = 0; i < c->ntensors; i++)
+		c->tensors[i].produced = c->reduced[i] || c->tensors[i].absent_step != d->step;
+	for (size_t i = 0; i < d->n_unproduced_tensors; i++) {
+		uint32_t t = d->unproduced_tensors[i];
+		if (t < c->ntensors && c->reduced[t])
+			c->tensors[t].produced = false;
+	}
+}
+
 static int on_step_done(struct gs_client *c, const Gradsync__StepDone *d)
 {
 	int r = check_step(c, "StepDone", d->step);
@@ -89,6 +106,7 @@ static int on_step_done(struct gs_client *c, const Gradsync__StepDone *d)
 	for (size_t i = 0; !ok && c->reduced && i < d->n_completed_tensors; i++)
 		if (d->completed_tensors[i] < c->ntensors)
 			c->reduced[d->completed_tensors[i]] = true;
+	note_produced(c, d);
 	c->step_state = GS_STEP_DONE;
 	return GS_OK;
 }

@@ -31,8 +31,10 @@ static void reset_session(struct gs_client *c)
 	free(c->daemon_version);
 	c->backend = NULL;
 	c->daemon_version = NULL;
-	for (size_t i = 0; i < c->ntensors; i++)
+	for (size_t i = 0; i < c->ntensors; i++) {
 		c->tensors[i].marked_step = 0;
+		c->tensors[i].absent_step = 0;
+	}
 }
 
 int gs_reconnect(gs_client *c, int timeout_ms)
@@ -57,4 +59,9 @@ int gs_reconnect(gs_client *c, int timeout_ms)
 bool gs_tensor_reduced(const gs_client *c, size_t index)
 {
 	return c && c->reduced && index < c->ntensors && c->reduced[index];
+}
+
+bool gs_tensor_produced(const gs_client *c, size_t index)
+{
+	return c && c->tensors && index < c->ntensors && c->tensors[index].produced;
 }

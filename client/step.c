@@ -104,7 +104,7 @@ err_unmark:
 
 /* Indices go out as uint64 (the wire's type, so that the daemon can
  * refuse any value out of range instead of reading it truncated). */
-static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
+static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n, bool absent)
 {
 	uint64_t small[256];
 	uint64_t *wide = n <= 256 ? small : malloc(n * sizeof(*wide));
@@ -117,6 +117,7 @@ static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 	ready.n_tensors = n;
 	ready.tensors = wide;
 	ready.ready_event = c->ready_event;
+	ready.absent = absent;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_GRADIENTS_READY;
 	m.gradients_ready = &ready;
@@ -126,10 +127,11 @@ static int send_ready(struct gs_client *c, const uint32_t *idx, size_t n)
 	return r;
 }
 
-int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)
+/* gs_mark_ready and gs_mark_absent (fn): one GradientsReady per batch. */
+static int mark(gs_client *c, const uint32_t *indices, size_t n, bool absent, const char *fn)
 {
 	if (!c)
-		return gs__fail(NULL, GS_EINVAL, "gs_mark_ready: NULL handle");
+		return gs__fail(NULL, GS_EINVAL, "%s: NULL handle", fn);
 	gs__doing(c, "step %" PRIu64, c->step);
 	int r = check_trainer(c);
 	if (r < 0)
@@ -139,21 +141,32 @@ int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)
 		return gs__fail(c, GS_EABORTED, "step %" PRIu64 " aborted: %s",
 			       c->step, c->step_message);
 	if (c->step_state != GS_STEP_RUNNING)
-		return gs__fail(c, GS_ESTATE,
-			       "gs_mark_ready outside a step: call gs_step_begin first");
+		return gs__fail(c, GS_ESTATE, "%s outside a step: call gs_step_begin first", fn);
 	if (n == 0)
 		return GS_OK;
 	if (!indices)
-		return gs__fail(c, GS_EINVAL, "gs_mark_ready: indices is NULL");
+		return gs__fail(c, GS_EINVAL, "%s: indices is NULL", fn);
 	r = check_indices(c, indices, n);
+	for (size_t i = 0; absent && r == GS_OK && i < n; i++)
+		c->tensors[indices[i]].absent_step = c->step;
 	for (size_t off = 0; off < n && r == GS_OK; off += MARK_MAX_INDICES) {
 		size_t chunk = n - off < MARK_MAX_INDICES ? n - off : MARK_MAX_INDICES;
-		r = send_ready(c, indices + off, chunk);
+		r = send_ready(c, indices + off, chunk, absent);
 		/* Part of the batch went: the daemon and we now disagree. */
 		if (r < 0 && off > 0)
 			gs__end_session(c, r);
 	}
 	return r;
+}
+
+int gs_mark_ready(gs_client *c, const uint32_t *indices, size_t n)
+{
+	return mark(c, indices, n, false, "gs_mark_ready");
+}
+
+int gs_mark_absent(gs_client *c, const uint32_t *indices, size_t n)
+{
+	return mark(c, indices, n, true, "gs_mark_absent");
 }
 
 static bool step_finished(const struct gs_client *c)

@@ -31,10 +31,14 @@
  *      trainers would be (engine/ownership.h); a NodeAuth naming a job
  *      that node 0 does not have is challenged as any other, and told
  *      that there is no such job only once it has proven the secret
+ *   9  a bucket's vote carries, per member of the bucket, whether the
+ *      node's trainers produced that tensor in the step (GradientsReady
+ *      .absent): after the head's status on the host backend, after the
+ *      vote's four elements on the cuda backend's group vote
  */
 #ifndef GS_NODE_PROTOCOL_H
 #define GS_NODE_PROTOCOL_H
 
-#define GS_NODE_PROTOCOL_VERSION 8
+#define GS_NODE_PROTOCOL_VERSION 9
 
 #endif

@@ -96,6 +96,14 @@ struct gs_bucket_io {
 	 * before then. Worker thread only. */
 	const struct gs_bucket_io *(*next)(const struct gs_bucket_io *io);
 	uint64_t token; /* this bucket's run's, unique in the daemon */
+	/* Indexed by tensor: whether it was produced this step, by one of
+	 * this node's trainers as the bucket comes in and, with several nodes,
+	 * by any node's once the vote is summed: the backend that carries the
+	 * vote in the data (votes_in_data) carries a count per member of the
+	 * bucket with it and writes the verdict here before it unpacks. A
+	 * tensor that no trainer produced is not unpacked: every trainer's
+	 * memory of it stays as it was. NULL: every tensor was produced. */
+	uint8_t *produced;
 };
 
 enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };

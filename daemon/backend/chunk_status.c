@@ -53,6 +53,44 @@ void gs_chunk_status_get(enum gs_wire w, const void *tail, struct gs_chunk_statu
 	}
 }
 
+/* Members converted at a time, on the stack. */
+#define PRODUCED_BATCH 256
+
+void gs_chunk_produced_put(enum gs_wire w, void *at, const struct gs_plan *p, uint32_t bucket,
+			   const uint8_t *produced)
+{
+	const struct gs_bucket *bk = &p->buckets[bucket];
+	float v[PRODUCED_BATCH];
+	char *dst = at;
+	for (uint32_t done = 0; done < bk->count;) {
+		uint32_t n = bk->count - done < PRODUCED_BATCH ? bk->count - done : PRODUCED_BATCH;
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t t = p->members[bk->first + done + i];
+			v[i] = !produced || produced[t] ? 1.0f : 0.0f;
+		}
+		gs_pack(w, dst, v, n, NULL);
+		dst += n * gs_wire_size(w);
+		done += n;
+	}
+}
+
+void gs_chunk_produced_get(enum gs_wire w, const void *at, const struct gs_plan *p,
+			   uint32_t bucket, uint8_t *produced)
+{
+	const struct gs_bucket *bk = &p->buckets[bucket];
+	float v[PRODUCED_BATCH];
+	float *dst = v;
+	const char *src = at;
+	for (uint32_t done = 0; done < bk->count;) {
+		uint32_t n = bk->count - done < PRODUCED_BATCH ? bk->count - done : PRODUCED_BATCH;
+		gs_unpack(w, &dst, 1, src, n, 1.0f);
+		for (uint32_t i = 0; i < n; i++)
+			produced[p->members[bk->first + done + i]] = v[i] != 0.0f;
+		src += n * gs_wire_size(w);
+		done += n;
+	}
+}
+
 bool gs_chunk_status_stops(const struct gs_chunk_status *s)
 {
 	return s->lost_nodes != 0 || s->vote.aborts != 0;

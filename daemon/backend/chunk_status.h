@@ -15,6 +15,12 @@
  * (below 64), which fp16, bf16 and fp32 hold exactly, and a sum of them is
  * exact while it stays below 256 (bf16); past that, a nonzero count stays
  * nonzero, which is all the decision needs.
+ *
+ * The status that carries the vote (the head's, in a bucket's first
+ * chunk) goes on with one element per member of the bucket, in plan
+ * order: 1 where a trainer of the node produced that tensor this step
+ * (gs_bucket_io.produced). Summed, it is nonzero where any node's trainer
+ * did, and a sum of ones never rounds to zero in any wire dtype.
  */
 #ifndef GS_CHUNK_STATUS_H
 #define GS_CHUNK_STATUS_H
@@ -48,6 +54,15 @@ void gs_chunk_status_put(enum gs_wire w, void *tail, uint32_t node, int rank,
 void gs_chunk_status_get(enum gs_wire w, const void *tail, struct gs_chunk_status *out);
 /* Whether the summed status stops the bucket on every node. */
 bool gs_chunk_status_stops(const struct gs_chunk_status *s);
+/* Writes the bucket's produced counts (its member count of elements of
+ * wire dtype w) to at: 1 for each member the node's trainers produced
+ * (produced NULL: every member), else 0. */
+void gs_chunk_produced_put(enum gs_wire w, void *at, const struct gs_plan *p, uint32_t bucket,
+			   const uint8_t *produced);
+/* Reads the summed counts back into produced, by tensor: whether any
+ * node's trainer produced each member of the bucket. */
+void gs_chunk_produced_get(enum gs_wire w, const void *at, const struct gs_plan *p,
+			   uint32_t bucket, uint8_t *produced);
 /* Why bucket `bucket` was not unpacked after a lost pack, naming the node
  * and local rank. (A vote's reason is the engine's to word.) */
 void gs_chunk_status_describe(const struct gs_chunk_status *s, uint32_t bucket, char *out,

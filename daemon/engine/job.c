@@ -51,6 +51,11 @@ static void clear_layout(struct gs_job *j)
 	gs_plan_free(&j->plan);
 	free(j->bucket_marks);
 	j->bucket_marks = NULL;
+	free(j->produced);
+	j->produced = NULL;
+	free(j->unproduced);
+	j->unproduced = NULL;
+	j->nunproduced = 0;
 	j->has_layout = false;
 	j->agreed = false;
 	j->layout_hash = 0;
@@ -189,10 +194,29 @@ static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
 	done.message = ok ? "" : j->abort_reason;
 	done.n_completed_tensors = ncompleted;
 	done.completed_tensors = completed;
+	/* Listed for the buckets that finished this step (finish_step). */
+	if (ok || buckets_done > 0) {
+		done.n_unproduced_tensors = j->nunproduced;
+		done.unproduced_tensors = j->unproduced;
+	}
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_STEP_DONE;
 	m.step_done = &done;
 	gs_trainer_send(t, &m);
+}
+
+/* The tensors of the step's finished buckets that no trainer of the job
+ * produced: the buckets' runs left the nodes' verdict in j->produced. */
+static void collect_unproduced(struct gs_job *j, uint32_t buckets_done)
+{
+	const struct gs_plan *p = &j->plan;
+	uint32_t members = 0;
+	if (buckets_done > 0)
+		members = p->buckets[buckets_done - 1].first + p->buckets[buckets_done - 1].count;
+	j->nunproduced = 0;
+	for (uint32_t m = 0; m < members; m++)
+		if (!j->produced[p->members[m]])
+			j->unproduced[j->nunproduced++] = p->members[m];
 }
 
 static void finish_step(struct gs_job *j)
@@ -200,6 +224,7 @@ static void finish_step(struct gs_job *j)
 	struct gs_stats *st = &j->stats;
 	bool ok = !j->aborting;
 	uint64_t duration = j->step_start_ns ? gs_now_ns() - j->step_start_ns : 0;
+	collect_unproduced(j, j->buckets_done);
 	/* A registered trainer that had not begun the aborted step gets its
 	 * abort when it does begin it: it must not start a step of its own
 	 * that the others, a step ahead, would never join. */
@@ -364,7 +389,9 @@ int gs_job_adopt_layout(struct gs_job *j, struct gs_trainer *t, char *why, size_
 	}
 	if (gs_layout_copy(&j->layout, &t->layout) < 0 ||
 	    gs_plan_build(j->layout.counts, j->layout.n, j->env.settings->threshold, &j->plan) < 0 ||
-	    !(j->bucket_marks = calloc(j->plan.nbuckets, sizeof(*j->bucket_marks)))) {
+	    !(j->bucket_marks = calloc(j->plan.nbuckets, sizeof(*j->bucket_marks))) ||
+	    !(j->produced = calloc(j->layout.n ? j->layout.n : 1, sizeof(*j->produced))) ||
+	    !(j->unproduced = calloc(j->layout.n ? j->layout.n : 1, sizeof(*j->unproduced)))) {
 		clear_layout(j);
 		snprintf(why, n, "out of memory building the bucket plan");
 		return GS_ENOMEM;
@@ -536,6 +563,7 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 		j->step_nonfinite = 0;
 		j->step_wire_bytes = 0;
 		j->stall_warned = false;
+		memset(j->produced, 0, j->layout.n * sizeof(*j->produced));
 		uv_timer_start(&j->stall_timer, on_stall, first_stall_ms(j->env.settings), 0);
 	}
 	abort_for_departed(j);
@@ -665,6 +693,8 @@ void gs_job_mark_ready(struct gs_trainer *t, const Gradsync__GradientsReady *r)
 			return;
 		}
 		t->marked[idx] = j->step;
+		if (!r->absent)
+			j->produced[idx] = 1;
 		j->bucket_marks[j->plan.bucket_of[idx]]++;
 		t->bucket_event[j->plan.bucket_of[idx]] = (uint32_t)r->ready_event;
 	}

@@ -98,6 +98,15 @@ struct gs_job {
 	bool aborting;
 	char abort_reason[768];
 	uint32_t *bucket_marks; /* (trainer, tensor) marks per bucket */
+	/* Per tensor: whether a trainer produced it this step (marked it
+	 * without GradientsReady.absent). Written on the loop by the marks,
+	 * then by the bucket's run on the worker, where the nodes' vote makes
+	 * it whether any node's trainer did (gs_bucket_io.produced). */
+	uint8_t *produced;
+	/* The step's tensors no trainer of the job produced, among those it
+	 * reduced, as StepDone lists them (finish_step). */
+	uint32_t *unproduced;
+	uint32_t nunproduced;
 	uint32_t next_launch;
 	uint32_t buckets_done;
 	uint64_t step_start_ns;

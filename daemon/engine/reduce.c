@@ -121,6 +121,7 @@ static void set_io(struct gs_bucket_run *run)
 		run->clipped, &run->nonfinite, on_mark, run, run->ready_event,
 		&run->lost, in_data ? &run->vote : NULL, in_data ? vote_timeout_ms(run) : 0,
 		run->nodes > 1 ? queued_next : NULL, atomic_fetch_add(&run_tokens, 1) + 1,
+		run->produced,
 	};
 }
 
@@ -150,25 +151,53 @@ static void run_whole(struct gs_bucket_run *run)
 		gs_trace_whole(run->trace, &run->traced, start, gs_now_ns(), run->status == GS_OK);
 }
 
+/* The vote's elements: its four, then, per member of the bucket, 1 where
+ * one of this node's trainers produced it (a run that only votes: 0). */
+static float *vote_elements(const struct gs_bucket_run *run, const struct gs_bucket *bk)
+{
+	float *v = calloc(4 + (size_t)bk->count, sizeof(*v));
+	if (!v)
+		return NULL;
+	v[0] = (float)run->vote.aborts;
+	v[1] = (float)run->vote.node;
+	v[2] = (float)run->vote.rank;
+	v[3] = (float)run->vote.reason;
+	for (uint32_t m = 0; run->produced && m < bk->count; m++)
+		v[4 + m] = run->produced[run->plan->members[bk->first + m]] ? 1.0f : 0.0f;
+	return v;
+}
+
 /* Every node says whether it goes on with this bucket; one vote to abort
- * ends the step on all nodes at the same bucket. The vote is an fp32 sum,
- * exact for these small integers. */
+ * ends the step on all nodes at the same bucket. With it goes which of
+ * the bucket's tensors the node's trainers produced: a tensor is produced
+ * where any node's count is. The vote is an fp32 sum, exact for these
+ * small integers. */
 static void vote(struct gs_bucket_run *run)
 {
 	own_vote(run);
-	float v[4] = { (float)run->vote.aborts, (float)run->vote.node, (float)run->vote.rank,
-		       (float)run->vote.reason };
+	const struct gs_bucket *bk = &run->plan->buckets[run->bucket];
+	float *v = vote_elements(run, bk);
+	if (!v) {
+		run->status = GS_ENOMEM;
+		snprintf(run->error, sizeof(run->error), "out of memory voting on bucket %u",
+			 run->bucket);
+		return;
+	}
 	char err[256];
 	const struct gs_group_port *g = &run->job->env.group;
-	int rc = g->vote(g->ctx, v, 4, err, sizeof(err));
+	int rc = g->vote(g->ctx, v, 4 + (size_t)bk->count, err, sizeof(err));
 	if (rc != GS_OK) {
 		run->status = rc;
 		snprintf(run->error, sizeof(run->error), "%s", err);
+		free(v);
 		return;
 	}
 	struct gs_vote sum = { (uint32_t)v[0], (uint32_t)v[1], (uint32_t)v[2], (uint32_t)v[3] };
 	if (sum.aborts)
 		describe_abort(run, &sum);
+	for (uint32_t m = 0; run->produced && !sum.aborts && m < bk->count; m++)
+		run->produced[run->plan->members[bk->first + m]] = v[4 + m] != 0.0f;
+	free(v);
 }
 
 /* A node that aborts, where the vote rides in the data: the bucket's
@@ -268,6 +297,7 @@ struct gs_bucket_run *gs_bucket_run_create(struct gs_job *j, uint32_t bucket)
 	}
 	run->nranks = j->env.settings->local_size;
 	run->postscale = j->postscale;
+	run->produced = j->produced;
 	run->ready_ns = j->step_start_ns;
 	run->launch_ns = gs_now_ns();
 	for (unsigned r = 0; r < run->nranks; r++) {

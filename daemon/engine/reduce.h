@@ -36,6 +36,7 @@ struct gs_bucket_run {
 	float **tensors[GS_MAX_LOCAL];
 	struct gs_pack_params pack[GS_MAX_LOCAL];
 	uint32_t ready_event[GS_MAX_LOCAL]; /* CUDA: see gs_bucket_io */
+	uint8_t *produced; /* the job's, per tensor (job.h); NULL in a run that only votes */
 	float postscale;
 	struct gs_span *spans; /* room for one chunk's spans */
 	/* With several nodes every bucket starts with a vote: a node that

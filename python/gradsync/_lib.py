@@ -300,6 +300,8 @@ _SIGNATURES = {
     "gs_step_poll": (c_int, [_client_p, POINTER(StepResult)]),
     "gs_buckets_done": (c_uint32, [_client_p]),
     "gs_tensor_reduced": (c_bool, [_client_p, c_size_t]),
+    "gs_mark_absent": (c_int, [_client_p, _u32_p, c_size_t]),
+    "gs_tensor_produced": (c_bool, [_client_p, c_size_t]),
     "gs_reconnect": (c_int, [_client_p, c_int]),
     "gs_control_connect": (c_int, [c_char_p, c_int, POINTER(_client_p)]),
     "gs_status_get": (c_int, [_client_p, c_int, POINTER(POINTER(Status))]),
@@ -313,6 +315,7 @@ _SIGNATURES = {
     "gs_trace_stop": (c_int, [_client_p, c_int, POINTER(TraceStatus)]),
     "gs_register_cuda": (c_int, [_client_p, POINTER(CudaTensorSpec), c_size_t]),
     "gs_cuda_mark_ready": (c_int, [_client_p, _u32_p, c_size_t, c_void_p]),
+    "gs_cuda_mark_absent": (c_int, [_client_p, _u32_p, c_size_t, c_void_p]),
     "gs_cuda_stream_wait": (c_int, [_client_p, c_void_p]),
 }
 

@@ -489,6 +489,16 @@ class Client(_Connection):
         with self._lock:
             self._check(_lib.lib().gs_mark_ready(self._ptr(), arr, len(arr)), "mark_ready")
 
+    def mark_absent(self, indices: Iterable[int]) -> None:
+        """Marks registered tensors that this trainer produced no gradient
+        for this step: they take part with what their memory holds (write
+        zeros first unless this trainer adds a gradient of its own), and
+        one that no trainer of the job produced is left as each trainer
+        has it (``tensor_produced`` then says False)."""
+        arr = _index_array(indices)
+        with self._lock:
+            self._check(_lib.lib().gs_mark_absent(self._ptr(), arr, len(arr)), "mark_absent")
+
     def cuda_mark_ready(self, indices: Iterable[int], stream: int = 0) -> None:
         """mark_ready for CUDA tensors: the daemon's GPU waits for the work
         queued on ``stream`` (a cudaStream_t as an int) so far."""
@@ -496,6 +506,14 @@ class Client(_Connection):
         with self._lock:
             self._check(_lib.lib().gs_cuda_mark_ready(self._ptr(), arr, len(arr),
                                                       stream or None), "cuda_mark_ready")
+
+    def cuda_mark_absent(self, indices: Iterable[int], stream: int = 0) -> None:
+        """mark_absent for CUDA tensors: the daemon's GPU waits for the
+        work queued on ``stream`` so far (the zeroing) before reading."""
+        arr = _index_array(indices)
+        with self._lock:
+            self._check(_lib.lib().gs_cuda_mark_absent(self._ptr(), arr, len(arr),
+                                                       stream or None), "cuda_mark_absent")
 
     def cuda_stream_wait(self, stream: int = 0) -> None:
         """Makes ``stream`` wait on the GPU for the reported results."""
@@ -545,6 +563,12 @@ class Client(_Connection):
         (False: it still holds this trainer's own gradient)."""
         return bool(_lib.lib().gs_tensor_reduced(self._ptr(), index))
 
+    def tensor_produced(self, index: int) -> bool:
+        """After a step: whether some trainer of the job produced tensor
+        ``index``'s gradient (False: every trainer marked it absent, and
+        its memory is as this trainer left it)."""
+        return bool(_lib.lib().gs_tensor_produced(self._ptr(), index))
+
     def reconnect(self, timeout: Optional[float] = DEFAULT_TIMEOUT) -> None:
         """After DisconnectedError: connects to the daemon again and
         registers the same tensors (same memory) again."""
@@ -571,6 +595,9 @@ class Step:
 
     def mark_ready(self, indices: Iterable[int]) -> None:
         self.client.mark_ready(indices)
+
+    def mark_absent(self, indices: Iterable[int]) -> None:
+        self.client.mark_absent(indices)
 
     def __enter__(self) -> "Step":
         self.client.begin_step(self.clip_value, self.bucket_events)

@@ -141,8 +141,9 @@ class GradSync:
         else:
             arrays = self.client.register([(n, p.numel()) for n, p in named])
             grads = [torch.from_numpy(a).view(p.shape) for a, (_, p) in zip(arrays, named)]
-        for (_, p), g in zip(named, grads):
-            p.grad = g
+        # param.grad stays as it is (None, as DDP leaves a parameter that
+        # no backward has reached); the first gradient autograd makes is
+        # copied into the registered memory (_bind).
         return grads
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -170,6 +171,32 @@ class GradSync:
         else:
             self.client.mark_ready(indices)
 
+    def _mark_absent(self, indices: List[int]) -> None:
+        """Marks the gradients that this backward did not produce: each
+        takes part with what its memory holds (zeros, or a gradient the
+        parameter already had: DDP adds that too), and one that no trainer
+        of the job produced is not written back (_after_wait)."""
+        for i in indices:
+            p = self.params[i]
+            if p.requires_grad and p.grad is not None:
+                self._bind(i)
+            else:
+                self._grads[i].zero_()
+        if self.device.type == "cuda":
+            self.client.cuda_mark_absent(indices, self._stream())
+        else:
+            self.client.mark_absent(indices)
+
+    def _after_wait(self, absent: List[int]) -> None:
+        """A parameter whose gradient this trainer did not produce gets the
+        average where another trainer produced it; where none did, its
+        .grad stays as it was (None, as DDP leaves it), and a parameter
+        frozen since wrapping (requires_grad False) is never given one."""
+        for i in absent:
+            p = self.params[i]
+            if p.requires_grad and self.client.tensor_produced(i):
+                p.grad = self._grads[i]
+
     def _stream(self) -> int:
         return torch.cuda.current_stream(self.device).cuda_stream
 
@@ -195,7 +222,9 @@ class GradSync:
     def wait(self) -> StepResult:
         """Waits for the step's reduced gradients, which are then in each
         ``param.grad``. A parameter that got no gradient this step takes
-        part with zeros (as DDP with find_unused_parameters). Raises
+        part with zeros, and one that no trainer of the job got a gradient
+        for keeps ``grad = None`` (as DDP with find_unused_parameters);
+        one frozen after wrapping is left alone. Raises
         StepAborted when the step was aborted (``param.grad`` then holds
         this trainer's own gradient wherever it was not reduced), and
         TimeoutError when it did not end within the timeout: the step then
@@ -205,11 +234,9 @@ class GradSync:
             raise StateError(ESTATE, "no gradient to synchronise: call backward() first",
                              "GradSync.wait")
         self._begin()
-        rest = [i for i, m in enumerate(self._marked) if not m]
-        for i in rest:
-            self._bind(i)
-        if rest:
-            self._mark(rest)
+        absent = [i for i, m in enumerate(self._marked) if not m]
+        if absent:
+            self._mark_absent(absent)
         self._marked = [False] * len(self.params)
         self._in_step = False
         try:
@@ -218,6 +245,7 @@ class GradSync:
             self._follow_daemon()
             raise
         self._follow_daemon()
+        self._after_wait(absent)
         return self.last_result
 
     def _follow_daemon(self) -> None:
@@ -230,10 +258,14 @@ class GradSync:
     def zero_grad(self) -> None:
         """Zeroes the gradients in place, keeping them in the shared memory
         (optimizer.zero_grad() works too, at the cost of one copy per
-        gradient in the next backward)."""
+        gradient in the next backward). As ``zero_grad(set_to_none=False)``,
+        it gives every parameter a zero gradient, which an optimizer then
+        steps with even where no trainer uses the parameter; a parameter
+        frozen since wrapping is left alone."""
         for i, g in enumerate(self._grads):
-            g.zero_()
-            self.params[i].grad = g
+            if self.params[i].requires_grad:
+                g.zero_()
+                self.params[i].grad = g
 
     @contextlib.contextmanager
     def no_sync(self) -> Iterator[None]:

@@ -50,6 +50,7 @@ struct options {
 	unsigned stall_step; /* its gradients come 5 s late; 0: none */
 	unsigned batch_ms;   /* --overlap: each batch of 8 takes this long */
 	bool hold;           /* register, say so, and wait to be killed */
+	unsigned absent;     /* --absent K: tensors no rank, or one, produces; 0: none */
 };
 
 struct trainer {
@@ -74,9 +75,10 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "hold", no_argument, NULL, 'h' },
 		{ "first-step", required_argument, NULL, 'f' },
 		{ "device", required_argument, NULL, 'D' },
+		{ "absent", required_argument, NULL, 'A' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ NULL, NULL, 0, -1, 0, 3, 2, 1, 50, 0, 0, 0, false };
+	*o = (struct options){ NULL, NULL, 0, -1, 0, 3, 2, 1, 50, 0, 0, 0, false, 0 };
 	bool global = false;
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -94,8 +96,9 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'h': o->hold = true; break;
 		case 'f': o->first_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'D': o->device = (int)strtol(optarg, NULL, 10); break;
+		case 'A': o->absent = (unsigned)strtoul(optarg, NULL, 10); break;
 		default:
-			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--overlap MS] [--hold] [--device D]\n");
+			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--overlap MS] [--hold] [--device D] [--absent K]\n");
 			exit(2);
 		}
 	}
@@ -103,6 +106,10 @@ static void parse(int argc, char **argv, struct options *o)
 		o->global_rank = o->rank;
 	if (o->device < 0)
 		o->device = (int)o->rank;
+	if (o->absent && o->absent < 3) {
+		fprintf(stderr, "emu-trainer: --absent needs K >= 3\n");
+		exit(2);
+	}
 	if (!o->socket || !o->layout) {
 		fprintf(stderr, "emu-trainer: --socket and --layout are needed\n");
 		exit(2);
@@ -199,13 +206,41 @@ struct step_ref {
 	unsigned world, step;
 	bool clip;
 	float prescale, postscale;
+	unsigned absent; /* --absent K */
 };
 
-static float reference(const struct step_ref *p, uint64_t i)
+/* --absent K, as the verifying trainer's: tensor j (registration index)
+ * with j % K == 0 is produced by no rank, == 1 by global rank 0 only, == 2
+ * by the last global rank only; every other by every rank. */
+static bool produces(const struct step_ref *p, unsigned rank, size_t j)
+{
+	if (!p->absent)
+		return true;
+	switch (j % p->absent) {
+	case 0: return false;
+	case 1: return rank == 0;
+	case 2: return rank == p->world - 1;
+	default: return true;
+	}
+}
+
+static bool produced_by_none(const struct step_ref *p, size_t j)
+{
+	return p->absent && j % p->absent == 0;
+}
+
+/* Element i (of tensor j) of what rank r hands over: its input, but zero
+ * where another rank produces the tensor and r does not. */
+static float handed(const struct step_ref *p, unsigned r, size_t j, uint64_t i)
+{
+	return produced_by_none(p, j) || produces(p, r, j) ? input(r, p->step, i) : 0.0f;
+}
+
+static float reference(const struct step_ref *p, size_t j, uint64_t i)
 {
 	float acc = 0;
 	for (unsigned r = 0; r < p->world; r++) {
-		float x = input(r, p->step, i);
+		float x = handed(p, r, j, i);
 		if (p->clip)
 			x = x > CLIP ? CLIP : (x < -CLIP ? -CLIP : x);
 		float packed = round_wire(x * p->prescale, p->w);
@@ -219,21 +254,33 @@ static bool same(float a, float b)
 	return !memcmp(&a, &b, sizeof(a)) || (isnan(a) && isnan(b));
 }
 
+/* Every element: the reference, or, for a tensor no rank produced, this
+ * trainer's own (gradsyncd did not write it back), which
+ * gs_tensor_produced must report. */
 static uint64_t check_step(struct trainer *t, const struct step_ref *p,
 			   const struct gs_step_result *res)
 {
 	uint64_t bad = 0, first = t->ct.total, clipped = 0, nonfinite = 0;
 	float want_first = 0;
-	for (uint64_t i = 0; i < t->ct.total; i++) {
-		float want = reference(p, i);
-		float mine = t->ct.in[i];
-		clipped += p->clip && (mine > CLIP || mine < -CLIP);
-		nonfinite += !isfinite(want);
-		if (same(want, t->ct.out[i]))
-			continue;
-		if (bad++ == 0) {
-			first = i;
-			want_first = want;
+	for (size_t j = 0; j < t->l.n; j++) {
+		bool none = produced_by_none(p, j);
+		if (gs_tensor_produced(t->ct.c, j) == none) {
+			fprintf(stderr, "emu-trainer: step %u: tensor %zu (%s) is reported %s\n", p->step,
+				j, t->l.names[j], none ? "produced, though no rank produced it"
+						       : "produced by no rank, though one did");
+			bad++;
+		}
+		for (uint64_t i = t->ct.host_off[j]; i < t->ct.host_off[j] + t->l.counts[j]; i++) {
+			float mine = t->ct.in[i];
+			float want = none ? mine : reference(p, j, i);
+			clipped += p->clip && (mine > CLIP || mine < -CLIP);
+			nonfinite += !none && !isfinite(want);
+			if (same(want, t->ct.out[i]))
+				continue;
+			if (bad++ == 0) {
+				first = i;
+				want_first = want;
+			}
 		}
 	}
 	if (bad)
@@ -295,7 +342,7 @@ static void CUDART_CB set_produced(void *arg)
  * --overlap each batch of eight comes batch_ms after the one before, as a
  * backward pass makes them, all queued at once (the host runs ahead of
  * the GPU, as autograd's hooks do). */
-static void produce_and_mark(struct trainer *t, unsigned step)
+static void produce_and_mark(struct trainer *t, const struct step_ref *p, unsigned step)
 {
 	uintptr_t ms = step == t->o.stall_step ? 5000 : t->o.delay_ms;
 	CUDA(cudaLaunchHostFunc(t->ct.stream, cuda_trainer_sleep, (void *)ms));
@@ -311,8 +358,13 @@ static void produce_and_mark(struct trainer *t, unsigned step)
 						(void *)(uintptr_t)t->o.batch_ms));
 		CUDA(cudaMemcpyAsync(t->ct.dev[j], t->ct.in + t->ct.host_off[j], t->l.counts[j] * 4,
 				     cudaMemcpyHostToDevice, t->ct.stream));
-		batch[k++] = (uint32_t)j;
-		if (k == 8 || q + 1 == t->l.n) {
+		if (produces(p, t->o.global_rank, j)) {
+			batch[k++] = (uint32_t)j;
+		} else {
+			uint32_t one = (uint32_t)j;
+			GS(t->ct.c, gs_cuda_mark_absent(t->ct.c, &one, 1, t->ct.stream));
+		}
+		if (k == 8 || (k > 0 && q + 1 == t->l.n)) {
 			GS(t->ct.c, gs_cuda_mark_ready(t->ct.c, batch, k, t->ct.stream));
 			k = 0;
 		}
@@ -347,7 +399,7 @@ static uint64_t check_aborted(struct trainer *t, const struct step_ref *p)
 		bool red = gs_tensor_reduced(t->ct.c, j);
 		reduced += red;
 		for (uint64_t i = t->ct.host_off[j]; i < t->ct.host_off[j] + t->l.counts[j]; i++) {
-			float want = red ? reference(p, i) : t->ct.in[i];
+			float want = red ? reference(p, j, i) : t->ct.in[i];
 			if (!same(want, t->ct.out[i])) {
 				fprintf(stderr, "emu-trainer: aborted step %u: tensor %zu (%s) is %s, but element %" PRIu64 " is %a, want %a\n",
 					p->step, j, t->l.names[j], red ? "reduced" : "not reduced",
@@ -376,17 +428,20 @@ static int run(struct trainer *t)
 		.world = t->ct.info.world_size,
 		.prescale = (float)(1.0 / pre),
 		.postscale = (float)(t->ct.info.op == GS_OP_AVERAGE ? pre / world : pre),
+		.absent = t->o.absent,
 	};
 	uint64_t bad = 0, clipped = 0, nonfinite = 0;
 	for (unsigned s = t->o.first_step; s < t->o.first_step + t->o.steps; s++) {
-		for (uint64_t i = 0; i < t->ct.total; i++)
-			t->ct.in[i] = input(t->o.global_rank, s, i);
+		p.step = s;
+		for (size_t j = 0; j < t->l.n; j++)
+			for (uint64_t i = t->ct.host_off[j]; i < t->ct.host_off[j] + t->l.counts[j]; i++)
+				t->ct.in[i] = handed(&p, t->o.global_rank, j, i);
 		struct gs_step_options so = GS_STEP_OPTIONS_INIT;
 		so.clipping = s == t->o.clip_step;
 		so.clip_value = CLIP;
 		so.bucket_events = t->o.batch_ms > 0;
 		GS(t->ct.c, gs_step_begin(t->ct.c, &so));
-		produce_and_mark(t, s);
+		produce_and_mark(t, &p, s);
 		if (t->o.batch_ms && check_overlap(t))
 			return 1;
 		struct gs_step_result res;

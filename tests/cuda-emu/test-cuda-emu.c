@@ -115,6 +115,17 @@ static void overlaps_the_backward_pass(void **state)
 	sync_case(&job, "2", targs);
 }
 
+/* Gradients no trainer produced, or one only (emu-trainer --absent):
+ * their tasks leave the unpack kernel's table, in buckets of several
+ * launches. */
+static void sync_absent_several_launches(void **state)
+{
+	(void)state;
+	struct harness_job job = { .local_size = { 2 }, .wire = "fp16", .fusion_buffer = "262144" };
+	const char *targs[] = { "--absent=3", NULL };
+	sync_case(&job, "2", targs);
+}
+
 /* ---- Trainers that go away ---------------------------------------------------- */
 
 /* Lines of /proc/<pid>/maps that map memfds of the CUDA emulation made by
@@ -530,6 +541,29 @@ static void two_nodes(void **state)
 		assert_int_equal(harness_daemon_stop(&d[n]), 0);
 }
 
+/* Gradients no trainer of either node produced, or node 0's or node 1's
+ * trainer only: which ones rides on the nodes' group vote, in buckets
+ * staged through a fusion buffer of several launches. */
+static void two_nodes_absent(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	struct harness_job job = TWO_NODES;
+	job.fusion_buffer = "262144";
+	struct gs_test_daemon d[2];
+	start_two_nodes(d, &job, NULL);
+	pid_t pids[2];
+	char logs[2][200];
+	const char *args[2][4] = { { "--device", "0", "--absent=4", NULL },
+				   { "--device", "1", "--absent=4", NULL } };
+	for (unsigned n = 0; n < 2; n++)
+		pids[n] = trainer(&job, n, d[n].socket, d[n].dir, 0, n, "2", args[n], logs[n]);
+	expect_pass(pids, logs, 2);
+	for (unsigned n = 0; n < 2; n++)
+		assert_int_equal(harness_daemon_stop(&d[n]), 0);
+}
+
 /* The trainer exits 0 having seen step `step` aborted as it expected. */
 static void expect_aborted(pid_t pid, const char *log, const struct gs_test_daemon *d,
 			   unsigned step)
@@ -821,6 +855,7 @@ int main(void)
 		TIMED(sync_fp16),
 		TIMED(sync_bf16_several_launches),
 		TIMED(overlaps_the_backward_pass),
+		TIMED(sync_absent_several_launches),
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),
@@ -832,6 +867,7 @@ int main(void)
 		TIMED(not_ready_then_communicators_again),
 		TIMED(communicators_fail_then_made),
 		TIMED(two_nodes),
+		TIMED(two_nodes_absent),
 		TIMED(node_lost_mid_allreduce),
 		TIMED(node_lost_between_launches),
 		TIMED(peer_killed_and_back),

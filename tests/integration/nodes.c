@@ -116,6 +116,22 @@ static uint64_t default_allreduces(const char *name)
 	return n + slices_of(acc);
 }
 
+/* Tensors of layout `name`: each bucket's vote carries one produced count
+ * per member (chunk_status.h), so a step sends one element per tensor. */
+static uint64_t layout_tensors(const char *name)
+{
+	FILE *f = fopen(harness_layout(name), "r");
+	assert_non_null(f);
+	char line[512], tensor[256];
+	unsigned long long count;
+	uint64_t n = 0;
+	while (fgets(line, sizeof(line), f))
+		if (line[0] != '#' && sscanf(line, "%255s %llu", tensor, &count) == 2)
+			n++;
+	fclose(f);
+	return n;
+}
+
 /* No setting of the job's or the daemons' differs from the default. */
 static bool default_settings(const struct nodes_case *c)
 {
@@ -126,7 +142,8 @@ static bool default_settings(const struct nodes_case *c)
 
 /* After the steps, each node's status names every node and, for fp16 on two
  * nodes (a ring sends 2 (N - 1) / N = 1 buffer), the exact bytes sent: every
- * slice's gradients and its status of 9 elements (chunk_status.h). */
+ * slice's gradients and its status of 9 elements, and each bucket's produced
+ * counts, one per member (chunk_status.h). */
 static void check_status(const struct nodes_case *c, struct node *n)
 {
 	const struct harness_job *j = &c->job;
@@ -152,7 +169,8 @@ static void check_status(const struct nodes_case *c, struct node *n)
 		if (j->nodes == 2 && default_settings(c))
 			assert_int_equal(st->internode_bytes,
 					 steps * (harness_layout_elements(c->layout) +
-						  9 * default_allreduces(c->layout)) * 2);
+						  9 * default_allreduces(c->layout) +
+						  layout_tensors(c->layout)) * 2);
 		else
 			assert_true(st->internode_bytes > 0);
 		gs_status_free(st);

@@ -53,6 +53,15 @@ CASE(two_nodes_fp32_sum_exact,
 CASE(three_nodes_uneven_bf16_sum,
      { "resnet50.txt", { .nodes = 3, .local_size = { 1, 2, 1 }, .wire = "bf16", .op = "sum" }, "2",
        { NULL }, { NULL } })
+/* Gradients that no trainer of any node produced, or one trainer of one
+ * node only (gs_mark_absent): the nodes' vote carries which. */
+CASE(two_nodes_two_trainers_absent,
+     { "resnet50.txt", { .nodes = 2, .local_size = { 2, 2 } }, "2", { NULL },
+       { "--absent", "3", NULL } })
+CASE(two_nodes_absent_staged_fp32_exact,
+     { "resnet50.txt", { .nodes = 2, .local_size = { 2, 2 }, .wire = "fp32",
+       .fusion_buffer = "65536", .threshold = "100000" }, "2", { NULL },
+       { "--absent", "4", "--pattern", "pow2", "--exact", NULL } })
 
 int main(void)
 {
@@ -68,6 +77,8 @@ int main(void)
 		cmocka_unit_test(two_nodes_two_trainers_fp32_exact),
 		cmocka_unit_test(two_nodes_fp32_sum_exact),
 		cmocka_unit_test(three_nodes_uneven_bf16_sum),
+		cmocka_unit_test(two_nodes_two_trainers_absent),
+		cmocka_unit_test(two_nodes_absent_staged_fp32_exact),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -97,6 +97,12 @@ CASE(three_trainers_predivide_after,
 CASE(buckets_larger_than_fusion_buffer,
      { "resnet50.txt", { .local_size = { 2 }, .fusion_buffer = "65536", .threshold = "100000" },
        "2", { NULL } })
+/* Gradients that no trainer produced, or one only (gs_mark_absent). */
+CASE(two_trainers_absent,
+     { "resnet50.txt", { .local_size = { 2 } }, "2", { "--absent", "3", NULL } })
+CASE(two_trainers_absent_staged_fp32_exact,
+     { "resnet50.txt", { .local_size = { 2 }, .wire = "fp32", .fusion_buffer = "65536",
+       .threshold = "100000" }, "2", { "--absent", "4", "--pattern", "pow2", "--exact", NULL } })
 
 int main(void)
 {
@@ -114,6 +120,8 @@ int main(void)
 		cmocka_unit_test(overflow_reports_nonfinite),
 		cmocka_unit_test(three_trainers_predivide_after),
 		cmocka_unit_test(buckets_larger_than_fusion_buffer),
+		cmocka_unit_test(two_trainers_absent),
+		cmocka_unit_test(two_trainers_absent_staged_fp32_exact),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -137,11 +137,12 @@ PIPE_TENSORS = [1000000, 1000000, 1000000]
 PIPE_RATE = "25mbit"  # a full slice (2 MiB of fp16) takes about 0.7 s
 
 
-def wire_bytes(elements):
-    """fp16 bytes node 0 sends for a bucket on two nodes (a ring sends one
-    buffer): every slice's elements and its status."""
+def wire_bytes(elements, members):
+    """fp16 bytes node 0 sends for a bucket of `members` tensors on two
+    nodes (a ring sends one buffer): every slice's elements and its status,
+    and the head's produced count per member."""
     slices = 1 + -(-(elements - HEAD) // SLICE)
-    return (elements + STATUS * slices) * 2
+    return (elements + STATUS * slices + members) * 2
 
 
 def every_cpu():
@@ -189,7 +190,7 @@ def run_mid_pipeline(c, n, tmp, lose):
         f.write("# one bucket of many pipeline slices\n")
         for i, count in enumerate(PIPE_TENSORS):
             f.write(f"t{i} {count} {count}\n")
-    bucket0 = wire_bytes(sum(PIPE_TENSORS))
+    bucket0 = wire_bytes(sum(PIPE_TENSORS), len(PIPE_TENSORS))
     step = bucket0
     full = (SLICE + STATUS) * 2  # bytes of one slice after the head
 
@@ -245,7 +246,7 @@ def run_cut_between_buckets(c, n, tmp):
         f.write("# four buckets, packed one behind the other\n")
         for i, count in enumerate(OVERLAP_TENSORS):
             f.write(f"t{i} {count} {count}\n")
-    bucket = wire_bytes(OVERLAP_TENSORS[0])
+    bucket = wire_bytes(OVERLAP_TENSORS[0], 1)  # one tensor a bucket
     step = bucket * len(OVERLAP_TENSORS)
 
     t = [n.trainer(k, "ovl", layout, 2, "--expect-abort-at", "2", settings=OVERLAP_SETTINGS)

@@ -222,7 +222,7 @@ def test_in_process_semantics():
         for p, w in zip(model["used"].parameters(), want):
             check(torch.equal(p.grad, w), "reduced gradient != its fp16 rounding")
         for p in model["unused"].parameters():
-            check(p.grad is not None and not p.grad.any(), "unused parameter's gradient")
+            check(p.grad is None, "an unused parameter was given a gradient")
 
         sync.zero_grad()
         want = [g.half().float() for g in local_grads(x[0], x[1])]

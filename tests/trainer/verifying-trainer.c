@@ -53,6 +53,7 @@ struct options {
 	uint64_t expect_abort_at; /* step the daemon must abort */
 	uint64_t hold_before;     /* step to wait for SIGUSR1 before */
 	bool reconnect;           /* survive a daemon restart */
+	uint64_t absent;          /* --absent K: tensors no rank, or one, produces */
 };
 
 /* What a check needs besides the tensors: the session's arithmetic. */
@@ -139,6 +140,14 @@ static void usage(FILE *f)
 		"                    against the reference) or its own input, bitwise\n"
 		"  --reconnect       when gradsyncd goes away, reconnect (up to 30 s) and\n"
 		"                    run the interrupted step again\n"
+		"  --absent K        unproduced gradients (gs_mark_absent): tensors with\n"
+		"                    index %% K == 0 are absent on every rank, which\n"
+		"                    leaves its input there and checks that it stays and\n"
+		"                    that gs_tensor_produced says false; %% K == 1 are\n"
+		"                    produced by global rank 0 only, %% K == 2 by the\n"
+		"                    last global rank only (the others write zeros and\n"
+		"                    mark them absent): their result is that rank's\n"
+		"                    input alone\n"
 		"  -h, --help        show this help\n"
 		"\n"
 		"Exit status: 0 all steps verified, 1 mismatch or gradsync error,\n"
@@ -186,7 +195,7 @@ enum {
 	OPT_SOCKET = 256, OPT_LAYOUT, OPT_RANK, OPT_STEPS, OPT_SEED, OPT_CLIP,
 	OPT_PATTERN, OPT_EXACT, OPT_BATCH, OPT_BUCKET_EVENTS, OPT_QUIET,
 	OPT_FIRST_STEP, OPT_PAUSE_AT, OPT_PAUSE_AFTER, OPT_PAUSE_FOR, OPT_EXPECT_ABORT,
-	OPT_RECONNECT, OPT_HOLD_BEFORE,
+	OPT_RECONNECT, OPT_HOLD_BEFORE, OPT_ABSENT,
 };
 
 static bool parse_one(int opt, const char *arg, struct options *o)
@@ -223,6 +232,7 @@ static bool parse_one(int opt, const char *arg, struct options *o)
 	case OPT_EXPECT_ABORT: return parse_u64(arg, 1u << 30, &o->expect_abort_at);
 	case OPT_RECONNECT: o->reconnect = true; return true;
 	case OPT_HOLD_BEFORE: return parse_u64(arg, 1u << 30, &o->hold_before) && o->hold_before > 0;
+	case OPT_ABSENT: return parse_u64(arg, 1u << 20, &o->absent) && o->absent >= 3;
 	}
 	return false;
 }
@@ -249,6 +259,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		{ "expect-abort-at", required_argument, NULL, OPT_EXPECT_ABORT },
 		{ "reconnect", no_argument, NULL, OPT_RECONNECT },
 		{ "hold-before-step", required_argument, NULL, OPT_HOLD_BEFORE },
+		{ "absent", required_argument, NULL, OPT_ABSENT },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -338,6 +349,32 @@ static inline float clip_value(const struct options *o, float x)
 	return x > o->clip ? o->clip : x < -o->clip ? -o->clip : x;
 }
 
+/* --absent K: whether tensor t has no rank's gradient at all. */
+static bool produced_by_none(const struct trainer *tr, size_t t)
+{
+	return tr->o.absent && t % tr->o.absent == 0;
+}
+
+/* --absent K: whether global rank `rank` produces tensor t's gradient. */
+static bool produces(const struct trainer *tr, uint32_t rank, size_t t)
+{
+	if (!tr->o.absent)
+		return true;
+	switch (t % tr->o.absent) {
+	case 0: return false;
+	case 1: return rank == 0;
+	case 2: return rank == tr->ref.world - 1;
+	default: return true;
+	}
+}
+
+/* What this rank holds in tensor t: its input, but zeros for a gradient
+ * that another rank produces and this one does not (it adds nothing). */
+static bool holds_zeros(const struct trainer *tr, size_t t)
+{
+	return !produced_by_none(tr, t) && !produces(tr, tr->ref.global_rank, t);
+}
+
 /* Writes this rank's inputs of `step`; returns how many elements clipping
  * changes, which the daemon must report back. */
 static uint64_t fill(const struct trainer *tr, uint64_t step)
@@ -347,8 +384,9 @@ static uint64_t fill(const struct trainer *tr, uint64_t step)
 		float *data = gs_tensor_data(tr->c, t);
 		struct gen g = make_gen(&tr->o, tr->ref.global_rank, step,
 					(uint32_t)t);
+		bool zeros = holds_zeros(tr, t);
 		for (uint64_t e = 0; e < tr->counts[t]; e++) {
-			float x = gen_value(&g, e);
+			float x = zeros ? 0.0f : gen_value(&g, e);
 			data[e] = x;
 			clipped += tr->o.clipping && fabsf(x) > tr->o.clip;
 		}
@@ -382,7 +420,8 @@ static bool same_bits(float a, float b)
 
 /*
  * Checks one reduced tensor against all ranks' inputs, in double:
- * v_r = clip(x_r) * prescale, S = sum_r v_r, result = S * postscale.
+ * v_r = clip(x_r) * prescale, S = sum_r v_r, result = S * postscale, where
+ * a rank that did not produce the tensor (--absent) adds nothing.
  *
  * The tolerance of an element, with T ranks and the wire's unit roundoff u
  * and subnormal error e, over N nodes: each rank's v_r is rounded once when
@@ -410,6 +449,8 @@ static bool check_tensor(const struct trainer *tr, uint64_t step, size_t t,
 		double s = 0, a = 0;
 		bool over = false;
 		for (uint32_t r = 0; r < T; r++) {
+			if (!produces(tr, r, t))
+				continue;
 			float x = clip_value(&tr->o, gen_value(&tr->gens[r], e));
 			double v = (double)x * ref->prescale;
 			s += v;
@@ -531,13 +572,27 @@ static void print_session(const struct trainer *tr)
 	       tr->o.exact ? ", exact" : "");
 }
 
-/* Marks tensors [first, n) ready, in batches; false on an error. */
+/* Marks one tensor absent (--absent): this rank produced no gradient. */
+static bool mark_absent(const struct trainer *tr, size_t t)
+{
+	uint32_t index = (uint32_t)t;
+	int r = gs_mark_absent(tr->c, &index, 1);
+	return r >= 0 || r == GS_EABORTED || gs_failed(tr, "gs_mark_absent", r);
+}
+
+/* Marks tensors [first, n) ready, in batches, or absent where this rank
+ * produces none; false on an error. */
 static bool mark_range(const struct trainer *tr, size_t first, size_t n, uint32_t *batch)
 {
 	size_t k = 0;
 	for (size_t t = first; t < n; t++) {
-		batch[k++] = (uint32_t)t;
-		if (k < tr->o.batch && t + 1 < n)
+		if (!produces(tr, tr->ref.global_rank, t)) {
+			if (!mark_absent(tr, t))
+				return false;
+		} else {
+			batch[k++] = (uint32_t)t;
+		}
+		if (k == 0 || (k < tr->o.batch && t + 1 < n))
 			continue;
 		int r = gs_mark_ready(tr->c, batch, k);
 		if (r == GS_EABORTED)
@@ -591,6 +646,41 @@ static bool hold(uint64_t step)
 	return true;
 }
 
+/* Tensor t holds, bitwise, what this rank wrote there (fill). */
+static bool check_own(const struct trainer *tr, uint64_t step, size_t t)
+{
+	const float *got = gs_tensor_data(tr->c, t);
+	struct gen g = make_gen(&tr->o, tr->ref.global_rank, step, (uint32_t)t);
+	bool zeros = holds_zeros(tr, t);
+	for (uint64_t e = 0; e < tr->counts[t]; e++) {
+		float want = zeros ? 0.0f : gen_value(&g, e);
+		if (!same_bits(got[e], want))
+			return mismatch(tr, step, t, e, got[e], want, 0);
+	}
+	return true;
+}
+
+/* After a completed step: a tensor that no rank produced is reported so
+ * and holds this rank's own input (the daemon did not write it back);
+ * every other one is reported produced and holds the reduced result. */
+static bool check_step(const struct trainer *tr, uint64_t step, struct step_check *sc,
+		       size_t *unproduced)
+{
+	for (size_t t = 0; t < tr->n; t++) {
+		bool none = produced_by_none(tr, t);
+		if (gs_tensor_produced(tr->c, t) == none) {
+			fprintf(stderr, "MISMATCH in step %" PRIu64 ": tensor '%s' (registration index %zu) is reported %s\n",
+				step, tr->names[t], t, none ? "produced, though no rank produced it"
+							    : "produced by no rank, though one did");
+			return false;
+		}
+		*unproduced += none;
+		if (none ? !check_own(tr, step, t) : !check_tensor(tr, step, t, sc))
+			return false;
+	}
+	return true;
+}
+
 /* After an aborted step each tensor holds the reduced result or, bitwise,
  * this rank's own input: never a mix. */
 static bool check_aborted(const struct trainer *tr, uint64_t step)
@@ -604,11 +694,8 @@ static bool check_aborted(const struct trainer *tr, uint64_t step)
 				return false;
 			continue;
 		}
-		const float *got = gs_tensor_data(tr->c, t);
-		struct gen g = make_gen(&tr->o, tr->ref.global_rank, step, (uint32_t)t);
-		for (uint64_t e = 0; e < tr->counts[t]; e++)
-			if (!same_bits(got[e], gen_value(&g, e)))
-				return mismatch(tr, step, t, e, got[e], gen_value(&g, e), 0);
+		if (!check_own(tr, step, t))
+			return false;
 	}
 	printf("ABORTED step %" PRIu64 " as expected: %s; %zu of %zu tensors reduced, the others hold their own gradients\n",
 	       step, gs_last_error(tr->c), reduced, tr->n);
@@ -689,16 +776,16 @@ static bool run_step(const struct trainer *tr, uint64_t step,
 	*step_ms = t2 - t0;
 
 	struct step_check sc = { 0, 0 };
-	for (size_t t = 0; t < tr->n; t++)
-		if (!check_tensor(tr, step, t, &sc))
-			return false;
+	size_t unproduced = 0;
+	if (!check_step(tr, step, &sc, &unproduced))
+		return false;
 	if (!check_figures(tr, &res, &sc, clipped))
 		return false;
 	if (!tr->o.quiet)
 		printf("step %" PRIu64 ": wait %.2f ms, %u buckets, nonfinite %" PRIu64
-		       ", clipped %" PRIu64 ", max |error|/tol %.3f\n",
+		       ", clipped %" PRIu64 ", max |error|/tol %.3f, %zu tensors produced by no rank\n",
 		       step, t2 - t1, res.buckets, res.nonfinite, res.clipped,
-		       sc.worst);
+		       sc.worst, unproduced);
 	return true;
 }
 

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -274,6 +275,64 @@ static void reuses_its_arrays(void **state)
 	gs_plan_free(&p);
 }
 
+/* The tensor whose span an entry is, from its fake device address. */
+static uint32_t tensor_at(uint64_t addr)
+{
+	return (uint32_t)((addr - BASE(0)) >> 32);
+}
+
+/* A tensor no trainer produced leaves the unpack: every task of its spans
+ * has no elements left, in every launch, and every other task is as
+ * gs_cuda_fill_tables wrote it; a launch with nothing to take out is
+ * reported unchanged. */
+static void unproduced_tensors_leave_the_unpack(void **state)
+{
+	uint64_t seed = 0x243f6a8885a308d3u;
+	for (int round = 0; round < 20; round++) {
+		uint32_t n = 1 + (uint32_t)(rnd(&seed) % 60);
+		uint64_t *counts = calloc(n, sizeof(*counts));
+		uint8_t *produced = calloc(n, 1);
+		for (uint32_t i = 0; i < n; i++) {
+			counts[i] = 1 + rnd(&seed) % (i % 4 ? 300 : 9000);
+			produced[i] = rnd(&seed) % 3 != 0;
+		}
+		struct gs_plan p;
+		assert_int_equal(gs_plan_build(counts, n, 1 + rnd(&seed) % 12000, &p), 0);
+		float **t = fake_tensors(n);
+		for (uint32_t b = 0; b < p.nbuckets; b++) {
+			struct gs_cuda_bucket_plan bp = { 0 };
+			assert_int_equal(gs_cuda_plan_bucket(&bp, &p, counts, b, 4096), 0);
+			uint8_t *table = malloc(bp.table_bytes), *was = malloc(bp.table_bytes);
+			gs_cuda_fill_tables(&bp, t, table);
+			memcpy(was, table, bp.table_bytes);
+			for (uint32_t i = 0; i < bp.nlaunches; i++) {
+				const struct gs_cuda_launch *l = &bp.launches[i];
+				assert_false(gs_cuda_skip_unproduced(&bp, l, NULL, table));
+				bool changed = gs_cuda_skip_unproduced(&bp, l, produced, table);
+				bool any = false;
+				const struct gs_cuda_entry *e = entries_of(was, l);
+				const struct gs_cuda_task *k0 = tasks_of(was, l), *k = tasks_of(table, l);
+				for (uint32_t j = 0; j < l->ntasks; j++) {
+					bool out = !produced[tensor_at(e[k0[j].entry].ptr)];
+					any |= out;
+					assert_int_equal(k[j].entry, k0[j].entry);
+					assert_int_equal(k[j].start, k0[j].start);
+					assert_int_equal(k[j].count, out ? 0 : k0[j].count);
+				}
+				assert_int_equal(changed, any);
+				assert_false(gs_cuda_skip_unproduced(&bp, l, produced, table));
+			}
+			free(was);
+			free(table);
+			gs_cuda_bucket_plan_free(&bp);
+		}
+		free(t);
+		gs_plan_free(&p);
+		free(produced);
+		free(counts);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +341,7 @@ int main(void)
 		cmocka_unit_test(buckets_larger_than_one_launch),
 		cmocka_unit_test(random_layouts_match_the_reference),
 		cmocka_unit_test(reuses_its_arrays),
+		cmocka_unit_test(unproduced_tensors_leave_the_unpack),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

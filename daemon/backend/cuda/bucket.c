@@ -245,12 +245,37 @@ static int reduce_launch(struct cuda_backend *cb, const struct gs_bucket_io *io,
 	return rc;
 }
 
+/* A tensor no trainer produced is not unpacked: its tasks in launch l's
+ * table lose their elements, in the host's copy (whose upload the host saw
+ * complete when it waited for the all-reduce) and then on the GPU, queued
+ * behind the pack that read them. */
+static int skip_unproduced(struct cuda_backend *cb, const struct gs_bucket_io *io,
+			   const struct gs_cuda_launch *l)
+{
+	size_t at = gs_cuda_tasks_offset(l);
+	for (unsigned r = 0; r < io->nranks; r++) {
+		struct cuda_rank *rk = &cb->rank[r];
+		if (!gs_cuda_skip_unproduced(&cb->plan, l, io->produced, rk->staging))
+			return GS_OK; /* the same tasks on every rank */
+		cudaSetDevice(rk->device);
+		cudaError_t e = cudaMemcpyAsync((char *)rk->table + at, (char *)rk->staging + at,
+						l->ntasks * sizeof(struct gs_cuda_task),
+						cudaMemcpyHostToDevice, rk->stream);
+		if (e != cudaSuccess)
+			return cuda_error(cb, "leaving unproduced tensors out of the unpack", r, e);
+	}
+	return GS_OK;
+}
+
 /* Writes launch i's result back to the trainers' tensors. */
 static int unpack_launch(struct cuda_backend *cb, const struct gs_bucket_io *io, uint32_t i,
 			 bool staged)
 {
 	const struct gs_cuda_launch *l = &cb->plan.launches[i];
 	gs_io_mark(io, GS_MARK_UNPACK, l->start, l->elements);
+	int rc = skip_unproduced(cb, io, l);
+	if (rc != GS_OK)
+		return rc;
 	for (unsigned r = 0; r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);

@@ -105,3 +105,20 @@ void gs_cuda_fill_tables(const struct gs_cuda_bucket_plan *bp, float *const *ten
 	for (uint32_t l = 0; l < bp->nlaunches; l++)
 		fill_launch(bp, &bp->launches[l], tensors, table);
 }
+
+bool gs_cuda_skip_unproduced(const struct gs_cuda_bucket_plan *bp, const struct gs_cuda_launch *l,
+			     const uint8_t *produced, void *table)
+{
+	if (!produced)
+		return false;
+	struct gs_cuda_task *tasks = (struct gs_cuda_task *)((char *)table + gs_cuda_tasks_offset(l));
+	bool changed = false;
+	for (uint32_t t = 0; t < l->ntasks; t++) {
+		const struct gs_span *s = &bp->spans[l->first_span + tasks[t].entry];
+		if (!produced[s->tensor] && tasks[t].count) {
+			tasks[t].count = 0;
+			changed = true;
+		}
+	}
+	return changed;
+}

@@ -10,6 +10,7 @@
 #ifndef GS_CUDA_TABLE_H
 #define GS_CUDA_TABLE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -73,6 +74,14 @@ size_t gs_cuda_tasks_offset(const struct gs_cuda_launch *l);
  * (device addresses), indexed by tensor. */
 void gs_cuda_fill_tables(const struct gs_cuda_bucket_plan *bp, float *const *tensors,
 			 void *table);
+
+/* Takes the elements out of every task of launch l, in one rank's table
+ * as gs_cuda_fill_tables wrote it, whose span is of a tensor no trainer
+ * produced (produced, by tensor; NULL: all were), so that the unpack
+ * kernel leaves those tensors as they are. Returns whether it changed a
+ * task. */
+bool gs_cuda_skip_unproduced(const struct gs_cuda_bucket_plan *bp, const struct gs_cuda_launch *l,
+			     const uint8_t *produced, void *table);
 
 #ifdef __cplusplus
 }

@@ -87,13 +87,17 @@ static void host_release(struct gs_backend *b, void *addr, uint64_t size)
 
 /* ---- A bucket ----------------------------------------------------------- */
 
-/* The cut of a chunk of len elements: with the nodes' vote, its head is
- * short, so that its all-reduce, which waits for every node's trainers
- * (the vote's timeout), carries little and the rest of the chunk goes with
- * --peer-timeout. */
-static struct host_cut chunk_cut(const struct host_backend *h, uint64_t len, bool vote)
+/* The cut of a chunk of len elements of bucket `bucket`: with the nodes'
+ * vote, its head is short, so that its all-reduce, which waits for every
+ * node's trainers (the vote's timeout), carries little and the rest of the
+ * chunk goes with --peer-timeout; the head's status carries the bucket's
+ * produced counts too. */
+static struct host_cut chunk_cut(const struct host_backend *h, uint64_t len, bool vote,
+				 const struct gs_bucket_io *io)
 {
-	return (struct host_cut){ len, vote ? HOST_HEAD_ELEMENTS : 0, h->pslice };
+	uint64_t members = io->plan->buckets[io->bucket].count;
+	return (struct host_cut){ len, vote ? HOST_HEAD_ELEMENTS : 0, h->pslice,
+				  vote ? members : 0 };
 }
 
 int host_ensure_span_room(struct host_backend *h, size_t members)
@@ -132,7 +136,8 @@ static void note_lost(const struct gs_bucket_io *io, int rank)
 }
 
 /* Slice k of the pack+sum in h->phase is done (by whichever thread): its
- * status goes after it, and, in a pipeline, the comm thread may take it. */
+ * status goes after it (the vote's, the produced counts too), and, in a
+ * pipeline, the comm thread may take it. */
 void host_slice_packed(struct host_backend *h, uint32_t k)
 {
 	const struct host_phase *ph = &h->phase;
@@ -141,6 +146,9 @@ void host_slice_packed(struct host_backend *h, uint32_t k)
 		     host_cut_len(&ph->cut, k) * esize;
 	gs_chunk_status_put(h->base.wire, tail, h->node_rank, lost_rank(ph->io),
 			    k == 0 ? ph->vote : NULL);
+	if (k == 0 && ph->cut.extra)
+		gs_chunk_produced_put(h->base.wire, tail + GS_CHUNK_STATUS_ELEMENTS * esize,
+				      ph->io->plan, ph->io->bucket, ph->io->produced);
 	if (!ph->feed)
 		return;
 	pthread_mutex_lock(&h->comm.lock);
@@ -187,6 +195,19 @@ void host_pack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint
 	gs_io_mark(io, GS_MARK_ALLREDUCE, start, cut->len);
 }
 
+/* Which of the bucket's tensors any node produced, from the summed counts
+ * after the lane's head status (a chunk that carried the vote). */
+static void read_produced(struct host_backend *h, const struct gs_bucket_io *io,
+			  const struct host_lane *lane)
+{
+	if (!lane->cut.extra || !io->produced)
+		return;
+	size_t esize = gs_wire_size(h->base.wire);
+	const char *at = host_cut_at(h, &lane->cut, lane->wire, GS_CHUNK_STATUS_ELEMENTS, 0) +
+			 (host_cut_len(&lane->cut, 0) + GS_CHUNK_STATUS_ELEMENTS) * esize;
+	gs_chunk_produced_get(h->base.wire, at, io->plan, io->bucket, io->produced);
+}
+
 /* The packed chunk in the lane across nodes: waited for on the comm
  * thread (fed), or all-reduced here slice by slice. */
 static int exchange_chunk(struct host_backend *h, const struct gs_bucket_io *io,
@@ -207,6 +228,8 @@ static int exchange_chunk(struct host_backend *h, const struct gs_bucket_io *io,
 	for (uint32_t k = 0; !fed && k < host_cut_slices(&lane->cut) && rc == GS_OK; k++)
 		rc = host_reduce_slice(h, lane->wire, &lane->cut, k,
 				       k == 0 ? lane->first_timeout_ms : h->gloo_timeout_ms, &st);
+	if (rc == GS_OK)
+		read_produced(h, io, lane);
 	return chunk_result(h, io, rc, &st);
 }
 
@@ -216,7 +239,7 @@ void host_lane_for(struct host_backend *h, struct host_lane *lane,
 		     const struct gs_bucket_io *io, uint64_t start, uint64_t len)
 {
 	bool vote = start == 0 && io->vote;
-	lane->cut = chunk_cut(h, len, vote);
+	lane->cut = chunk_cut(h, len, vote, io);
 	lane->first_timeout_ms = vote ? io->vote_timeout_ms : h->gloo_timeout_ms;
 	lane->held = true;
 	lane->token = 0;
@@ -225,16 +248,16 @@ void host_lane_for(struct host_backend *h, struct host_lane *lane,
 
 /* A node that aborts the step has no tensors to reduce: it takes part in
  * the bucket's first all-reduce only, the same number of elements as every
- * other node's first slice, with zeros and its vote. */
+ * other node's first slice, with zeros, its vote and no tensor produced. */
 static int vote_only(struct host_backend *h, const struct gs_bucket_io *io)
 {
 	const struct gs_bucket *bk = &io->plan->buckets[io->bucket];
 	struct host_cut cut = chunk_cut(h, gs_chunk_len(bk->elements, 0, h->base.fusion_elements),
-					true);
+					true, io);
 	uint64_t n = host_cut_len(&cut, 0);
 	size_t esize = gs_wire_size(h->base.wire);
 	char *wire = h->lane[0].wire;
-	memset(wire, 0, n * esize);
+	memset(wire, 0, (n + GS_CHUNK_STATUS_ELEMENTS + cut.extra) * esize);
 	gs_chunk_status_put(h->base.wire, wire + n * esize, h->node_rank, -1, io->vote);
 	struct gs_chunk_status st = { 0 };
 	int rc = host_reduce_slice(h, wire, &cut, 0, io->vote_timeout_ms, &st);
@@ -345,7 +368,7 @@ static int reduce_staged(struct host_backend *h, const struct gs_bucket_io *io)
 	for (uint64_t start = 0; rc == GS_OK && start < bk->elements; start += b->fusion_elements) {
 		/* Contiguous in the staging buffer: one slice. */
 		struct host_cut whole = { gs_chunk_len(bk->elements, start, b->fusion_elements), 0,
-					  b->fusion_elements };
+					  b->fusion_elements, 0 };
 		unpack_chunk(h, io, start, &whole, h->staging + start * esize, 0);
 	}
 	return rc;

@@ -24,13 +24,25 @@ static size_t page_rounded(uint64_t bytes)
 	return (size_t)((bytes + page - 1) / page * page);
 }
 
-/* A lane of `elements`: the widest wire dtype, and a status after every
+/* A lane of `elements`: the widest wire dtype, a status after every
  * slice a chunk of that length can have (a head, then slices of at least
- * HOST_SLICE_ELEMENTS: agree_slice refuses shorter ones). */
-static size_t lane_bytes(uint64_t elements)
+ * HOST_SLICE_ELEMENTS: agree_slice refuses shorter ones), and the produced
+ * counts of a bucket of `members` after the head's. */
+static size_t lane_bytes(uint64_t elements, uint64_t members)
 {
 	uint64_t slices = elements / HOST_SLICE_ELEMENTS + 2;
-	return page_rounded((elements + slices * GS_CHUNK_STATUS_ELEMENTS) * sizeof(float));
+	return page_rounded((elements + slices * GS_CHUNK_STATUS_ELEMENTS + members) *
+			    sizeof(float));
+}
+
+/* The most members a bucket of the plan has. */
+static uint64_t most_members(const struct gs_plan *p)
+{
+	uint64_t most = 0;
+	for (uint32_t b = 0; b < p->nbuckets; b++)
+		if (p->buckets[b].count > most)
+			most = p->buckets[b].count;
+	return most;
 }
 
 static size_t staging_bytes(const struct host_backend *h, uint64_t elements)
@@ -59,25 +71,27 @@ int host_size_buffers(struct gs_backend *b, const struct gs_plan *p, char *err, 
 	/* The second lane packs the next bucket while one is exchanged with
 	 * other nodes (overlap.c): a job of one node never has one. */
 	unsigned lanes = h->overlap && h->job_nodes > 1 ? 2 : 1;
-	uint64_t bytes = lanes * (uint64_t)lane_bytes(elements) + staging_bytes(h, staged);
+	uint64_t members = most_members(p);
+	uint64_t bytes = lanes * (uint64_t)lane_bytes(elements, members) + staging_bytes(h, staged);
 	int rc = gs_fusion_budget_resize(h->budget, &b->fusion_bytes, bytes, err, errlen);
 	if (rc != GS_OK)
 		return rc;
 	h->want_elements = elements;
 	h->want_staging = staged;
+	h->want_members = members;
 	h->want_lanes = lanes;
 	return GS_OK;
 }
 
 char *host_lane_buffer(const struct host_backend *h)
 {
-	return map_buffer(lane_bytes(h->lane_elements));
+	return map_buffer(lane_bytes(h->lane_elements, h->lane_members));
 }
 
 static void unmap_lanes(struct host_backend *h)
 {
 	for (int i = 0; i < 2; i++)
-		unmap_buffer(&h->lane[i].wire, lane_bytes(h->lane_elements));
+		unmap_buffer(&h->lane[i].wire, lane_bytes(h->lane_elements, h->lane_members));
 }
 
 int host_fit_buffers(struct host_backend *h)
@@ -87,10 +101,11 @@ int host_fit_buffers(struct host_backend *h)
 		snprintf(b->error, sizeof(b->error), "the job's fusion buffers were never sized (no bucket plan)");
 		return GS_ESTATE;
 	}
-	if (h->lane_elements != h->want_elements) {
+	if (h->lane_elements != h->want_elements || h->lane_members != h->want_members) {
 		host_drop_lanes(h);
 		unmap_lanes(h);
 		h->lane_elements = h->want_elements;
+		h->lane_members = h->want_members;
 	}
 	if (h->staging && h->staging_elements != h->want_staging) {
 		unmap_buffer(&h->staging, staging_bytes(h, h->staging_elements));
@@ -100,7 +115,7 @@ int host_fit_buffers(struct host_backend *h)
 		h->lane[0].wire = host_lane_buffer(h);
 	if (!h->lane[0].wire) {
 		snprintf(b->error, sizeof(b->error), "out of memory for the fusion buffer (%zu bytes)",
-			 lane_bytes(h->lane_elements));
+			 lane_bytes(h->lane_elements, h->lane_members));
 		return GS_ENOMEM;
 	}
 	return GS_OK;

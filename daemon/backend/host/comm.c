@@ -33,8 +33,9 @@ static int all_nodes(struct host_backend *h, void *buf, size_t n, int timeout_ms
 	return GS_OK;
 }
 
-/* All-reduces slice k of a cut chunk at wire, with its status, and reads
- * the summed status into *st. Returns GS_OK while the nodes go on; the
+/* All-reduces slice k of a cut chunk at wire, with its status (slice 0's
+ * with the cut's extra: the produced counts), and reads the summed status
+ * into *st. Returns GS_OK while the nodes go on; the
  * all-reduce's code when it failed; GS_EABORTED when a node voted to
  * abort, GS_EBUFFER when a node's pack lost memory. Every node reads the
  * same sum, so all stop after the same slice. */
@@ -44,7 +45,8 @@ int host_reduce_slice(struct host_backend *h, char *wire, const struct host_cut 
 	size_t esize = gs_wire_size(h->base.wire);
 	uint64_t n = host_cut_len(cut, k);
 	char *at = host_cut_at(h, cut, wire, GS_CHUNK_STATUS_ELEMENTS, k);
-	int rc = all_nodes(h, at, n + GS_CHUNK_STATUS_ELEMENTS, timeout_ms);
+	uint64_t tail = GS_CHUNK_STATUS_ELEMENTS + (k == 0 ? cut->extra : 0);
+	int rc = all_nodes(h, at, n + tail, timeout_ms);
 	if (rc != GS_OK)
 		return rc;
 	gs_chunk_status_get(h->base.wire, at + n * esize, st);

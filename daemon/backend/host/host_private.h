@@ -65,9 +65,11 @@ struct host_thread {
 /* How a chunk of len elements is cut into pipeline slices: a head of
  * `head` elements first when it carries the nodes' vote (0: none), then
  * slices of `slice` elements. In the fusion buffer each slice is followed
- * by its status (gap elements). */
+ * by its status (gap elements); the first slice's, where it carries the
+ * vote, by `extra` more: the bucket's produced counts (chunk_status.h). */
 struct host_cut {
 	uint64_t len, head, slice;
+	uint64_t extra;
 };
 
 /* A fusion buffer and the chunk in it, from its pack until its unpack is
@@ -144,14 +146,16 @@ struct host_backend {
 	 * the first bucket, lane[1]'s at the first bucket packed early. */
 	struct host_lane lane[2];
 	uint64_t lane_elements;
+	uint64_t lane_members; /* room for the produced counts of a bucket this long */
 	bool overlap; /* pack the next bucket early (GRADSYNCD_BUCKET_OVERLAP) */
 	bool one_cpu; /* this process may use one CPU only (at create) */
 	char *staging; /* staged buckets' results */
 	uint64_t staging_elements;
 	/* What size_buffers sized for the plan, in the node's budget: the
-	 * lanes' elements, the staging buffer's (0: none) and how many lanes
-	 * (2 where the next bucket may be packed early). */
-	uint64_t want_elements, want_staging;
+	 * lanes' elements, the staging buffer's (0: none), the most members
+	 * of a bucket (their produced counts ride with the vote) and how many
+	 * lanes (2 where the next bucket may be packed early). */
+	uint64_t want_elements, want_staging, want_members;
 	unsigned want_lanes;
 	struct gs_fusion_budget *budget;
 	uint32_t job_nodes; /* the job's node count (gs_host_options) */
@@ -209,12 +213,20 @@ static inline uint64_t host_cut_len(const struct host_cut *c, uint32_t k)
 	       host_cut_first(c, k);
 }
 
+/* The status elements before slice k, with gap after each slice (0: the
+ * chunk is contiguous) and the first one's extra. */
+static inline uint64_t host_cut_statuses(const struct host_cut *c, uint64_t gap, uint32_t k)
+{
+	return gap && k ? k * gap + c->extra : 0;
+}
+
 /* Where slice k starts in wire, which keeps gap status elements after
  * each slice. */
 static inline char *host_cut_at(const struct host_backend *h, const struct host_cut *c,
 				 char *wire, uint64_t gap, uint32_t k)
 {
-	return wire + (host_cut_first(c, k) + k * gap) * gs_wire_size(h->base.wire);
+	return wire + (host_cut_first(c, k) + host_cut_statuses(c, gap, k)) *
+			      gs_wire_size(h->base.wire);
 }
 
 /* slices.c: runs h->phase to its end; starts and stops the helpers. */

@@ -45,6 +45,11 @@ static void slice_unpack(struct host_backend *h, struct host_thread *t,
 	size_t esize = gs_wire_size(h->base.wire);
 	float *dsts[GS_PACK_SUM_MAX_SOURCES];
 	for (size_t i = 0; i < nspans; i++) {
+		/* No trainer produced it: each keeps what its memory holds. */
+		if (io->produced && !io->produced[sp[i].tensor]) {
+			src += sp[i].count * esize;
+			continue;
+		}
 		for (unsigned r = 0; r < io->nranks; r++)
 			dsts[r] = io->tensors[r][sp[i].tensor] + sp[i].offset;
 		t->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src, sp[i].count,
@@ -85,7 +90,7 @@ static void run_slice(struct host_backend *h, struct host_thread *t, uint32_t k,
 	const struct gs_bucket_io *io = ph->io;
 	size_t nspans = gs_plan_chunk_spans(io->plan, io->counts, io->bucket, ph->start + first, n,
 					    t->spans, h->span_room);
-	uint64_t statuses = ph->sliced ? k * ph->gap : 0;
+	uint64_t statuses = ph->sliced ? host_cut_statuses(&ph->cut, ph->gap, k) : 0;
 	char *at = ph->wire + (first + statuses) * gs_wire_size(h->base.wire);
 	if (ph->unpack)
 		slice_unpack(h, t, t->spans, nspans, at);
