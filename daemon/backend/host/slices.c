@@ -38,8 +38,11 @@ static void slice_pack(struct host_backend *h, struct host_thread *t, const stru
 	}
 }
 
+/* Elements [first, ...) of the chunk, spans sp; with the phase's blocks,
+ * their squares summed in them too. */
 static void slice_unpack(struct host_backend *h, struct host_thread *t,
-			 const struct gs_span *sp, size_t nspans, const char *src)
+			 const struct gs_span *sp, size_t nspans, const char *src,
+			 uint64_t first)
 {
 	const struct gs_bucket_io *io = h->phase.io;
 	size_t esize = gs_wire_size(h->base.wire);
@@ -47,9 +50,15 @@ static void slice_unpack(struct host_backend *h, struct host_thread *t,
 	for (size_t i = 0; i < nspans; i++) {
 		for (unsigned r = 0; r < io->nranks; r++)
 			dsts[r] = io->tensors[r][sp[i].tensor] + sp[i].offset;
-		t->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src, sp[i].count,
-					  io->postscale);
+		if (h->phase.blocks)
+			t->nonfinite += gs_unpack_norm(h->base.wire, dsts, io->nranks, src,
+						       sp[i].count, io->postscale, first,
+						       h->phase.blocks);
+		else
+			t->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src,
+						  sp[i].count, io->postscale);
 		src += sp[i].count * esize;
+		first += sp[i].count;
 	}
 }
 
@@ -88,7 +97,7 @@ static void run_slice(struct host_backend *h, struct host_thread *t, uint32_t k,
 	uint64_t statuses = ph->sliced ? k * ph->gap : 0;
 	char *at = ph->wire + (first + statuses) * gs_wire_size(h->base.wire);
 	if (ph->unpack)
-		slice_unpack(h, t, t->spans, nspans, at);
+		slice_unpack(h, t, t->spans, nspans, at, first);
 	else
 		slice_pack(h, t, t->spans, nspans, at);
 }
