@@ -1,7 +1,9 @@
 /*
  * The conversion kernels on one fusion buffer against memcpy of the same
  * fp32 bytes: pack (fp32 to fp16 with clipping and the prescale), unpack
- * (fp16 to fp32 with the postscale, one destination), and, for the record,
+ * (fp16 to fp32 with the postscale, one destination; and the same while
+ * summing the squares for the gradient norm, gs_unpack_norm, to show what
+ * the norm costs), and, for the record,
  * what a node of M trainers does per chunk: pack each trainer into its own
  * buffer and reduce them (the way before gs_pack_sum), or both fused in
  * one pass (gs_pack_sum), and unpack to M destinations. The kernels take
@@ -15,7 +17,17 @@
 #include "convert.h"
 #include "suite.h"
 
-enum { K_MEMCPY, K_PACK, K_UNPACK, K_PACK_REDUCE, K_PACK_SUM, K_UNPACK_M, NKERNELS };
+enum {
+	K_MEMCPY,
+	K_PACK,
+	K_UNPACK,
+	K_UNPACK_NORM,
+	K_PACK_REDUCE,
+	K_PACK_SUM,
+	K_UNPACK_M,
+	K_UNPACK_M_NORM,
+	NKERNELS
+};
 
 struct buffers {
 	size_t n;
@@ -23,6 +35,7 @@ struct buffers {
 	float *src[64], *dst[64]; /* fp32, one per trainer */
 	float *copy;		  /* memcpy's own destination */
 	void *wire[64];		  /* fp16 */
+	double *blocks;		  /* gs_unpack_norm's sums */
 };
 
 static void *alloc(size_t bytes)
@@ -39,6 +52,7 @@ static int buffers_init(struct buffers *b, size_t n, unsigned nsrc)
 	b->n = n;
 	b->nsrc = nsrc;
 	int ok = (b->copy = alloc(n * sizeof(float))) != NULL;
+	ok &= (b->blocks = alloc((n / GS_NORM_BLOCK + 1) * sizeof(double))) != NULL;
 	for (unsigned k = 0; k < nsrc; k++) {
 		ok &= (b->src[k] = alloc(n * sizeof(float))) != NULL;
 		ok &= (b->dst[k] = alloc(n * sizeof(float))) != NULL;
@@ -61,6 +75,7 @@ static int buffers_init(struct buffers *b, size_t n, unsigned nsrc)
 static void buffers_free(struct buffers *b)
 {
 	free(b->copy);
+	free(b->blocks);
 	for (unsigned k = 0; k < b->nsrc; k++) {
 		free(b->src[k]);
 		free(b->dst[k]);
@@ -73,7 +88,9 @@ static const struct gs_pack_params clip = {.prescale = 0.5f, .clip = true, .clip
 /* How many fp32 buffers of n elements kernel k reads or writes. */
 static unsigned buffers_of(int k, const struct buffers *b)
 {
-	return k == K_PACK_REDUCE || k == K_PACK_SUM || k == K_UNPACK_M ? b->nsrc : 1;
+	return k == K_PACK_REDUCE || k == K_PACK_SUM || k == K_UNPACK_M || k == K_UNPACK_M_NORM
+		       ? b->nsrc
+		       : 1;
 }
 
 static double run_one(int k, struct buffers *b)
@@ -92,6 +109,9 @@ static double run_one(int k, struct buffers *b)
 	case K_UNPACK:
 		gs_unpack(GS_WIRE_F16, b->dst, 1, b->wire[0], b->n, 0.5f);
 		break;
+	case K_UNPACK_NORM:
+		gs_unpack_norm(GS_WIRE_F16, b->dst, 1, b->wire[0], b->n, 0.5f, 0, b->blocks);
+		break;
 	case K_PACK_REDUCE:
 		for (unsigned i = 0; i < b->nsrc; i++)
 			gs_pack(GS_WIRE_F16, b->wire[i], b->src[i], b->n, &clip);
@@ -104,6 +124,9 @@ static double run_one(int k, struct buffers *b)
 	case K_UNPACK_M:
 		gs_unpack(GS_WIRE_F16, b->dst, b->nsrc, b->wire[0], b->n, 0.5f);
 		break;
+	case K_UNPACK_M_NORM:
+		gs_unpack_norm(GS_WIRE_F16, b->dst, b->nsrc, b->wire[0], b->n, 0.5f, 0, b->blocks);
+		break;
 	}
 	return gs_now_ms() - t0;
 }
@@ -113,10 +136,11 @@ int bench_kernels(const struct bench_config *c, size_t elements,
 {
 	unsigned nsrc = c->trainers > 1 ? c->trainers : 2;
 	char names[NKERNELS][48] = {"memcpy fp32", "pack fp32->fp16 clip+scale",
-				    "unpack fp16->fp32 scale"};
+				    "unpack fp16->fp32 scale", "unpack + norm"};
 	snprintf(names[K_PACK_REDUCE], sizeof(names[0]), "%u x pack then reduce", nsrc);
 	snprintf(names[K_PACK_SUM], sizeof(names[0]), "%u x pack+sum fused", nsrc);
 	snprintf(names[K_UNPACK_M], sizeof(names[0]), "unpack to %u", nsrc);
+	snprintf(names[K_UNPACK_M_NORM], sizeof(names[0]), "unpack to %u + norm", nsrc);
 	struct buffers b;
 	double *t = calloc((size_t)NKERNELS * c->reps, sizeof(*t));
 	if (nsrc > 64 || !t || buffers_init(&b, elements, nsrc) < 0) {

@@ -110,7 +110,7 @@ struct kernel_result {
 	double ratio;	       /* median time / (buffers x median memcpy time) */
 };
 
-#define KERNEL_RESULTS 6
+#define KERNEL_RESULTS 8
 
 /* memcpy, pack, unpack; and for M = max(2, trainers) trainers: M packs then
  * the local reduce, the fused gs_pack_sum, an unpack to M destinations; on

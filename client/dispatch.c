@@ -95,6 +95,7 @@ static int on_step_done(struct gs_client *c, const Gradsync__StepDone *d)
 		res->clipped = d->stats->clipped;
 		res->nonfinite = d->stats->nonfinite;
 		res->duration_ns = d->stats->duration_ns;
+		res->grad_norm = d->stats->grad_norm;
 	}
 	snprintf(c->step_message, sizeof(c->step_message), "%s",
 		 d->message ? d->message : "");

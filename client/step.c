@@ -5,6 +5,7 @@
  */
 #include <float.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -174,11 +175,13 @@ static bool step_finished(const struct gs_client *c)
 	return c->step_state != GS_STEP_RUNNING;
 }
 
-static int collect(struct gs_client *c, struct gs_step_result *out)
+/* size: the bytes of *out, which callers built against an older header
+ * have fewer of (RESULT_SIZE_0). */
+static int collect(struct gs_client *c, struct gs_step_result *out, size_t size)
 {
 	c->step_state = GS_STEP_IDLE;
 	if (out)
-		*out = c->result;
+		memcpy(out, &c->result, size);
 	if (c->result.status == GS_EABORTED)
 		return gs__fail(c, GS_EABORTED, "step %" PRIu64 " aborted: %s",
 			       c->result.step, c->step_message);
@@ -186,38 +189,76 @@ static int collect(struct gs_client *c, struct gs_step_result *out)
 }
 
 static int wait_step(struct gs_client *c, int timeout_ms,
-		     struct gs_step_result *out)
+		     struct gs_step_result *out, size_t size)
 {
 	gs__doing(c, "step %" PRIu64, c->step);
 	/* A result that arrived before the session ended is still good. */
 	if (c->step_state == GS_STEP_DONE)
-		return collect(c, out);
+		return collect(c, out, size);
 	int r = check_trainer(c);
 	if (r < 0)
 		return r;
 	if (c->step_state != GS_STEP_RUNNING)
 		return gs__fail(c, GS_ESTATE, "no step is in progress");
 	r = gs__conn_pump(c, step_finished, timeout_ms);
-	return r < 0 ? r : collect(c, out);
+	return r < 0 ? r : collect(c, out, size);
 }
 
-int gs_step_wait(gs_client *c, int timeout_ms,
-			   struct gs_step_result *out)
+static int step_wait(gs_client *c, int timeout_ms, struct gs_step_result *out, size_t size)
 {
 	if (!c)
 		return gs__fail(NULL, GS_EINVAL, "gs_step_wait: NULL handle");
-	return wait_step(c, timeout_ms, out);
+	return wait_step(c, timeout_ms, out, size);
 }
 
-int gs_step_poll(gs_client *c, struct gs_step_result *out)
+static int step_poll(gs_client *c, struct gs_step_result *out, size_t size)
 {
 	if (!c)
 		return gs__fail(NULL, GS_EINVAL, "gs_step_poll: NULL handle");
-	int r = wait_step(c, 0, out);
+	int r = wait_step(c, 0, out, size);
 	if (r == GS_ETIMEDOUT)
 		return gs__fail(c, GS_EAGAIN, "step %" PRIu64 " is still running",
 			       c->step);
 	return r;
+}
+
+/*
+ * gs_step_wait and gs_step_poll in two versions (libgradsync.map): a
+ * caller built against a header before grad_norm was bound to GRADSYNC_0
+ * and allocated the struct without it, so that version fills the fields
+ * up to grad_norm only; GRADSYNC_0.1, the default that new callers bind
+ * to, fills the whole struct. The names of the versions themselves are
+ * local (the map's "local: *").
+ */
+#define RESULT_SIZE_0 offsetof(struct gs_step_result, grad_norm)
+
+GS_EXTERN __attribute__((symver("gs_step_wait@GRADSYNC_0"))) int
+step_wait_0(gs_client *c, int timeout_ms, struct gs_step_result *out);
+GS_EXTERN __attribute__((symver("gs_step_poll@GRADSYNC_0"))) int
+step_poll_0(gs_client *c, struct gs_step_result *out);
+GS_EXTERN __attribute__((symver("gs_step_wait@@GRADSYNC_0.1"))) int
+step_wait_1(gs_client *c, int timeout_ms, struct gs_step_result *out);
+GS_EXTERN __attribute__((symver("gs_step_poll@@GRADSYNC_0.1"))) int
+step_poll_1(gs_client *c, struct gs_step_result *out);
+
+int step_wait_0(gs_client *c, int timeout_ms, struct gs_step_result *out)
+{
+	return step_wait(c, timeout_ms, out, RESULT_SIZE_0);
+}
+
+int step_poll_0(gs_client *c, struct gs_step_result *out)
+{
+	return step_poll(c, out, RESULT_SIZE_0);
+}
+
+int step_wait_1(gs_client *c, int timeout_ms, struct gs_step_result *out)
+{
+	return step_wait(c, timeout_ms, out, sizeof(*out));
+}
+
+int step_poll_1(gs_client *c, struct gs_step_result *out)
+{
+	return step_poll(c, out, sizeof(*out));
 }
 
 uint32_t gs_buckets_done(const gs_client *c)

@@ -242,6 +242,33 @@ uint64_t gs_unpack(enum gs_wire w, float *const *dsts, size_t ndst,
 	return ops()->unpack(w, dsts, ndst, src, n, postscale);
 }
 
+/* The call's pieces one by one; each streams, where its destinations
+ * allow, if the whole call would (a long tensor's pieces are short). */
+uint64_t gs_unpack_norm(enum gs_wire w, float *const *dsts, size_t ndst,
+			const void *src, size_t n, float postscale,
+			uint64_t first, double *blocks)
+{
+	const struct gs_convert_ops *o = ops();
+	bool stream = n >= GS_UNPACK_STREAM_MIN;
+	uint64_t nonfinite = 0;
+
+	if (!gs_wire_size(w))
+		return 0;
+	for (size_t i = 0; i < n;) {
+		uint64_t at = first + i;
+		size_t len = GS_NORM_BLOCK - (size_t)(at % GS_NORM_BLOCK);
+		double sumsq;
+
+		if (len > n - i)
+			len = n - i;
+		nonfinite += o->unpack_norm(w, dsts, ndst, src, i, i + len,
+					    postscale, stream, &sumsq);
+		blocks[at / GS_NORM_BLOCK] += sumsq;
+		i += len;
+	}
+	return nonfinite;
+}
+
 void gs_f32_to_f16(uint16_t *dst, const float *src, size_t n)
 {
 	ops()->f32_to_f16(dst, src, n);

@@ -1,7 +1,8 @@
 /*
  * Host conversion kernels: pack (clip, scale, round to the wire dtype),
  * reduce (sum wire buffers, accumulating in fp32, rounding once), unpack
- * (widen, scale, count non-finite values). Each has a scalar path and
+ * (widen, scale, count non-finite values, and, for the norm, sum the
+ * squares of the results). Each has a scalar path and
  * vectorised paths (F16C + AVX2, AVX-512) chosen once at run time from the
  * CPU's features; all paths give bit-identical results, and the per-element
  * arithmetic they implement is the one in elementwise.h.
@@ -84,6 +85,28 @@ int gs_pack_sum(enum gs_wire w, void *dst, const float *const *srcs,
  * the destinations are not in this core's cache afterwards. */
 uint64_t gs_unpack(enum gs_wire w, float *const *dsts, size_t ndst,
 		   const void *src, size_t n, float postscale);
+
+/* Elements of a block of gs_unpack_norm's sequence. */
+#define GS_NORM_BLOCK 16384
+
+/*
+ * gs_unpack, and the squares of its results summed in fp64, for the L2
+ * norm of the reduced gradient. The n results are elements first, ...,
+ * first + n - 1 of a sequence cut into blocks of GS_NORM_BLOCK elements;
+ * the sum of the squares of those in block b is added to blocks[b].
+ *
+ * The sum of one call's elements in one block (a piece) is the same bits
+ * whatever the ISA and wherever the destinations are: piece element k
+ * goes to lane k % 16, each of the 16 lanes adds its squares in order of
+ * k (the square of an fp32 value is exact in fp64), and the lanes are
+ * then added pairwise, lane j and j + 8, then j and j + 4, j + 2, j + 1.
+ * An infinite result makes the sum infinite, a NaN makes it NaN. So every
+ * caller that makes the same calls and adds the blocks in the same order
+ * gets the same sum.
+ */
+uint64_t gs_unpack_norm(enum gs_wire w, float *const *dsts, size_t ndst,
+			const void *src, size_t n, float postscale,
+			uint64_t first, double *blocks);
 
 /* Plain conversions, round to nearest even, subnormals kept, NaN kept NaN
  * (quieted), infinities kept. */

@@ -280,6 +280,112 @@ static uint64_t unpack(enum gs_wire w, float *const *dsts, size_t ndst,
 	}
 }
 
+/* ---------------------------------------------------------- unpack + norm */
+
+/* Adds the squares of y's sixteen lanes, widened to fp64, to lanes 0-7
+ * (lo) and 8-15 (hi) of a frame. */
+GS_ALWAYS_INLINE void sq16_add(__m512 y, __m512d *lo, __m512d *hi)
+{
+	__m512d a = _mm512_cvtps_pd(_mm512_castps512_ps256(y));
+	__m512d b = _mm512_cvtps_pd(_mm256_castpd_ps(
+		_mm512_extractf64x4_pd(_mm512_castps_pd(y), 1)));
+
+	*lo = _mm512_add_pd(*lo, _mm512_mul_pd(a, a));
+	*hi = _mm512_add_pd(*hi, _mm512_mul_pd(b, b));
+}
+
+/* Lanes m from element i: unpacked, stored, their squares added to the
+ * frame (the other lanes add zero), in the lanes rot says (NULL: the
+ * same); returns how many are not finite. */
+GS_ALWAYS_INLINE unsigned norm16_at(enum gs_wire w, bool stream,
+				    float *const *dsts, size_t ndst,
+				    const void *src, size_t i, __mmask16 m,
+				    __m512 s, const __m512i *rot, __m512d *lo,
+				    __m512d *hi)
+{
+	__m512 y = _mm512_maskz_mov_ps(m, _mm512_mul_ps(load16(w, src, i, m),
+							s));
+	__m512i e = _mm512_set1_epi32(0x7f800000);
+	__m512i x = _mm512_and_si512(_mm512_castps_si512(y), e);
+
+	for (size_t d = 0; d < ndst; d++) {
+		if (stream)
+			_mm512_stream_ps(dsts[d] + i, y);
+		else
+			_mm512_mask_storeu_ps(dsts[d] + i, m, y);
+	}
+	sq16_add(rot ? _mm512_permutexvar_ps(*rot, y) : y, lo, hi);
+	return (unsigned)_mm_popcnt_u32(_mm512_mask_cmpeq_epi32_mask(m, x, e));
+}
+
+/* A piece (convert_impl.h): where it streams, a head up to the cache line,
+ * its lanes rotated into the frame (VPERMPS), then sixteen at a time,
+ * then a masked tail. */
+GS_ALWAYS_INLINE uint64_t unpack_norm_loop(enum gs_wire w, float *const *dsts,
+					   size_t ndst, const void *src,
+					   size_t from, size_t n,
+					   float postscale, bool stream,
+					   double *sumsq)
+{
+	_Alignas(64) double frame[GS_NORM_LANES];
+	__m512 s = _mm512_set1_ps(postscale);
+	__m512d lo = _mm512_setzero_pd(), hi = _mm512_setzero_pd();
+	uint64_t nonfinite = 0;
+	size_t i = from, head = 0;
+
+	stream = stream && gs_unpack_alike(dsts, ndst, from, &head) &&
+		 n - from >= head + 16;
+	if (!stream)
+		head = 0;
+	if (head) {
+		/* Piece element k < head goes to frame lane k + 16 - head:
+		 * frame lane j takes vector lane (j + head) % 16. */
+		__m512i rot = _mm512_and_si512(
+			_mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11,
+							  10, 9, 8, 7, 6, 5, 4,
+							  3, 2, 1, 0),
+					 _mm512_set1_epi32((int)head)),
+			_mm512_set1_epi32(15));
+
+		nonfinite += norm16_at(w, false, dsts, ndst, src, i,
+				       tail_mask(head), s, &rot, &lo, &hi);
+		i += head;
+	}
+	if (stream)
+		for (; i + 16 <= n; i += 16)
+			nonfinite += norm16_at(w, true, dsts, ndst, src, i,
+					       ALL, s, NULL, &lo, &hi);
+	for (; i + 16 <= n; i += 16)
+		nonfinite += norm16_at(w, false, dsts, ndst, src, i, ALL, s,
+				       NULL, &lo, &hi);
+	if (i < n)
+		nonfinite += norm16_at(w, false, dsts, ndst, src, i,
+				       tail_mask(n - i), s, NULL, &lo, &hi);
+	if (stream)
+		_mm_sfence();
+	_mm512_store_pd(frame, lo);
+	_mm512_store_pd(frame + 8, hi);
+	*sumsq = gs_norm_lanes(frame, head);
+	return nonfinite;
+}
+
+static uint64_t unpack_norm(enum gs_wire w, float *const *dsts, size_t ndst,
+			    const void *src, size_t from, size_t n,
+			    float postscale, bool stream, double *sumsq)
+{
+	switch (w) {
+	case GS_WIRE_F16:
+		return unpack_norm_loop(GS_WIRE_F16, dsts, ndst, src, from, n,
+					postscale, stream, sumsq);
+	case GS_WIRE_BF16:
+		return unpack_norm_loop(GS_WIRE_BF16, dsts, ndst, src, from, n,
+					postscale, stream, sumsq);
+	default:
+		return unpack_norm_loop(GS_WIRE_F32, dsts, ndst, src, from, n,
+					postscale, stream, sumsq);
+	}
+}
+
 /* ---------------------------------------------------- plain conversions */
 
 /* Narrowing: fp32 source, wire destination. */
@@ -336,6 +442,7 @@ const struct gs_convert_ops gs_convert_avx512 = {
 	.pack = pack,
 	.reduce_sum = reduce_sum,
 	.unpack = unpack,
+	.unpack_norm = unpack_norm,
 	.f32_to_f16 = f32_to_f16,
 	.f16_to_f32 = f16_to_f32,
 	.f32_to_bf16 = f32_to_bf16,

@@ -296,6 +296,98 @@ static uint64_t unpack(enum gs_wire w, float *const *dsts, size_t ndst,
 	}
 }
 
+/* ---------------------------------------------------------- unpack + norm */
+
+/* Adds the squares of y's eight lanes, widened to fp64, to lanes 0-3 (lo)
+ * and 4-7 (hi) of a frame. */
+GS_ALWAYS_INLINE void sq8_add(__m256 y, __m256d *lo, __m256d *hi)
+{
+	__m256d a = _mm256_cvtps_pd(_mm256_castps256_ps128(y));
+	__m256d b = _mm256_cvtps_pd(_mm256_extractf128_ps(y, 1));
+
+	*lo = _mm256_add_pd(*lo, _mm256_mul_pd(a, a));
+	*hi = _mm256_add_pd(*hi, _mm256_mul_pd(b, b));
+}
+
+/* Sixteen elements from i: unpacked, stored, their squares added to the
+ * frame's four quarters; returns how many are not finite. */
+GS_ALWAYS_INLINE unsigned norm16(enum gs_wire w, bool stream,
+				 float *const *dsts, size_t ndst,
+				 const void *src, size_t i, __m256 s,
+				 __m256d *q)
+{
+	__m256 a = _mm256_mul_ps(load8(w, src, i), s);
+	__m256 b = _mm256_mul_ps(load8(w, src, i + 8), s);
+
+	for (size_t d = 0; stream && d < ndst; d++) {
+		_mm256_stream_ps(dsts[d] + i, a);
+		_mm256_stream_ps(dsts[d] + i + 8, b);
+	}
+	if (!stream) {
+		store_all8(dsts, ndst, i, a);
+		store_all8(dsts, ndst, i + 8, b);
+	}
+	sq8_add(a, &q[0], &q[1]);
+	sq8_add(b, &q[2], &q[3]);
+	return nonfinite8(a) + nonfinite8(b);
+}
+
+/* A piece (convert_impl.h): where it streams, a head up to the cache line
+ * (frame rotated by its length), then sixteen at a time, then a tail. */
+GS_ALWAYS_INLINE uint64_t unpack_norm_loop(enum gs_wire w, float *const *dsts,
+					   size_t ndst, const void *src,
+					   size_t from, size_t n,
+					   float postscale, bool stream,
+					   double *sumsq)
+{
+	_Alignas(32) double frame[GS_NORM_LANES] = { 0 };
+	__m256 s = _mm256_set1_ps(postscale);
+	__m256d q[4];
+	uint64_t nonfinite = 0;
+	size_t i = from, head = 0;
+
+	stream = stream && gs_unpack_alike(dsts, ndst, from, &head) &&
+		 n - from >= head + 16;
+	if (!stream)
+		head = 0;
+	nonfinite += gs_unpack_lanes_from(w, dsts, ndst, src, i, i + head,
+					  postscale, frame,
+					  (GS_NORM_LANES - head) % GS_NORM_LANES);
+	i += head;
+	for (int k = 0; k < 4; k++)
+		q[k] = _mm256_load_pd(frame + 4 * k);
+	if (stream)
+		for (; i + 16 <= n; i += 16)
+			nonfinite += norm16(w, true, dsts, ndst, src, i, s, q);
+	for (; i + 16 <= n; i += 16)
+		nonfinite += norm16(w, false, dsts, ndst, src, i, s, q);
+	for (int k = 0; k < 4; k++)
+		_mm256_store_pd(frame + 4 * k, q[k]);
+	nonfinite += gs_unpack_lanes_from(w, dsts, ndst, src, i, n, postscale,
+					  frame, (i - from - head) % GS_NORM_LANES);
+	if (stream)
+		_mm_sfence();
+	*sumsq = gs_norm_lanes(frame, head);
+	return nonfinite;
+}
+
+static uint64_t unpack_norm(enum gs_wire w, float *const *dsts, size_t ndst,
+			    const void *src, size_t from, size_t n,
+			    float postscale, bool stream, double *sumsq)
+{
+	switch (w) {
+	case GS_WIRE_F16:
+		return unpack_norm_loop(GS_WIRE_F16, dsts, ndst, src, from, n,
+					postscale, stream, sumsq);
+	case GS_WIRE_BF16:
+		return unpack_norm_loop(GS_WIRE_BF16, dsts, ndst, src, from, n,
+					postscale, stream, sumsq);
+	default:
+		return unpack_norm_loop(GS_WIRE_F32, dsts, ndst, src, from, n,
+					postscale, stream, sumsq);
+	}
+}
+
 /* ---------------------------------------------------- plain conversions */
 
 static void f32_to_f16(uint16_t *dst, const float *src, size_t n)
@@ -342,6 +434,7 @@ const struct gs_convert_ops gs_convert_f16c = {
 	.pack = pack,
 	.reduce_sum = reduce_sum,
 	.unpack = unpack,
+	.unpack_norm = unpack_norm,
 	.f32_to_f16 = f32_to_f16,
 	.f16_to_f32 = f16_to_f32,
 	.f32_to_bf16 = f32_to_bf16,

@@ -104,6 +104,43 @@ uint64_t gs_unpack_scalar_from(enum gs_wire w, float *const *dsts,
 	}
 }
 
+GS_ALWAYS_INLINE uint64_t lanes_loop(enum gs_wire w, float *const *dsts,
+				     size_t ndst, const void *src, size_t from,
+				     size_t n, float postscale, double *frame,
+				     size_t lane)
+{
+	uint64_t nonfinite = 0;
+	size_t i, d;
+
+	for (i = from; i < n; i++) {
+		float y = gs_ew_unpack_one(w, src, i, postscale);
+
+		nonfinite += gs_ew_nonfinite(y);
+		frame[lane] += (double)y * (double)y;
+		lane = (lane + 1) % GS_NORM_LANES;
+		for (d = 0; d < ndst; d++)
+			dsts[d][i] = y;
+	}
+	return nonfinite;
+}
+
+uint64_t gs_unpack_lanes_from(enum gs_wire w, float *const *dsts, size_t ndst,
+			      const void *src, size_t from, size_t n,
+			      float postscale, double *frame, size_t lane)
+{
+	switch (w) {
+	case GS_WIRE_F16:
+		return lanes_loop(GS_WIRE_F16, dsts, ndst, src, from, n,
+				  postscale, frame, lane);
+	case GS_WIRE_BF16:
+		return lanes_loop(GS_WIRE_BF16, dsts, ndst, src, from, n,
+				  postscale, frame, lane);
+	default:
+		return lanes_loop(GS_WIRE_F32, dsts, ndst, src, from, n,
+				  postscale, frame, lane);
+	}
+}
+
 static uint64_t pack(enum gs_wire w, void *dst, const float *src, size_t n,
 		     const struct gs_pack_params *p)
 {
@@ -120,6 +157,21 @@ static uint64_t unpack(enum gs_wire w, float *const *dsts, size_t ndst,
 		       const void *src, size_t n, float postscale)
 {
 	return gs_unpack_scalar_from(w, dsts, ndst, src, 0, n, postscale);
+}
+
+/* The reference order itself: no head, so the frame is not rotated. */
+static uint64_t unpack_norm(enum gs_wire w, float *const *dsts, size_t ndst,
+			    const void *src, size_t from, size_t n,
+			    float postscale, bool stream, double *sumsq)
+{
+	double frame[GS_NORM_LANES] = { 0 };
+	uint64_t nonfinite;
+
+	(void)stream;
+	nonfinite = gs_unpack_lanes_from(w, dsts, ndst, src, from, n,
+					 postscale, frame, 0);
+	*sumsq = gs_norm_lanes(frame, 0);
+	return nonfinite;
 }
 
 static void f32_to_f16(uint16_t *dst, const float *src, size_t n)
@@ -150,6 +202,7 @@ const struct gs_convert_ops gs_convert_scalar = {
 	.pack = pack,
 	.reduce_sum = reduce_sum,
 	.unpack = unpack,
+	.unpack_norm = unpack_norm,
 	.f32_to_f16 = f32_to_f16,
 	.f16_to_f32 = f16_to_f32,
 	.f32_to_bf16 = f32_to_bf16,

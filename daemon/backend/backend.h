@@ -104,6 +104,13 @@ struct gs_bucket_io {
 	 * tensor that no trainer produced is not unpacked: every trainer's
 	 * memory of it stays as it was. NULL: every tensor was produced. */
 	uint8_t *produced;
+	/* Optional: where the backend adds the sum of the squares of the
+	 * bucket's reduced values, as the trainers' tensors hold them, for
+	 * the step's gradient norm. It sums in fp64 in an order fixed by the
+	 * bucket's layout (gs_unpack_norm's blocks of its chunks, in order),
+	 * never by how its threads share the work, so every node gets the
+	 * same bits. NULL: not wanted. */
+	double *sumsq;
 };
 
 enum gs_chunk_mark { GS_MARK_PACK, GS_MARK_ALLREDUCE, GS_MARK_UNPACK, GS_MARK_DONE };

@@ -187,6 +187,7 @@ static void send_step_done(struct gs_job *j, struct gs_trainer *t, bool ok,
 	stats.clipped = t->clipped;
 	stats.nonfinite = j->step_nonfinite;
 	stats.duration_ns = duration;
+	stats.grad_norm = ok ? sqrt(j->step_sumsq) : NAN;
 	Gradsync__StepDone done = GRADSYNC__STEP_DONE__INIT;
 	done.step = t->seq;
 	done.status = ok ? GRADSYNC__STEP_STATUS__STEP_OK : GRADSYNC__STEP_STATUS__STEP_ABORTED;
@@ -561,6 +562,7 @@ void gs_job_begin_step(struct gs_trainer *t, const Gradsync__BeginStep *b)
 		j->step_number = t->seq;
 		j->step_start_ns = 0;
 		j->step_nonfinite = 0;
+		j->step_sumsq = 0;
 		j->step_wire_bytes = 0;
 		j->stall_warned = false;
 		memset(j->produced, 0, j->layout.n * sizeof(*j->produced));
@@ -782,6 +784,7 @@ void gs_job_bucket_finished(struct gs_job *j, struct gs_bucket_run *run)
 		 * are in the trainers' buffers, and the step says so. */
 		j->buckets_done++;
 		j->step_nonfinite += run->nonfinite;
+		j->step_sumsq += run->sumsq;
 		j->step_wire_bytes += j->plan.buckets[run->bucket].elements *
 				      gs_wire_size(j->env.backend->wire);
 		for (unsigned r = 0; r < run->nranks; r++) {

@@ -111,6 +111,10 @@ struct gs_job {
 	uint32_t buckets_done;
 	uint64_t step_start_ns;
 	uint64_t step_nonfinite;
+	/* The squares of the step's reduced values, summed bucket by bucket
+	 * in plan order (the order they complete in): the same bits on every
+	 * node, whose square root is the step's gradient norm. */
+	double step_sumsq;
 	uint64_t step_wire_bytes;
 	unsigned inflight; /* buckets on the worker */
 	uv_timer_t stall_timer; /* warns, then aborts a step that waits too long */

@@ -1,5 +1,6 @@
 #include "engine/reduce.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,9 @@ static void run_chunk(struct gs_bucket_run *run, uint64_t start, uint64_t len)
 	}
 	run->nonfinite += b->ops->unpack(b, (float *const *const *)run->tensors,
 					 run->spans, nspans, run->postscale);
+	/* The chunk-by-chunk unpack sums no squares: the step's norm is then
+	 * unknown, and says so. */
+	run->sumsq = NAN;
 	ns[3] = gs_now_ns();
 	gs_trace_chunk(run->trace, &run->traced, start, len, ns);
 }
@@ -122,6 +126,7 @@ static void set_io(struct gs_bucket_run *run)
 		&run->lost, in_data ? &run->vote : NULL, in_data ? vote_timeout_ms(run) : 0,
 		run->nodes > 1 ? queued_next : NULL, atomic_fetch_add(&run_tokens, 1) + 1,
 		run->produced,
+		&run->sumsq,
 	};
 }
 

@@ -60,6 +60,7 @@ struct gs_bucket_run {
 	/* Results. */
 	uint64_t clipped[GS_MAX_LOCAL];
 	uint64_t nonfinite;
+	double sumsq; /* of the bucket's reduced values (gs_bucket_io.sumsq) */
 	bool lost; /* a trainer's memory here lost its pages (backend.h) */
 	int status;
 	char error[320];

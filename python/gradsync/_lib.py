@@ -128,6 +128,7 @@ class StepResult(Structure):
         ("clipped", c_uint64),
         ("nonfinite", c_uint64),
         ("duration_ns", c_uint64),
+        ("grad_norm", c_double),
     ]
 
 

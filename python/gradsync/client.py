@@ -133,7 +133,11 @@ class LaunchInfo:
 class StepResult:
     """One finished step's figures. ``nonfinite`` counts inf/NaN values in
     the reduced result (a loss scaler skips the step when it is not 0);
-    ``clipped`` counts this trainer's elements that clipping changed."""
+    ``clipped`` counts this trainer's elements that clipping changed.
+    ``grad_norm`` is the L2 norm of the reduced gradients as the tensors
+    now hold them, computed by gradsyncd while it unpacked them: the
+    squares of the fp32 values summed in fp64 in a fixed order, the same
+    on every trainer and node; inf or NaN where a value is."""
 
     step: int
     aborted: bool
@@ -142,12 +146,13 @@ class StepResult:
     clipped: int
     nonfinite: int
     duration_s: float
+    grad_norm: float
 
     @classmethod
     def _from_c(cls, c: _lib.StepResult) -> "StepResult":
         return cls(step=c.step, aborted=c.status != 0, buckets=c.buckets,
                    wire_bytes=c.wire_bytes, clipped=c.clipped, nonfinite=c.nonfinite,
-                   duration_s=c.duration_ns / 1e9)
+                   duration_s=c.duration_ns / 1e9, grad_norm=c.grad_norm)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,9 @@ this node's rank, node 0's host) and its settings from the launcher's
 environment, as ``GradSync`` says.
 
 ``last_result.nonfinite`` (inf/NaN values in the reduced gradients) lets a
-mixed-precision loss scaler skip a step.
+mixed-precision loss scaler skip a step, and ``last_result.grad_norm`` is
+the reduced gradients' global L2 norm, which ``GradSync.clip_grad_norm_``
+clips by without computing it again.
 """
 from __future__ import annotations
 
@@ -254,6 +256,41 @@ class GradSync:
         # step still runs, and the event holds no record of it yet.
         if self.device.type == "cuda":
             self.client.cuda_stream_wait(self._stream())
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """``torch.nn.utils.clip_grad_norm_`` over the synchronised
+        gradients, with the norm gradsyncd computed while it unpacked them
+        (``last_result.grad_norm``): one pass over the gradients (none when
+        they are within ``max_norm``) instead of two. It waits for the step
+        first if one is in progress. The scaling is torch's: every gradient
+        times ``min(max_norm / (total_norm + 1e-6), 1)``, in float32, with
+        the total norm as a float32 tensor on the gradients' device, which
+        it returns. The norm covers every gradient GradSync registered;
+        gradsyncd sums the squares of their float32 values in float64, so
+        it may differ from torch's own float32 sum in the last bits
+        (relative 1e-6 at most in practice). Another ``norm_type`` falls
+        back to torch's function."""
+        if self._in_step:
+            self.wait()
+        result = self.last_result
+        if float(norm_type) != 2.0 or result is None:
+            # In the model's order, as a caller would pass model.parameters().
+            return torch.nn.utils.clip_grad_norm_(list(reversed(self.params)), max_norm,
+                                                  norm_type,
+                                                  error_if_nonfinite=error_if_nonfinite)
+        grads = [p.grad for p in self.params if p.grad is not None]
+        total = torch.tensor(result.grad_norm, dtype=torch.float32, device=self.device)
+        if error_if_nonfinite and not torch.isfinite(total):
+            raise RuntimeError(f"The total norm of order {float(norm_type)} for gradients "
+                               "from `parameters` is non-finite, so it cannot be clipped. "
+                               "To disable this error and scale the gradients by the "
+                               "non-finite norm anyway, set `error_if_nonfinite=False`")
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        # Times exactly 1 changes nothing (a NaN stays NaN): skip the pass.
+        if grads and not bool(coef == 1.0):
+            torch._foreach_mul_(grads, coef)
+        return total
 
     def zero_grad(self) -> None:
         """Zeroes the gradients in place, keeping them in the shared memory

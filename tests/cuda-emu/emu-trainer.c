@@ -53,6 +53,11 @@ struct options {
 	unsigned absent;     /* --absent K: tensors no rank, or one, produces; 0: none */
 };
 
+/* --finite: only the ordinary values of input(), none of the special
+ * ones (a NaN among them makes the step's norm NaN; the norm's sum is
+ * then checked on finite values). */
+static bool finite_inputs;
+
 struct trainer {
 	struct options o;
 	struct layout_file l;
@@ -76,6 +81,7 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "first-step", required_argument, NULL, 'f' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "absent", required_argument, NULL, 'A' },
+		{ "finite", no_argument, NULL, 'F' },
 		{ NULL, 0, NULL, 0 },
 	};
 	*o = (struct options){ NULL, NULL, 0, -1, 0, 3, 2, 1, 50, 0, 0, 0, false, 0 };
@@ -97,8 +103,9 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'f': o->first_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'D': o->device = (int)strtol(optarg, NULL, 10); break;
 		case 'A': o->absent = (unsigned)strtoul(optarg, NULL, 10); break;
+		case 'F': finite_inputs = true; break;
 		default:
-			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--overlap MS] [--hold] [--device D] [--absent K]\n");
+			fprintf(stderr, "usage: emu-trainer --socket PATH --layout FILE [--rank R] [--global-rank G] [--steps N] [--clip-step S] [--delay-ms MS] [--expect-abort-at S] [--stall-at S] [--first-step S] [--overlap MS] [--hold] [--device D] [--absent K] [--finite]\n");
 			exit(2);
 		}
 	}
@@ -139,7 +146,7 @@ static float input(unsigned r, unsigned s, uint64_t i)
 {
 	uint64_t h = splitmix(i ^ (uint64_t)r << 40 ^ (uint64_t)s << 52);
 	uint32_t u = (uint32_t)(h >> 32), sign = (uint32_t)(h & 2) << 30;
-	switch (h % 256) {
+	switch (finite_inputs ? 255 : h % 256) {
 	case 0: /* any bit pattern: NaN, infinity, subnormals */
 		return bits(u);
 	case 1: /* around fp16's largest (65504) and its overflow (65520) */
@@ -286,6 +293,26 @@ static uint64_t check_step(struct trainer *t, const struct step_ref *p,
 	if (bad)
 		fprintf(stderr, "emu-trainer: step %u: %" PRIu64 " of %" PRIu64 " elements differ, first %" PRIu64 ": %a, want %a\n",
 			p->step, bad, t->ct.total, first, (double)t->ct.out[first], (double)want_first);
+	/* The step's norm against a plain fp64 sum of the squares of the
+	 * values here: both sum n positive terms, each within n * 2^-53 of
+	 * the exact sum. Its bits go out for the test to compare. */
+	double sumsq = 0, norm = res->grad_norm;
+	for (size_t j = 0; j < t->l.n; j++) {
+		if (produced_by_none(p, j))
+			continue; /* left out of the norm, as torch leaves out a None */
+		for (uint64_t i = t->ct.host_off[j]; i < t->ct.host_off[j] + t->l.counts[j]; i++)
+			sumsq += (double)t->ct.out[i] * (double)t->ct.out[i];
+	}
+	double want_norm = sqrt(sumsq);
+	if (isfinite(want_norm) ? !(fabs(norm - want_norm) <= t->ct.total * 0x1p-53 * want_norm)
+				: !(isnan(want_norm) ? isnan(norm) : norm == want_norm)) {
+		fprintf(stderr, "emu-trainer: step %u: gradsyncd's gradient norm is %.17g, the reference %.17g\n",
+			p->step, norm, want_norm);
+		bad++;
+	}
+	uint64_t bits;
+	memcpy(&bits, &norm, sizeof(bits));
+	printf("NORM step %u %016" PRIx64 "\n", p->step, bits);
 	if (res->clipped != clipped || res->nonfinite != nonfinite) {
 		fprintf(stderr, "emu-trainer: step %u: gradsyncd counted %" PRIu64 " clipped and %" PRIu64 " non-finite; the reference %" PRIu64 " and %" PRIu64 "\n",
 			p->step, res->clipped, res->nonfinite, clipped, nonfinite);

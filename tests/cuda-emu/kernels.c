@@ -33,6 +33,7 @@ struct launch {
 	float postscale;
 	unsigned long long *counter;
 	int device; /* the stream's; -1: any */
+	double *sumsq; /* unpack: [task], or NULL */
 };
 
 static void delay(void)
@@ -49,7 +50,8 @@ static bool on_device(const struct launch *l)
 	if (l->device < 0)
 		return true;
 	if (!emu_mem_on_device(l->fusion, l->device) ||
-	    (l->counter && !emu_mem_on_device(l->counter, l->device)))
+	    (l->counter && !emu_mem_on_device(l->counter, l->device)) ||
+	    (l->sumsq && !emu_mem_on_device(l->sumsq, l->device)))
 		return false;
 	for (uint32_t b = 0; b < l->ntasks; b++) {
 		const struct gs_cuda_entry e = l->entries[l->tasks[b].entry];
@@ -84,6 +86,19 @@ static cudaError_t run_pack(void *arg)
 	return cudaSuccess;
 }
 
+/* kernels.h's GS_CUDA_NORM_ORDER: thread j's elements in order, then
+ * the threads halved pairwise. */
+static double task_sumsq(const float *y, uint32_t count)
+{
+	double th[GS_CUDA_BLOCK_THREADS] = { 0 };
+	for (uint32_t i = 0; i < count; i++)
+		th[i % GS_CUDA_BLOCK_THREADS] += (double)y[i] * (double)y[i];
+	for (unsigned half = GS_CUDA_BLOCK_THREADS / 2; half > 0; half /= 2)
+		for (unsigned j = 0; j < half; j++)
+			th[j] += th[j + half];
+	return th[0];
+}
+
 static cudaError_t run_unpack(void *arg)
 {
 	const struct launch *l = arg;
@@ -103,6 +118,8 @@ static cudaError_t run_unpack(void *arg)
 			dst[i] = y;
 			n += gs_ew_nonfinite(y);
 		}
+		if (l->sumsq)
+			l->sumsq[b] = task_sumsq(dst, t.count);
 	}
 	if (l->counter)
 		*l->counter += n;
@@ -123,20 +140,21 @@ EMU_API cudaError_t gs_cuda_launch_pack(enum gs_wire w, const struct gs_cuda_ent
 		return cudaSuccess;
 	if (!valid_wire(w))
 		return cudaErrorInvalidValue;
-	struct launch l = { w, entries, tasks, ntasks, fusion, p, 0, clipped, emu_stream_device(s) };
+	struct launch l = { w, entries, tasks, ntasks, fusion, p, 0, clipped, emu_stream_device(s), NULL };
 	return emu_enqueue(s, run_pack, &l, sizeof(l));
 }
 
 EMU_API cudaError_t gs_cuda_launch_unpack(enum gs_wire w, const struct gs_cuda_entry *entries,
 					  const struct gs_cuda_task *tasks, uint32_t ntasks,
 					  const void *fusion, float postscale,
-					  unsigned long long *nonfinite, cudaStream_t s)
+					  unsigned long long *nonfinite, double *sumsq,
+					  cudaStream_t s)
 {
 	if (ntasks == 0)
 		return cudaSuccess;
 	if (!valid_wire(w))
 		return cudaErrorInvalidValue;
 	struct launch l = { w, entries, tasks, ntasks, (void *)fusion, { 0, false, 0 }, postscale,
-			    nonfinite, emu_stream_device(s) };
+			    nonfinite, emu_stream_device(s), sumsq };
 	return emu_enqueue(s, run_unpack, &l, sizeof(l));
 }

@@ -76,6 +76,8 @@ static void sync_case(struct harness_job *j, const char *steps, const char *cons
 	for (unsigned r = 0; r < 2; r++)
 		pids[r] = trainer(j, 0, d.socket, d.dir, r, r, steps, trainer_args, logs[r]);
 	expect_pass(pids, logs, 2);
+	/* Every step's gradient norm, the same bits on both trainers. */
+	harness_expect_same_lines((const char *const[]){ logs[0], logs[1] }, 2, "NORM ");
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -98,6 +100,17 @@ static void sync_bf16_several_launches(void **state)
 	setenv("GS_CUDA_EMU_KERNEL_DELAY_MS", "3", 1);
 	sync_case(&job, "1", targs);
 	unsetenv("GS_CUDA_EMU_KERNEL_DELAY_MS");
+}
+
+/* Ordinary values only, so that the step's gradient norm is finite (the
+ * special values make it NaN), through several launches per bucket: the
+ * trainers check it against their own fp64 sum, and each other's bits. */
+static void sync_finite_norm_several_launches(void **state)
+{
+	(void)state;
+	struct harness_job job = { .local_size = { 2 }, .wire = "fp32", .fusion_buffer = "262144" };
+	const char *targs[] = { "--finite", NULL };
+	sync_case(&job, "1", targs);
 }
 
 /* A backward pass in the trainers: each batch of eight gradients comes
@@ -527,6 +540,7 @@ static void two_nodes(void **state)
 	for (unsigned n = 0; n < 2; n++)
 		pids[n] = trainer(&job, n, d[n].socket, d[n].dir, 0, n, "1", dev[n], logs[n]);
 	expect_pass(pids, logs, 2);
+	harness_expect_same_lines((const char *const[]){ logs[0], logs[1] }, 2, "NORM ");
 	assert_true(harness_log_contains(&d[1], "local rank 0 on GPU 0000:19:00.0 (device 1 here"));
 	for (unsigned n = 0; n < 2; n++) {
 		gs_client *ctl;
@@ -854,6 +868,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		TIMED(sync_fp16),
 		TIMED(sync_bf16_several_launches),
+		TIMED(sync_finite_norm_several_launches),
 		TIMED(overlaps_the_backward_pass),
 		TIMED(sync_absent_several_launches),
 		TIMED(trainer_killed_after_registering),

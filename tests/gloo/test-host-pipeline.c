@@ -14,7 +14,11 @@
  * as the engine does, with the next step's bucket 0 and then bucket 1:
  * the early bucket 1 of the aborted step is refused, never all-reduced,
  * or it would meet the other rank's next bucket 0 and the two would fall
- * out of step.
+ * out of step. Every bucket reduced also sums its squares (the step's
+ * gradient norm): the values are small integers, so the sum is exact in
+ * any order and must equal the test's own sum of the reduced values,
+ * however the chunks, slices and threads cut it. Last, a node 0 that
+ * offers a pipeline slice the threads' claims would cut is refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -74,6 +78,7 @@ struct rank_state {
 	struct gs_pack_params pack[MAX_LOCAL];
 	uint64_t clipped[MAX_LOCAL], nonfinite;
 	struct gs_vote vote[2];
+	double sumsq[2];
 	float *const *tptr[MAX_LOCAL];
 	/* Each bucket's, as the engine keeps a run's from its launch on. */
 	struct gs_bucket_io io[2];
@@ -95,11 +100,13 @@ static void set_io(struct rank_state *s, uint32_t bucket, unsigned nranks, bool 
 		s->vote[bucket] = (struct gs_vote){ 1, 1, 1, 2 };
 	s->tptr[0] = s->tensors[0];
 	s->tptr[1] = s->tensors[1];
+	s->sumsq[bucket] = 0;
 	s->io[bucket] = (struct gs_bucket_io){
 		.plan = &s->plan, .counts = counts, .bucket = bucket, .nranks = nranks,
 		.tensors = s->tptr, .pack = s->pack, .postscale = 1.0f, .clipped = s->clipped,
 		.nonfinite = &s->nonfinite, .ctx = s, .vote = &s->vote[bucket],
 		.vote_timeout_ms = TIMEOUT_MS, .next = next_bucket, .token = s->step * 2 + bucket + 1,
+		.sumsq = &s->sumsq[bucket],
 	};
 }
 
@@ -111,11 +118,23 @@ static int reduce(struct rank_state *s, uint32_t bucket, unsigned nranks, bool a
 	return s->b->ops->reduce_bucket(s->b, &s->io[bucket]);
 }
 
-/* 0 when every tensor of bucket `bucket` holds the reduced sum (reduced)
- * or, bit for bit, this rank's own values. */
+/* 0 when bucket `bucket`'s sum of squares is that of the reduced values
+ * (exact: small integers), and every tensor of it holds the reduced sum
+ * (want_reduced) or, bit for bit, this rank's own values. */
 static int check_bucket(struct rank_state *s, int rank, uint32_t bucket, bool want_reduced)
 {
 	const struct gs_bucket *bk = &s->plan.buckets[bucket];
+	double sumsq = 0;
+	for (uint32_t m = 0; want_reduced && m < bk->count; m++) {
+		int t = (int)s->plan.members[bk->first + m];
+		for (uint64_t i = 0; i < counts[t]; i++)
+			sumsq += (double)reduced(s->local, t, i) * reduced(s->local, t, i);
+	}
+	if (want_reduced && s->sumsq[bucket] != sumsq) {
+		fprintf(stderr, "rank %d: bucket %u's sum of squares is %.17g, want %.17g\n", rank,
+			bucket, s->sumsq[bucket], sumsq);
+		return 1;
+	}
 	for (uint32_t m = 0; m < bk->count; m++) {
 		int t = (int)s->plan.members[bk->first + m];
 		for (int l = 0; l < (int)s->local; l++)
@@ -336,6 +355,44 @@ static void overlapped_behind_an_abort(void **state)
 	run_overlap(GS_WIRE_F16, 4194304, 1, 1, true);
 }
 
+/* The store of a node 0 that offers `slice`, to node 1's join_group. */
+static int offer_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
+{
+	(void)key;
+	(void)timeout_ms;
+	*value = strdup(ctx);
+	*len = strlen(ctx);
+	return *value ? GS_OK : GS_ENOMEM;
+}
+
+static int join_offered(const char *slice, char *err, size_t errlen)
+{
+	const struct gs_host_options o = { .local_size = 1, .wire = GS_WIRE_F16,
+					   .fusion_elements = 4194304, .nodes = 2 };
+	struct gs_backend *b = gs_backend_host_create(&o);
+	assert_non_null(b);
+	struct gs_kv kv = { .ctx = (void *)slice, .get = offer_get };
+	struct gs_group_join join = { .node_rank = 1, .nodes = 2, .join_timeout_ms = TIMEOUT_MS,
+				      .peer_timeout_ms = TIMEOUT_MS, .kv = &kv };
+	int rc = b->ops->join_group(b, &join, err, errlen);
+	if (rc == GS_OK)
+		b->ops->leave_group(b);
+	b->ops->destroy(b);
+	return rc;
+}
+
+/* The threads claim pieces of 262144 elements, and each piece must start
+ * at an edge of the norm's blocks: a slice that is not a multiple of a
+ * claim is refused, naming it; one that is goes. */
+static void refuses_a_slice_that_cuts_claims(void **state)
+{
+	(void)state;
+	char err[256] = "";
+	assert_int_equal(join_offered("300000", err, sizeof(err)), GS_EPROTO);
+	assert_non_null(strstr(err, "'300000' elements; 0 or a multiple of 262144 expected"));
+	assert_int_equal(join_offered("2097152", err, sizeof(err)), GS_OK);
+}
+
 int main(void)
 {
 	/* Buckets overlap whatever CPUs this test may use (by default a
@@ -352,6 +409,7 @@ int main(void)
 		cmocka_unit_test(overlapped_bf16),
 		cmocka_unit_test(overlapped_fp32),
 		cmocka_unit_test(overlapped_behind_an_abort),
+		cmocka_unit_test(refuses_a_slice_that_cuts_claims),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

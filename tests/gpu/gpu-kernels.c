@@ -163,7 +163,7 @@ static bool check_config(struct bucket *b, enum gs_wire w, struct gs_pack_params
 			pos += sp->count;
 		}
 		CHECK(gs_cuda_launch_unpack(w, entries(b, l), tasks(b, l), l->ntasks, b->fusion, post,
-					    b->counter, 0));
+					    b->counter, NULL, 0));
 		unsigned long long dev_nonfinite = take_counter(b);
 		pos = 0;
 		for (uint32_t s = 0; s < l->nspans; s++) {
@@ -216,7 +216,7 @@ static bool check_every_value(enum gs_wire w, float post)
 	const struct gs_cuda_launch *l = &bp.launches[0];
 	CHECK(gs_cuda_launch_unpack(w, (const struct gs_cuda_entry *)((char *)table + l->table_offset),
 				    (const struct gs_cuda_task *)((char *)table + gs_cuda_tasks_offset(l)),
-				    l->ntasks, fusion, post, counter, 0));
+				    l->ntasks, fusion, post, counter, NULL, 0));
 	CHECK(cudaDeviceSynchronize());
 	CHECK(cudaMemcpy(got, dev_out, N * 4, cudaMemcpyDeviceToHost));
 	CHECK(cudaMemcpy(&dev_nonfinite, counter, sizeof(dev_nonfinite), cudaMemcpyDeviceToHost));

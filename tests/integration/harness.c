@@ -332,6 +332,41 @@ void harness_dump(const char *path)
 	fclose(f);
 }
 
+/* The lines of path that begin with prefix, one after another, in buf. */
+static void lines_with(const char *path, const char *prefix, char *buf, size_t size)
+{
+	FILE *f = fopen(path, "r");
+	char line[4096];
+	size_t len = 0;
+	assert_non_null(f);
+	buf[0] = '\0';
+	while (fgets(line, sizeof(line), f)) {
+		size_t l = strlen(line);
+		if (strncmp(line, prefix, strlen(prefix)) != 0)
+			continue;
+		assert_true(len + l < size);
+		memcpy(buf + len, line, l + 1);
+		len += l;
+	}
+	fclose(f);
+}
+
+void harness_expect_same_lines(const char *const *logs, size_t n, const char *prefix)
+{
+	static char first[65536], other[65536];
+	lines_with(logs[0], prefix, first, sizeof(first));
+	if (!first[0]) {
+		harness_dump(logs[0]);
+		fail_msg("no '%s' line in %s", prefix, logs[0]);
+	}
+	for (size_t i = 1; i < n; i++) {
+		lines_with(logs[i], prefix, other, sizeof(other));
+		if (strcmp(first, other) != 0)
+			fail_msg("'%s' lines differ:\n---- %s\n%s---- %s\n%s", prefix, logs[0], first,
+				 logs[i], other);
+	}
+}
+
 /* ---- The job ------------------------------------------------------------ */
 
 void harness_strs_printf(struct harness_strs *s, const char *fmt, ...)

@@ -92,6 +92,10 @@ int harness_wait(pid_t pid, int timeout_ms);
 const char *harness_layout(const char *name);
 /* Prints a file to stderr, for failures. */
 void harness_dump(const char *path);
+/* Fails the test unless the n logs hold the same lines that begin with
+ * prefix, at least one: the verifying trainers' "NORM " lines, every
+ * step's gradient norm in hex, the same bits on every trainer and node. */
+void harness_expect_same_lines(const char *const *logs, size_t n, const char *prefix);
 
 /* ---- The job ------------------------------------------------------------ */
 

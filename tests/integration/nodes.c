@@ -196,8 +196,15 @@ void run_steps(const struct nodes_case *c, struct node *n)
 			}
 		}
 	}
-	if (!failed)
+	if (!failed) {
+		const char *all[MAX_NODES * 4];
+		size_t nlogs = 0;
+		for (unsigned r = 0; r < j->nodes; r++)
+			for (unsigned l = 0; l < j->local_size[r]; l++)
+				all[nlogs++] = logs[r][l];
+		harness_expect_same_lines(all, nlogs, "NORM ");
 		check_status(c, n);
+	}
 	for (unsigned r = 0; r < j->nodes; r++) {
 		if (failed)
 			harness_dump(n[r].d.log);

@@ -50,6 +50,16 @@ CASE(two_nodes_two_trainers_fp32_exact,
 CASE(two_nodes_fp32_sum_exact,
      { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 }, .wire = "fp32", .op = "sum" }, "2",
        { NULL }, { "--pattern", "pow2", "--exact", NULL } })
+/* A planted +inf makes the norm inf on every node and wire. */
+CASE(two_nodes_inf_norm_fp16,
+     { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 } }, "2", { NULL },
+       { "--pattern", "inf", NULL } })
+CASE(two_nodes_inf_norm_bf16,
+     { "resnet50.txt", { .nodes = 2, .local_size = { 2, 1 }, .wire = "bf16" }, "2", { NULL },
+       { "--pattern", "inf", NULL } })
+CASE(two_nodes_inf_norm_fp32,
+     { "resnet50.txt", { .nodes = 2, .local_size = { 1, 1 }, .wire = "fp32" }, "2", { NULL },
+       { "--pattern", "inf", NULL } })
 CASE(three_nodes_uneven_bf16_sum,
      { "resnet50.txt", { .nodes = 3, .local_size = { 1, 2, 1 }, .wire = "bf16", .op = "sum" }, "2",
        { NULL }, { NULL } })
@@ -79,6 +89,9 @@ int main(void)
 		cmocka_unit_test(three_nodes_uneven_bf16_sum),
 		cmocka_unit_test(two_nodes_two_trainers_absent),
 		cmocka_unit_test(two_nodes_absent_staged_fp32_exact),
+		cmocka_unit_test(two_nodes_inf_norm_fp16),
+		cmocka_unit_test(two_nodes_inf_norm_bf16),
+		cmocka_unit_test(two_nodes_inf_norm_fp32),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

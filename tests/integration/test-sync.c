@@ -56,6 +56,10 @@ static void run_case(const struct sync_case *c)
 	if (failed)
 		harness_dump(d.log);
 	assert_int_equal(failed, 0);
+	const char *all[8];
+	for (unsigned r = 0; r < trainers; r++)
+		all[r] = logs[r];
+	harness_expect_same_lines(all, trainers, "NORM ");
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
@@ -92,6 +96,13 @@ CASE(two_trainers_clipping_bf16,
      { "resnet50.txt", { .local_size = { 2 }, .wire = "bf16" }, "2", { "--clip", "0.5", NULL } })
 CASE(overflow_reports_nonfinite,
      { "resnet50.txt", { .local_size = { 2 } }, "2", { "--pattern", "overflow", NULL } })
+/* A planted +inf makes the norm inf on every wire (the trainers check it). */
+CASE(inf_norm_fp16,
+     { "resnet50.txt", { .local_size = { 2 } }, "2", { "--pattern", "inf", NULL } })
+CASE(inf_norm_bf16,
+     { "resnet50.txt", { .local_size = { 2 }, .wire = "bf16" }, "2", { "--pattern", "inf", NULL } })
+CASE(inf_norm_fp32,
+     { "resnet50.txt", { .local_size = { 2 }, .wire = "fp32" }, "2", { "--pattern", "inf", NULL } })
 CASE(three_trainers_predivide_after,
      { "resnet50.txt", { .local_size = { 3 }, .predivide = "1" }, "2", { NULL } })
 CASE(buckets_larger_than_fusion_buffer,
@@ -103,6 +114,37 @@ CASE(two_trainers_absent,
 CASE(two_trainers_absent_staged_fp32_exact,
      { "resnet50.txt", { .local_size = { 2 }, .wire = "fp32", .fusion_buffer = "65536",
        .threshold = "100000" }, "2", { "--absent", "4", "--pattern", "pow2", "--exact", NULL } })
+
+/* Two trainers built as before grad_norm (tests/trainer/old-abi-trainer.c):
+ * the GRADSYNC_0 versions of gs_step_wait and gs_step_poll fill their
+ * struct and nothing after it, and the current version adds the norm. */
+static void old_abi_callers(void **state)
+{
+	(void)state;
+	struct harness_job job = { .local_size = { 2 } };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, NULL);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++) {
+		snprintf(logs[r], sizeof(logs[r]), "%s/old-abi-%u.log", d.dir, r);
+		char rank[16];
+		snprintf(rank, sizeof(rank), "%u", r);
+		const char *argv[] = { getenv("GS_OLD_ABI_TRAINER"), d.socket, rank, NULL };
+		pids[r] = harness_job_spawn(&job, 0, argv, logs[r]);
+	}
+	int failed = 0;
+	for (unsigned r = 0; r < 2; r++) {
+		if (harness_wait(pids[r], 120000) != 0) {
+			harness_dump(logs[r]);
+			failed = 1;
+		}
+	}
+	if (failed)
+		harness_dump(d.log);
+	assert_int_equal(failed, 0);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
 
 int main(void)
 {
@@ -118,10 +160,14 @@ int main(void)
 		cmocka_unit_test(two_trainers_clipping),
 		cmocka_unit_test(two_trainers_clipping_bf16),
 		cmocka_unit_test(overflow_reports_nonfinite),
+		cmocka_unit_test(inf_norm_fp16),
+		cmocka_unit_test(inf_norm_bf16),
+		cmocka_unit_test(inf_norm_fp32),
 		cmocka_unit_test(three_trainers_predivide_after),
 		cmocka_unit_test(buckets_larger_than_fusion_buffer),
 		cmocka_unit_test(two_trainers_absent),
 		cmocka_unit_test(two_trainers_absent_staged_fp32_exact),
+		cmocka_unit_test(old_abi_callers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -80,6 +80,7 @@ int main(void)
 	F(gs_step_result, step); F(gs_step_result, status); F(gs_step_result, buckets);
 	F(gs_step_result, wire_bytes); F(gs_step_result, clipped);
 	F(gs_step_result, nonfinite); F(gs_step_result, duration_ns);
+	F(gs_step_result, grad_norm);
 	end();
 	BEGIN(gs_trainer_status);
 	F(gs_trainer_status, pid); F(gs_trainer_status, uid);

@@ -30,7 +30,7 @@
 /* How long --hold-before-step waits for its SIGUSR1. */
 #define HOLD_TIMEOUT_S 300
 
-enum pattern { PATTERN_RANDOM, PATTERN_POW2, PATTERN_OVERFLOW };
+enum pattern { PATTERN_RANDOM, PATTERN_POW2, PATTERN_OVERFLOW, PATTERN_INF };
 
 struct options {
 	const char *socket;
@@ -80,6 +80,7 @@ struct gen {
 	uint64_t key;
 	float scale; /* 2^(tensor % 5 - 2) */
 	bool big;    /* overflow pattern on global rank 0 */
+	bool inf;    /* inf pattern on global rank 0 */
 };
 
 struct trainer {
@@ -116,6 +117,8 @@ static void usage(FILE *f)
 		"                    pow2: +-2^k, k in [-4,3], so fp32 sums are exact;\n"
 		"                    overflow: random, but global rank 0's elements with\n"
 		"                    index %% 1000 == 0 are 1e6 (fp16 overflows)\n"
+		"                    inf: random, but global rank 0's elements with\n"
+		"                    index %% 1000 == 0 are +inf (on every wire)\n"
 		"  --exact           require bitwise equality (for wire fp32 + pow2 with a\n"
 		"                    power-of-two world and predivide)\n"
 		"  --batch N         tensors per gs_mark_ready call (default 8)\n"
@@ -176,6 +179,8 @@ static bool parse_pattern(const char *s, enum pattern *p)
 		*p = PATTERN_POW2;
 	else if (strcmp(s, "overflow") == 0)
 		*p = PATTERN_OVERFLOW;
+	else if (strcmp(s, "inf") == 0)
+		*p = PATTERN_INF;
 	else
 		return false;
 	return true;
@@ -322,6 +327,7 @@ static struct gen make_gen(const struct options *o, uint32_t rank,
 		.key = tensor_key(o->seed, rank, step, tensor),
 		.scale = scales[tensor % 5],
 		.big = o->pattern == PATTERN_OVERFLOW && rank == 0,
+		.inf = o->pattern == PATTERN_INF && rank == 0,
 	};
 	return g;
 }
@@ -337,6 +343,8 @@ static inline float gen_value(const struct gen *g, uint64_t e)
 		return (h & 1) ? -pow2[(h >> 1) & 7] : pow2[(h >> 1) & 7];
 	if (g->big && e % 1000 == 0)
 		return 1e6f;
+	if (g->inf && e % 1000 == 0)
+		return INFINITY;
 	/* 24 random bits: uniform in [-2, 2) on a 2^-22 grid. */
 	int32_t u = (int32_t)(h >> 40) - (1 << 23);
 	return (float)u * 0x1p-22f * g->scale;
@@ -568,7 +576,8 @@ static void print_session(const struct trainer *tr)
 	       info.op == GS_OP_AVERAGE ? "average" : "sum",
 	       info.predivide_factor,
 	       tr->o.pattern == PATTERN_POW2 ? "pow2"
-	       : tr->o.pattern == PATTERN_OVERFLOW ? "overflow" : "random",
+	       : tr->o.pattern == PATTERN_OVERFLOW ? "overflow"
+	       : tr->o.pattern == PATTERN_INF ? "inf" : "random",
 	       tr->o.exact ? ", exact" : "");
 }
 
@@ -743,6 +752,40 @@ static bool check_figures(const struct trainer *tr,
 	return ok;
 }
 
+/*
+ * The step's gradient norm against one computed here from the reduced
+ * tensors: their fp32 values squared and summed in fp64 in plain order.
+ * The daemon sums in another fixed order; both add n positive terms, each
+ * sum within n * 2^-53 of the exact one, so the sums of squares agree to
+ * 2n * 2^-53 relative and the norms to half that. A non-finite value
+ * makes both inf, or NaN where a NaN is. The norm's bits go to stdout
+ * ("NORM step S BITS") for the tests to compare across trainers and
+ * nodes.
+ */
+static bool check_norm(const struct trainer *tr, const struct gs_step_result *res)
+{
+	double sumsq = 0;
+	uint64_t n = 0;
+	for (size_t t = 0; t < tr->n; t++) {
+		const float *g = gs_tensor_data(tr->c, t);
+		if (!gs_tensor_produced(tr->c, t))
+			continue; /* left out of the norm, as torch leaves out a None */
+		for (uint64_t e = 0; e < tr->counts[t]; e++)
+			sumsq += (double)g[e] * (double)g[e];
+		n += tr->counts[t];
+	}
+	double want = sqrt(sumsq), got = res->grad_norm;
+	bool ok = isfinite(want) ? fabs(got - want) <= (double)n * 0x1p-53 * want
+				 : (isnan(want) ? isnan(got) : got == want);
+	if (!ok)
+		fprintf(stderr, "MISMATCH in step %" PRIu64 ": gradsyncd's gradient norm is %.17g, the reference %.17g\n",
+			res->step, got, want);
+	uint64_t bits;
+	memcpy(&bits, &got, sizeof(bits));
+	printf("NORM step %" PRIu64 " %016" PRIx64 "\n", res->step, bits);
+	return ok;
+}
+
 static bool run_step(const struct trainer *tr, uint64_t step,
 		     uint32_t *batch, double *step_ms)
 {
@@ -779,13 +822,13 @@ static bool run_step(const struct trainer *tr, uint64_t step,
 	size_t unproduced = 0;
 	if (!check_step(tr, step, &sc, &unproduced))
 		return false;
-	if (!check_figures(tr, &res, &sc, clipped))
+	if (!check_figures(tr, &res, &sc, clipped) || !check_norm(tr, &res))
 		return false;
 	if (!tr->o.quiet)
 		printf("step %" PRIu64 ": wait %.2f ms, %u buckets, nonfinite %" PRIu64
-		       ", clipped %" PRIu64 ", max |error|/tol %.3f, %zu tensors produced by no rank\n",
+		       ", clipped %" PRIu64 ", max |error|/tol %.3f, norm %.9g, %zu tensors produced by no rank\n",
 		       step, t2 - t1, res.buckets, res.nonfinite, res.clipped,
-		       sc.worst, unproduced);
+		       sc.worst, res.grad_norm, unproduced);
 	return true;
 }
 

@@ -7,7 +7,9 @@
  *   ranks' ncclAllReduce in one group, and only once the host has seen the
  *   all-reduce succeed, unpack (one kernel), so an aborted all-reduce never
  *   writes half a result; then record the trainer's done event and copy the
- *   counters back.
+ *   counters back, and local rank 0's sums of squares (one per task, after
+ *   its tables: norm_at), which the host adds in task order for the
+ *   step's gradient norm.
  *
  * With several nodes a bucket of several launches is staged, as on the
  * host backend: each launch is packed and all-reduced in place in a
@@ -21,6 +23,22 @@
 #include "backend/cuda/kernels.h"
 #include "errors.h"
 #include "support/log.h"
+
+/* Where the sums of squares of the bucket's tasks go in a rank's table
+ * memory (device, and its pinned staging): after the tables, one double
+ * per task of every launch in order. */
+static size_t norm_at(const struct gs_cuda_bucket_plan *bp)
+{
+	return (bp->table_bytes + sizeof(double) - 1) / sizeof(double) * sizeof(double);
+}
+
+static uint32_t total_tasks(const struct gs_cuda_bucket_plan *bp)
+{
+	uint32_t n = 0;
+	for (uint32_t l = 0; l < bp->nlaunches; l++)
+		n += bp->launches[l].ntasks;
+	return n;
+}
 
 static ncclDataType_t nccl_type(enum gs_wire w)
 {
@@ -95,11 +113,12 @@ static int wait_ready(struct cuda_backend *cb, const struct gs_bucket_io *io)
 static int prepare(struct cuda_backend *cb, const struct gs_bucket_io *io)
 {
 	size_t bytes = cb->plan.table_bytes;
+	size_t room = norm_at(&cb->plan) + total_tasks(&cb->plan) * sizeof(double);
 	int rc = wait_ready(cb, io);
 	for (unsigned r = 0; rc == GS_OK && r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);
-		rc = reserve_tables(cb, r, bytes);
+		rc = reserve_tables(cb, r, room);
 		if (rc != GS_OK)
 			return rc;
 		gs_cuda_fill_tables(&cb->plan, io->tensors[r], rk->staging);
@@ -267,11 +286,24 @@ static int skip_unproduced(struct cuda_backend *cb, const struct gs_bucket_io *i
 	return GS_OK;
 }
 
+/* Where launch i's sums of squares go on rank 0 (norm_at), or NULL when
+ * the bucket wants none. */
+static double *launch_sumsq(struct cuda_backend *cb, const struct gs_bucket_io *io, uint32_t i)
+{
+	if (!io->sumsq)
+		return NULL;
+	uint32_t before = 0;
+	for (uint32_t l = 0; l < i; l++)
+		before += cb->plan.launches[l].ntasks;
+	return (double *)((char *)cb->rank[0].table + norm_at(&cb->plan)) + before;
+}
+
 /* Writes launch i's result back to the trainers' tensors. */
 static int unpack_launch(struct cuda_backend *cb, const struct gs_bucket_io *io, uint32_t i,
 			 bool staged)
 {
 	const struct gs_cuda_launch *l = &cb->plan.launches[i];
+	double *sumsq = launch_sumsq(cb, io, i);
 	gs_io_mark(io, GS_MARK_UNPACK, l->start, l->elements);
 	int rc = skip_unproduced(cb, io, l);
 	if (rc != GS_OK)
@@ -279,11 +311,13 @@ static int unpack_launch(struct cuda_backend *cb, const struct gs_bucket_io *io,
 	for (unsigned r = 0; r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);
-		/* Every rank holds the same result: count its non-finite values once. */
+		/* Every rank holds the same result: count its non-finite values
+		 * and sum its squares once. */
 		cudaError_t e = gs_cuda_launch_unpack(cb->base.wire, launch_entries(rk, l),
 						      launch_tasks(rk, l), l->ntasks,
 						      launch_buffer(cb, r, l, staged), io->postscale,
-						      r == 0 ? &rk->counters[1] : NULL, rk->stream);
+						      r == 0 ? &rk->counters[1] : NULL,
+						      r == 0 ? sumsq : NULL, rk->stream);
 		if (e != cudaSuccess)
 			return cuda_error(cb, "launching the unpack kernel", r, e);
 	}
@@ -292,8 +326,21 @@ static int unpack_launch(struct cuda_backend *cb, const struct gs_bucket_io *io,
 	return GS_OK;
 }
 
+/* The bucket's sum of squares: rank 0's task sums, copied back by
+ * finish, added in task order. */
+static double tasks_sumsq(const struct cuda_backend *cb)
+{
+	const double *at = (const double *)((const char *)cb->rank[0].staging + norm_at(&cb->plan));
+	uint32_t n = total_tasks(&cb->plan);
+	double sum = 0;
+	for (uint32_t k = 0; k < n; k++)
+		sum += at[k];
+	return sum;
+}
+
 static int finish(struct cuda_backend *cb, const struct gs_bucket_io *io)
 {
+	size_t at = norm_at(&cb->plan), norm_bytes = total_tasks(&cb->plan) * sizeof(double);
 	for (unsigned r = 0; r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		cudaSetDevice(rk->device);
@@ -304,6 +351,9 @@ static int finish(struct cuda_backend *cb, const struct gs_bucket_io *io)
 			e = cudaMemcpyAsync(&cb->host_counters[2 * r], rk->counters,
 					    2 * sizeof(*rk->counters), cudaMemcpyDeviceToHost,
 					    rk->stream);
+		if (e == cudaSuccess && r == 0 && io->sumsq && norm_bytes)
+			e = cudaMemcpyAsync((char *)rk->staging + at, (char *)rk->table + at,
+					    norm_bytes, cudaMemcpyDeviceToHost, rk->stream);
 		if (e != cudaSuccess)
 			return cuda_error(cb, "ending the bucket", r, e);
 	}
@@ -315,6 +365,8 @@ static int finish(struct cuda_backend *cb, const struct gs_bucket_io *io)
 	for (unsigned r = 0; r < io->nranks; r++)
 		io->clipped[r] += cb->host_counters[2 * r];
 	*io->nonfinite += cb->host_counters[1];
+	if (io->sumsq)
+		*io->sumsq += tasks_sumsq(cb);
 	return GS_OK;
 }
 

@@ -68,22 +68,43 @@ pack_kernel(const gs_cuda_entry *entries, const gs_cuda_task *tasks, void *fusio
 	}
 }
 
+/* Thread 0 gets the block's sum of v, halved pairwise in a fixed order
+ * (GS_CUDA_NORM_ORDER), never in the order threads happen to finish. */
+__device__ double block_sum_fixed(double v)
+{
+	__shared__ double sums[GS_CUDA_BLOCK_THREADS];
+	sums[threadIdx.x] = v;
+	for (unsigned half = GS_CUDA_BLOCK_THREADS / 2; half > 0; half /= 2) {
+		__syncthreads();
+		if (threadIdx.x < half)
+			sums[threadIdx.x] += sums[threadIdx.x + half];
+	}
+	return sums[0];
+}
+
 template <int W>
 __global__ void __launch_bounds__(GS_CUDA_BLOCK_THREADS)
 unpack_kernel(const gs_cuda_entry *entries, const gs_cuda_task *tasks, const void *fusion,
-	      float postscale, unsigned long long *nonfinite)
+	      float postscale, unsigned long long *nonfinite, double *sumsq)
 {
 	const gs_cuda_task t = tasks[blockIdx.x];
 	const gs_cuda_entry e = entries[t.entry];
 	float *dst = reinterpret_cast<float *>(e.ptr) + t.start;
 	size_t base = e.offset + t.start;
 	unsigned n = 0;
+	double sq = 0;
 	for (unsigned i = threadIdx.x; i < t.count; i += blockDim.x) {
 		float y = gs_ew_unpack_one(static_cast<gs_wire>(W), fusion, base + i, postscale);
 		if (is_nan(y))
 			y = quiet(gs_ew_load(static_cast<gs_wire>(W), fusion, base + i));
 		dst[i] = y;
 		n += gs_ew_nonfinite(y);
+		sq += static_cast<double>(y) * static_cast<double>(y);
+	}
+	if (sumsq) {
+		sq = block_sum_fixed(sq);
+		if (threadIdx.x == 0)
+			sumsq[blockIdx.x] = sq;
 	}
 	if (nonfinite) {
 		n = block_sum(n);
@@ -121,20 +142,24 @@ extern "C" cudaError_t gs_cuda_launch_pack(enum gs_wire w, const struct gs_cuda_
 extern "C" cudaError_t gs_cuda_launch_unpack(enum gs_wire w, const struct gs_cuda_entry *entries,
 					     const struct gs_cuda_task *tasks, uint32_t ntasks,
 					     const void *fusion, float postscale,
-					     unsigned long long *nonfinite, cudaStream_t s)
+					     unsigned long long *nonfinite, double *sumsq,
+					     cudaStream_t s)
 {
 	if (ntasks == 0)
 		return cudaSuccess;
 	dim3 grid(ntasks), block(GS_CUDA_BLOCK_THREADS);
 	switch (w) {
 	case GS_WIRE_F16:
-		unpack_kernel<GS_WIRE_F16><<<grid, block, 0, s>>>(entries, tasks, fusion, postscale, nonfinite);
+		unpack_kernel<GS_WIRE_F16><<<grid, block, 0, s>>>(entries, tasks, fusion, postscale, nonfinite,
+								sumsq);
 		break;
 	case GS_WIRE_BF16:
-		unpack_kernel<GS_WIRE_BF16><<<grid, block, 0, s>>>(entries, tasks, fusion, postscale, nonfinite);
+		unpack_kernel<GS_WIRE_BF16><<<grid, block, 0, s>>>(entries, tasks, fusion, postscale, nonfinite,
+								sumsq);
 		break;
 	case GS_WIRE_F32:
-		unpack_kernel<GS_WIRE_F32><<<grid, block, 0, s>>>(entries, tasks, fusion, postscale, nonfinite);
+		unpack_kernel<GS_WIRE_F32><<<grid, block, 0, s>>>(entries, tasks, fusion, postscale, nonfinite,
+								sumsq);
 		break;
 	default:
 		return cudaErrorInvalidValue;

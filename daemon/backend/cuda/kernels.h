@@ -33,11 +33,23 @@ cudaError_t gs_cuda_launch_pack(enum gs_wire w, const struct gs_cuda_entry *entr
 
 /* Writes widen(fusion[i]) * postscale back to the entries' elements on
  * stream s; adds the number of non-finite results to *nonfinite (device
- * memory; NULL: not counted). */
+ * memory; NULL: not counted). With sumsq (device memory, ntasks doubles;
+ * NULL: none), block b writes sumsq[b], the sum of the squares of its
+ * task's results in fp64, in a fixed order so that it is the same bits on
+ * every GPU and run (GS_CUDA_NORM_ORDER). */
 cudaError_t gs_cuda_launch_unpack(enum gs_wire w, const struct gs_cuda_entry *entries,
 				  const struct gs_cuda_task *tasks, uint32_t ntasks,
 				  const void *fusion, float postscale,
-				  unsigned long long *nonfinite, cudaStream_t s);
+				  unsigned long long *nonfinite, double *sumsq, cudaStream_t s);
+
+/*
+ * GS_CUDA_NORM_ORDER, a task's sum of squares: thread j of the block adds
+ * the squares (fp32 results widened to fp64, so exact) of elements j,
+ * j + GS_CUDA_BLOCK_THREADS, ... in that order; then the threads' sums
+ * are halved pairwise, j += j + 128 for j < 128, then j + 64, ..., j + 1.
+ * An inf result makes it inf, a NaN NaN. The backend adds the tasks in
+ * order (launch by launch), and tests/cuda-emu's kernels do the same.
+ */
 
 #ifdef __cplusplus
 }

@@ -285,11 +285,39 @@ static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, 
 	/* A lane with a token holds the next bucket, packed early: its
 	 * exchange goes on beside this unpack. */
 	bool beside = h->lane[0].token || h->lane[1].token;
+	size_t nblocks = (size_t)((cut->len + GS_NORM_BLOCK - 1) / GS_NORM_BLOCK);
 	h->phase = (struct host_phase){ .io = io, .start = start, .len = cut->len, .unpack = true,
 					.wire = wire, .gap = gap, .cut = *cut,
 					.sliced = gap && host_cut_slices(cut) > 1,
+					.blocks = io->sumsq ? h->norm_blocks : NULL,
 					.yield = h->one_cpu && beside };
+	if (io->sumsq)
+		memset(h->norm_blocks, 0, nblocks * sizeof(double));
 	host_run_phase(h);
+	/* The chunk's blocks in order, then the chunks in order. */
+	double sum = 0;
+	for (size_t k = 0; io->sumsq && k < nblocks; k++)
+		sum += h->norm_blocks[k];
+	if (io->sumsq)
+		*io->sumsq += sum;
+}
+
+/* Room for the sums of squares of a chunk of the bucket's unpack: its
+ * length at most the bucket's or a fusion buffer's. GS_OK or GS_ENOMEM. */
+static int ensure_norm_blocks(struct host_backend *h, const struct gs_bucket_io *io)
+{
+	uint64_t elements = io->plan->buckets[io->bucket].elements;
+	if (elements > h->base.fusion_elements)
+		elements = h->base.fusion_elements;
+	size_t want = (size_t)((elements + GS_NORM_BLOCK - 1) / GS_NORM_BLOCK);
+	if (!io->sumsq || want <= h->max_norm_blocks)
+		return GS_OK;
+	double *blocks = realloc(h->norm_blocks, want * sizeof(double));
+	if (!blocks)
+		return GS_ENOMEM;
+	h->norm_blocks = blocks;
+	h->max_norm_blocks = want;
+	return GS_OK;
 }
 
 static int check_bucket(struct host_backend *h, const struct gs_bucket_io *io, bool staged)
@@ -300,7 +328,7 @@ static int check_bucket(struct host_backend *h, const struct gs_bucket_io *io, b
 		snprintf(b->error, sizeof(b->error), "%u local ranks", io->nranks);
 		return GS_EINVAL;
 	}
-	if (host_ensure_span_room(h, bk->count) != GS_OK ||
+	if (host_ensure_span_room(h, bk->count) != GS_OK || ensure_norm_blocks(h, io) != GS_OK ||
 	    (staged && host_ensure_staging(h, bk->elements) != GS_OK)) {
 		snprintf(b->error, sizeof(b->error), "out of memory for bucket %u (%llu elements)",
 			 io->bucket, (unsigned long long)bk->elements);
@@ -465,9 +493,10 @@ static int agree_slice(struct host_backend *h, const struct gs_group_join *g, ch
 		text[len] = '\0';
 		free(value);
 		/* The fusion buffer has room for the statuses of slices this long. */
+		/* Its slices start where the threads' claims do (host_private.h). */
 		if (gs_parse_uint(text, 0, UINT64_MAX, &slice) < 0 ||
-		    (slice && slice < HOST_SLICE_ELEMENTS)) {
-			snprintf(err, errlen, "node 0 offers a pipeline slice of '%s' elements; 0 or at least %u expected",
+		    (slice && slice < HOST_SLICE_ELEMENTS) || slice % HOST_SLICE_ELEMENTS) {
+			snprintf(err, errlen, "node 0 offers a pipeline slice of '%s' elements; 0 or a multiple of %u expected",
 				 text, HOST_SLICE_ELEMENTS);
 			return GS_EPROTO;
 		}
@@ -526,6 +555,7 @@ static void host_destroy(struct gs_backend *b)
 	for (int i = 0; i < 2; i++)
 		free(h->lane[i].packed);
 	host_free_buffers(h);
+	free(h->norm_blocks);
 	free(h->left);
 	pthread_mutex_destroy(&h->lock);
 	pthread_cond_destroy(&h->go);

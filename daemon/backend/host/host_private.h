@@ -47,6 +47,12 @@
 /* How often the worker looks for a next bucket queued while it waits for
  * this one's exchange. */
 #define HOST_NEXT_POLL_MS 1
+/* An unpack's sum of squares is kept in gs_unpack_norm's blocks, counted
+ * from the start of the chunk; every piece a thread claims starts at a
+ * block's edge, so no block is shared by two threads and the sums do not
+ * depend on the split (slices.c). */
+_Static_assert(HOST_SLICE_ELEMENTS % GS_NORM_BLOCK == 0, "claims cut blocks");
+_Static_assert(HOST_HEAD_ELEMENTS % GS_NORM_BLOCK == 0, "the head cuts a block");
 /* The claim word's fields (struct host_backend's claim). */
 #define ROUND_MASK 0xffffffu
 #define SLICE_MASK 0xfffffu
@@ -114,6 +120,9 @@ struct host_phase {
 	const struct gs_vote *vote;
 	bool sliced, feed;
 	struct host_lane *lane; /* packing: where the comm thread hears of slices */
+	/* Unpacking, where the bucket wants its sum of squares (io->sumsq):
+	 * [block] of the chunk, zeroed before the phase (h->norm_blocks). */
+	double *blocks;
 	/* On a node of one CPU, while another bucket is exchanged: the phase
 	 * goes in pieces (HOST_SLICE_ELEMENTS) and gives the CPU up between
 	 * them, to the threads that carry the exchange. */
@@ -164,6 +173,8 @@ struct host_backend {
 	uint32_t node_rank, nodes;
 	bool allow_hugetlb;
 	uint64_t claim_len; /* elements of a slice the threads claim */
+	double *norm_blocks; /* a chunk's unpack's sums (host_phase.blocks) */
+	size_t max_norm_blocks;
 	/* Elements of a pipeline slice, as node 0 chose it at join_group
 	 * (agree_slice); fusion_elements: a chunk is one slice. */
 	uint64_t pslice;

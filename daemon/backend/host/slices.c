@@ -38,23 +38,34 @@ static void slice_pack(struct host_backend *h, struct host_thread *t, const stru
 	}
 }
 
+/* Elements [first, ...) of the chunk, spans sp; with the phase's blocks,
+ * their squares summed in them too. */
 static void slice_unpack(struct host_backend *h, struct host_thread *t,
-			 const struct gs_span *sp, size_t nspans, const char *src)
+			 const struct gs_span *sp, size_t nspans, const char *src,
+			 uint64_t first)
 {
 	const struct gs_bucket_io *io = h->phase.io;
 	size_t esize = gs_wire_size(h->base.wire);
 	float *dsts[GS_PACK_SUM_MAX_SOURCES];
 	for (size_t i = 0; i < nspans; i++) {
-		/* No trainer produced it: each keeps what its memory holds. */
+		/* No trainer produced it: each keeps what its memory holds,
+		 * and the norm leaves it out, as torch's leaves out a None. */
 		if (io->produced && !io->produced[sp[i].tensor]) {
 			src += sp[i].count * esize;
+			first += sp[i].count;
 			continue;
 		}
 		for (unsigned r = 0; r < io->nranks; r++)
 			dsts[r] = io->tensors[r][sp[i].tensor] + sp[i].offset;
-		t->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src, sp[i].count,
-					  io->postscale);
+		if (h->phase.blocks)
+			t->nonfinite += gs_unpack_norm(h->base.wire, dsts, io->nranks, src,
+						       sp[i].count, io->postscale, first,
+						       h->phase.blocks);
+		else
+			t->nonfinite += gs_unpack(h->base.wire, dsts, io->nranks, src,
+						  sp[i].count, io->postscale);
 		src += sp[i].count * esize;
+		first += sp[i].count;
 	}
 }
 
@@ -93,7 +104,7 @@ static void run_slice(struct host_backend *h, struct host_thread *t, uint32_t k,
 	uint64_t statuses = ph->sliced ? host_cut_statuses(&ph->cut, ph->gap, k) : 0;
 	char *at = ph->wire + (first + statuses) * gs_wire_size(h->base.wire);
 	if (ph->unpack)
-		slice_unpack(h, t, t->spans, nspans, at);
+		slice_unpack(h, t, t->spans, nspans, at, first);
 	else
 		slice_pack(h, t, t->spans, nspans, at);
 }
