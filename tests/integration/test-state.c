@@ -83,6 +83,7 @@ struct plan {
 	enum act act;
 	uint32_t source;
 	unsigned expect_source; /* whose bytes the state holds after */
+	unsigned node;          /* of the job's nodes */
 };
 
 static int fail_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -120,7 +121,7 @@ static int trainer_body(const struct plan *p, unsigned rank)
 	o.socket_path = p->d->socket;
 	o.local_rank = rank;
 	o.timeout_ms = 60000;
-	harness_job_setenv(p->job, 0);
+	harness_job_setenv(p->job, p->node);
 	gs_client *c;
 	if (gs_connect(&o, &c) != GS_OK)
 		return fail_out("FAIL: connect: %s", gs_last_error(NULL));
@@ -252,7 +253,7 @@ static void broadcast_from_any_rank(void **state)
 	struct harness_job job = { .id = "state-bcast", .local_size = { 4 } };
 	struct gs_test_daemon d;
 	harness_job_daemon_start(&d, &job, 0, NULL);
-	struct plan p = { &d, &job, 4, NULL, BROADCAST_SOME, 2, 2 };
+	struct plan p = { &d, &job, 4, NULL, BROADCAST_SOME, 2, 2, 0 };
 	char logs[4][200];
 	pid_t pids[4];
 	for (unsigned r = 0; r < 4; r++)
@@ -270,8 +271,8 @@ static void different_sources_refused(void **state)
 	struct harness_job job = { .id = "state-sources", .local_size = { 2 } };
 	struct gs_test_daemon d;
 	harness_job_daemon_start(&d, &job, 0, NULL);
-	struct plan p0 = { &d, &job, 2, NULL, BROADCAST, 0, 0 };
-	struct plan p1 = { &d, &job, 2, NULL, BROADCAST, 1, 1 };
+	struct plan p0 = { &d, &job, 2, NULL, BROADCAST, 0, 0, 0 };
+	struct plan p1 = { &d, &job, 2, NULL, BROADCAST, 1, 1, 0 };
 	char logs[2][200];
 	pid_t a = trainer_start(&p0, 0, logs[0], sizeof(logs[0]));
 	pid_t b = trainer_start(&p1, 1, logs[1], sizeof(logs[1]));
@@ -293,8 +294,8 @@ static void other_layout_refused(void **state)
 	memcpy(other, layout, sizeof(other));
 	other[3].dtype = GS_INT32;
 	other[3].bytes = 8;
-	struct plan p0 = { &d, &job, 2, NULL, PAUSE, 0, 0 };
-	struct plan p1 = { &d, &job, 2, other, EXIT, 0, 0 };
+	struct plan p0 = { &d, &job, 2, NULL, PAUSE, 0, 0, 0 };
+	struct plan p1 = { &d, &job, 2, other, EXIT, 0, 0, 0 };
 	char logs[2][200];
 	pid_t a = trainer_start(&p0, 0, logs[0], sizeof(logs[0]));
 	harness_wait_for_text(logs[0], "REGISTER 0", 60);
@@ -315,8 +316,8 @@ static void silent_trainer_times_out(void **state)
 	struct gs_test_daemon d;
 	const char *const extra[] = { "--step-timeout=2", NULL };
 	harness_job_daemon_start(&d, &job, 0, extra);
-	struct plan p0 = { &d, &job, 2, NULL, BROADCAST, 1, 1 };
-	struct plan p1 = { &d, &job, 2, NULL, PAUSE, 1, 1 };
+	struct plan p0 = { &d, &job, 2, NULL, BROADCAST, 1, 1, 0 };
+	struct plan p1 = { &d, &job, 2, NULL, PAUSE, 1, 1, 0 };
 	char logs[2][200];
 	pid_t b = trainer_start(&p1, 1, logs[1], sizeof(logs[1]));
 	double t0 = harness_now_s();
@@ -339,8 +340,8 @@ static void leaving_source_aborts(void **state)
 	struct harness_job job = { .id = "state-leaves", .local_size = { 3 } };
 	struct gs_test_daemon d;
 	harness_job_daemon_start(&d, &job, 0, NULL); /* --step-timeout 180 s */
-	struct plan src = { &d, &job, 3, NULL, PAUSE, 0, 0 };
-	struct plan rcv = { &d, &job, 3, NULL, BROADCAST, 0, 0 };
+	struct plan src = { &d, &job, 3, NULL, PAUSE, 0, 0, 0 };
+	struct plan rcv = { &d, &job, 3, NULL, BROADCAST, 0, 0, 0 };
 	char logs[3][200];
 	pid_t pids[3];
 	pids[0] = trainer_start(&src, 0, logs[0], sizeof(logs[0]));
@@ -364,6 +365,33 @@ static void leaving_source_aborts(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* A job of two nodes: refused, naming them, until gradsyncd broadcasts
+ * between nodes; each trainer keeps its own state. */
+static void several_nodes_refused(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	struct harness_job job = { .id = "state-nodes", .nodes = 2, .local_size = { 1, 1 } };
+	struct gs_test_daemon d[2];
+	for (unsigned n = 0; n < 2; n++)
+		harness_job_daemon_spawn(&d[n], &job, n, NULL);
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	char logs[2][200];
+	pid_t pids[2];
+	for (unsigned n = 0; n < 2; n++) {
+		struct plan p = { &d[n], &job, 1, NULL, BROADCAST, 0, 0, n };
+		pids[n] = trainer_start(&p, 0, logs[n], sizeof(logs[n]));
+	}
+	for (unsigned n = 0; n < 2; n++) {
+		expect_exit_ok(pids[n], logs[n], "job 'state-nodes' spans 2 nodes");
+		expect_code(logs[n], "BROADCAST", GS_ESTATE);
+	}
+	for (unsigned n = 0; n < 2; n++)
+		assert_int_equal(harness_daemon_stop(&d[n]), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -372,6 +400,7 @@ int main(void)
 		cmocka_unit_test_teardown(other_layout_refused, kill_leftovers),
 		cmocka_unit_test_teardown(silent_trainer_times_out, kill_leftovers),
 		cmocka_unit_test_teardown(leaving_source_aborts, kill_leftovers),
+		cmocka_unit_test_teardown(several_nodes_refused, kill_leftovers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
