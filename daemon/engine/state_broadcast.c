@@ -96,6 +96,9 @@ static void copy_run(struct gs_work *w)
 	run->duration_ns = gs_now_ns() - run->start_ns;
 }
 
+static void try_start(struct gs_job *j);
+static void on_timeout(uv_timer_t *timer);
+
 static void copy_done(struct gs_work *w)
 {
 	struct copy_run *run = (struct copy_run *)w;
@@ -114,6 +117,15 @@ static void copy_done(struct gs_work *w)
 	}
 	free(run->tensors);
 	free(run);
+	/* A trainer that took a leaver's place may have asked meanwhile. */
+	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
+		if (j->slots[r] && j->slots[r]->state.asked) {
+			uv_timer_start(&j->state.timer, on_timeout,
+				       j->env.settings->step_timeout * 1000, 0);
+			try_start(j);
+			break;
+		}
+	}
 	gs_job_reap(j);
 }
 
