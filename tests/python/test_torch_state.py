@@ -7,14 +7,18 @@ DDP does, side by side with DDP on Gloo (state_trainer.py):
 - with broadcast_buffers (the default), every forward of every rank starts
   from the same BatchNorm statistics, bit for bit, as under DDP; without
   it they differ, so the comparison can fail;
-- the final parameters match DDP's: bit for bit on the fp32 wire.
+- the final parameters match DDP's: bit for bit on the fp32 wire;
+- a Client's state, registered without gradients, is registered again by
+  reconnect() after gradsyncd restarts, its bytes where they were.
 """
 import os
+import signal
 import sys
 
 import numpy as np
 import torch
 
+import gradsync
 from pylib import Daemon, check, run, set_job, spawn
 from state_trainer import make_model
 
@@ -119,6 +123,30 @@ def test_fp16_wire_within_rounding_of_ddp():
         print(f"  fp16 wire, rank {r}: {d:.3g} from DDP (bound {bound:.3g})")
 
 
+def test_state_registered_again_on_reconnect():
+    set_job(1)
+    d = Daemon([])
+    try:
+        with gradsync.Client(d.socket) as c:
+            a = c.register_state([("w", 4096, "float32"), ("n", 8, "int64")])
+            a[0][:] = np.arange(4096) % 251
+            a[1][:] = 7
+            want = [x.copy() for x in a]
+            check(c.broadcast_state(0).nbytes == 4104, "a broadcast of one trainer's state")
+            d.proc.send_signal(signal.SIGKILL)
+            d.proc.wait(10)
+            os.unlink(d.socket)
+            d2 = Daemon([], tmp=d.dir)
+            c.reconnect(timeout=10)
+            r = c.broadcast_state(0, tensors=[1])
+            check(r.nbytes == 8 and r.tensors_done == 1, f"after reconnect: {r}")
+            check(all(x.tobytes() == w.tobytes() for x, w in zip(a, want)),
+                  "the state's bytes are where they were")
+            d2.stop()
+    finally:
+        d.cleanup()
+
+
 if __name__ == "__main__":
-    run([test_replicas_start_equal_as_ddp, test_without_broadcast_buffers_they_differ,
+    run([test_state_registered_again_on_reconnect, test_replicas_start_equal_as_ddp, test_without_broadcast_buffers_they_differ,
          test_fp16_wire_within_rounding_of_ddp])
