@@ -52,6 +52,19 @@ struct gs__placement {
 	uint64_t offset;
 };
 
+/* The trainer's registered state (state.c): its memfd buffers, or its
+ * CUDA allocations (cuda_state.c), and where each tensor is. */
+struct gs__state {
+	bool registered;
+	struct gs__buffer *buffers;
+	size_t nbuffers;
+	struct gs_state_spec *specs; /* as sent, for gs_reconnect (names owned) */
+	struct gs__placement *pl;
+	void **data;                 /* per tensor: its memory (CUDA: device pointer) */
+	size_t n;
+	uint64_t seq;                /* broadcasts asked on this session */
+};
+
 struct gs_client {
 	int fd;
 	/* What the session was opened with, for gs_reconnect. */
@@ -96,6 +109,8 @@ struct gs_client {
 	struct gs__cuda *cuda; /* CUDA tensors' state (cuda.c); NULL for memfds */
 	uint32_t nbuckets;
 	uint64_t layout_hash;
+
+	struct gs__state state;
 
 	enum gs__step_state step_state;
 	uint32_t ready_event; /* CUDA: the ring entry the next marks recorded */
@@ -167,18 +182,35 @@ struct gs__reg_frames;
  * (CUDA handles travel inside the Buffer). NULL, the error recorded, when
  * out of memory. gs__reg_frames_end frees it. */
 struct gs__reg_frames *gs__reg_frames_new(struct gs_client *c, bool with_fds);
+/* The same, of RegisterState frames when state. */
+struct gs__reg_frames *gs__reg_frames_new_as(struct gs_client *c, bool with_fds, bool state);
 /* Adds buf (with fd) then t, either may be NULL, sending the frame so far
  * first when they would not fit. Both are copied; what they point to
  * (names, handles) must live until gs__reg_frames_end. */
 int gs__reg_frames_add(struct gs_client *c, struct gs__reg_frames *f,
 		      const Gradsync__TensorSpec *t, const Gradsync__Buffer *buf,
 		      int fd);
+/* gs__reg_frames_add for a state registration's frames. */
+int gs__reg_frames_add_state(struct gs_client *c, struct gs__reg_frames *f,
+			     const Gradsync__StateTensor *t, const Gradsync__Buffer *buf, int fd);
 /* Sends the last frame when r is GS_OK, frees f, and returns the result. */
 int gs__reg_frames_end(struct gs_client *c, struct gs__reg_frames *f, int r);
 /* Waits for the Registered that answers a registration of n tensors
  * (c->expect set before its first frame) and keeps its buckets and
  * layout hash. */
 int gs__wait_registered(struct gs_client *c, size_t n);
+
+/* ---- memfd.c ----------------------------------------------------------- */
+
+/* A sealed memfd of size bytes, mapped, into *out (owned by the library);
+ * what_for names its use in the error. Returns GS_OK or the error. */
+int gs__memfd_create(struct gs_client *c, uint64_t size, const char *what_for,
+		     struct gs__buffer *out);
+/* A caller's memfd, checked as gradsyncd will (sealed against shrinking,
+ * writable) and mapped, into *out (not owned). */
+int gs__memfd_adopt(struct gs_client *c, int fd, struct gs__buffer *out);
+/* Unmaps b, and closes it when the library made it. */
+void gs__memfd_release(struct gs__buffer *b);
 
 /* ---- session.c --------------------------------------------------------- */
 
@@ -204,6 +236,24 @@ void gs__tensors_release(struct gs_client *c);
 int gs__session_handshake(struct gs_client *c, int64_t deadline);
 /* Sends the kept registration again and waits for Registered. */
 int gs__register_again(struct gs_client *c);
+
+/* ---- state.c ----------------------------------------------------------- */
+
+/* Waits for the StateRegistered that answers a state registration of n
+ * tensors (c->expect set before its first frame). */
+int gs__wait_state_registered(struct gs_client *c, size_t n);
+/* Unmaps and closes what the state's registration holds. */
+void gs__state_release(struct gs_client *c);
+/* Sends the kept state registration again and waits for StateRegistered;
+ * GS_OK at once when there is none. */
+int gs__register_state_again(struct gs_client *c);
+/* What a memfd and a CUDA state registration check alike: the call
+ * (fn, n tensors) and state tensor i. */
+int gs__check_state_register(struct gs_client *c, const char *fn, size_t n, bool have_specs);
+int gs__check_state_tensor(struct gs_client *c, size_t i, const char *name, enum gs_dtype dtype,
+			   uint64_t bytes);
+/* Keeps a copy of the specs (names too) in c->state. */
+int gs__state_keep_specs(struct gs_client *c, const struct gs_state_spec *specs, size_t n);
 
 /* ---- cuda.c ------------------------------------------------------------ */
 

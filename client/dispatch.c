@@ -27,6 +27,8 @@ static const char *body_name(Gradsync__Message__BodyCase body)
 	case GRADSYNC__MESSAGE__BODY_METRICS_REPLY: return "MetricsReply";
 	case GRADSYNC__MESSAGE__BODY_CLIENTS_REPLY: return "ClientsReply";
 	case GRADSYNC__MESSAGE__BODY_TRACE_REPLY: return "TraceReply";
+	case GRADSYNC__MESSAGE__BODY_STATE_REGISTERED: return "StateRegistered";
+	case GRADSYNC__MESSAGE__BODY_STATE_BROADCAST_DONE: return "StateBroadcastDone";
 	default: return "an empty message";
 	}
 }
@@ -144,6 +146,8 @@ int gs__dispatch(struct gs_client *c, Gradsync__Message *m)
 	case GRADSYNC__MESSAGE__BODY_METRICS_REPLY:
 	case GRADSYNC__MESSAGE__BODY_CLIENTS_REPLY:
 	case GRADSYNC__MESSAGE__BODY_TRACE_REPLY:
+	case GRADSYNC__MESSAGE__BODY_STATE_REGISTERED:
+	case GRADSYNC__MESSAGE__BODY_STATE_BROADCAST_DONE:
 		return on_reply(c, m);
 	case GRADSYNC__MESSAGE__BODY_BUCKET_DONE:
 		r = on_bucket_done(c, m->bucket_done);

@@ -1,8 +1,9 @@
 /*
  * Surviving a restart of gradsyncd: the daemon's state went with it, but
  * the trainer's shared memory did not. Reconnecting sends the same
- * registration again, over the same memfds, and starts over at step one
- * of the new session; the trainer's gradients stay where they are.
+ * registrations again (gradients, then state), over the same memfds, and
+ * starts over at step one of the new session; the trainer's gradients and
+ * state stay where they are.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,8 @@ int gs_reconnect(gs_client *c, int timeout_ms)
 		r = gs__session_handshake(c, deadline);
 	if (r == GS_OK && c->registered)
 		r = gs__register_again(c);
+	if (r == GS_OK)
+		r = gs__register_state_again(c);
 	if (r < 0)
 		gs__end_session(c, r);
 	return r;

@@ -16,17 +16,25 @@
 
 struct gs__reg_frames {
 	bool with_fds;
+	bool state; /* RegisterState frames of StateTensors */
 	Gradsync__Buffer buf_msgs[GS_FRAME_MAX_FDS];
 	Gradsync__Buffer *bufs[GS_FRAME_MAX_FDS];
 	int fds[GS_FRAME_MAX_FDS];
 	size_t nbufs;
 	Gradsync__TensorSpec spec_msgs[FRAME_MAX_TENSORS];
 	Gradsync__TensorSpec *specs[FRAME_MAX_TENSORS];
+	Gradsync__StateTensor state_msgs[FRAME_MAX_TENSORS];
+	Gradsync__StateTensor *states[FRAME_MAX_TENSORS];
 	size_t nspecs;
 	size_t bytes; /* an estimate of the encoded tensors */
 };
 
 struct gs__reg_frames *gs__reg_frames_new(struct gs_client *c, bool with_fds)
+{
+	return gs__reg_frames_new_as(c, with_fds, false);
+}
+
+struct gs__reg_frames *gs__reg_frames_new_as(struct gs_client *c, bool with_fds, bool state)
 {
 	struct gs__reg_frames *f = calloc(1, sizeof(*f));
 	if (!f) {
@@ -34,6 +42,7 @@ struct gs__reg_frames *gs__reg_frames_new(struct gs_client *c, bool with_fds)
 		return NULL;
 	}
 	f->with_fds = with_fds;
+	f->state = state;
 	return f;
 }
 
@@ -45,9 +54,19 @@ static int send_frame(struct gs_client *c, struct gs__reg_frames *f, bool last)
 	reg.n_tensors = f->nspecs;
 	reg.tensors = f->specs;
 	reg.last = last;
+	Gradsync__RegisterState state = GRADSYNC__REGISTER_STATE__INIT;
+	state.n_buffers = f->nbufs;
+	state.buffers = f->bufs;
+	state.n_tensors = f->nspecs;
+	state.tensors = f->states;
+	state.last = last;
 	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
 	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_TENSORS;
 	m.register_tensors = &reg;
+	if (f->state) {
+		m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_STATE;
+		m.register_state = &state;
+	}
 	int r = gs__conn_send(c, &m, f->with_fds ? f->fds : NULL,
 			     f->with_fds ? f->nbufs : 0, GS_SEND_TIMEOUT_MS);
 	f->nbufs = 0;
@@ -56,11 +75,11 @@ static int send_frame(struct gs_client *c, struct gs__reg_frames *f, bool last)
 	return r;
 }
 
-int gs__reg_frames_add(struct gs_client *c, struct gs__reg_frames *f,
-		      const Gradsync__TensorSpec *t, const Gradsync__Buffer *buf,
-		      int fd)
+/* Sends the frame so far first when a tensor of `est` bytes or a buffer
+ * would not fit, then adds the buffer. */
+static int make_room(struct gs_client *c, struct gs__reg_frames *f, size_t est,
+		     const Gradsync__Buffer *buf, int fd)
 {
-	size_t est = t ? strlen(t->name) + 48 : 0;
 	int r = GS_OK;
 	if (f->nspecs == FRAME_MAX_TENSORS ||
 	    (buf && f->nbufs == GS_FRAME_MAX_FDS) ||
@@ -71,6 +90,27 @@ int gs__reg_frames_add(struct gs_client *c, struct gs__reg_frames *f,
 		f->bufs[f->nbufs] = &f->buf_msgs[f->nbufs];
 		f->fds[f->nbufs++] = fd;
 	}
+	return r;
+}
+
+int gs__reg_frames_add_state(struct gs_client *c, struct gs__reg_frames *f,
+			     const Gradsync__StateTensor *t, const Gradsync__Buffer *buf, int fd)
+{
+	size_t est = strlen(t->name) + 48;
+	int r = make_room(c, f, est, buf, fd);
+	f->state_msgs[f->nspecs] = *t;
+	f->states[f->nspecs] = &f->state_msgs[f->nspecs];
+	f->nspecs++;
+	f->bytes += est;
+	return r;
+}
+
+int gs__reg_frames_add(struct gs_client *c, struct gs__reg_frames *f,
+		      const Gradsync__TensorSpec *t, const Gradsync__Buffer *buf,
+		      int fd)
+{
+	size_t est = t ? strlen(t->name) + 48 : 0;
+	int r = make_room(c, f, est, buf, fd);
 	if (t) {
 		f->spec_msgs[f->nspecs] = *t;
 		f->specs[f->nspecs] = &f->spec_msgs[f->nspecs];

@@ -215,6 +215,7 @@ void gs_close(gs_client *c)
 	if (!c)
 		return;
 	gs__tensors_release(c);
+	gs__state_release(c);
 	if (c->reply)
 		gradsync__message__free_unpacked(c->reply, NULL);
 	gs_frame_reader_destroy(&c->reader);

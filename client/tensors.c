@@ -85,67 +85,12 @@ static int check_spec(struct gs_client *c, const struct gs_tensor_spec *s,
 
 /* ---- buffers ----------------------------------------------------------- */
 
-static void add_buffer(struct gs_client *c, int fd, bool owned, void *addr,
-		       size_t size)
-{
-	struct gs__buffer *b = &c->buffers[c->nbuffers++];
-	b->fd = fd;
-	b->owned = owned;
-	b->addr = addr;
-	b->size = size;
-}
-
 static int create_own(struct gs_client *c, uint64_t size)
 {
-	const char *what = "memfd_create";
-	int fd = memfd_create("gradsync", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-	if (fd < 0)
-		goto err;
-	what = "ftruncate";
-	if (ftruncate(fd, (off_t)size) < 0)
-		goto err_fd;
-	/* The daemon refuses memory that could shrink under it. */
-	what = "sealing";
-	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
-		goto err_fd;
-	what = "mmap";
-	void *addr = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (addr == MAP_FAILED)
-		goto err_fd;
-	add_buffer(c, fd, true, addr, size);
-	return GS_OK;
-
-err_fd:;
-	int err = errno;
-	close(fd);
-	errno = err;
-err:
-	return gs__fail(c, errno == ENOMEM ? GS_ENOMEM : GS_ESYSTEM,
-		       "cannot create %" PRIu64
-		       " bytes of shared memory for the tensors: %s: %s",
-		       size, what, strerror(errno));
-}
-
-static int check_seals(struct gs_client *c, int fd)
-{
-	int seals = fcntl(fd, F_GET_SEALS);
-	if (seals < 0)
-		return gs__fail(c, GS_EBUFFER,
-			       "fd %d is not a memfd that allows sealing: %s",
-			       fd, strerror(errno));
-	if (!(seals & F_SEAL_SHRINK))
-		return gs__fail(c, GS_EBUFFER,
-			       "memfd %d is not sealed against shrinking (F_SEAL_SHRINK)",
-			       fd);
-	int write_seals = F_SEAL_WRITE;
-#ifdef F_SEAL_FUTURE_WRITE
-	write_seals |= F_SEAL_FUTURE_WRITE;
-#endif
-	if (seals & write_seals)
-		return gs__fail(c, GS_EBUFFER,
-			       "memfd %d is sealed against writing, but gradsyncd writes the reduced gradients into it",
-			       fd);
-	return GS_OK;
+	int r = gs__memfd_create(c, size, "the tensors", &c->buffers[c->nbuffers]);
+	if (r == GS_OK)
+		c->nbuffers++;
+	return r;
 }
 
 /* Maps a caller's memfd once, however many tensors it holds. */
@@ -157,35 +102,17 @@ static int adopt(struct gs_client *c, int fd, uint32_t *index)
 			return GS_OK;
 		}
 	}
-	struct stat st;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return gs__fail(c, GS_EBUFFER, "fd %d is not an open memfd", fd);
-	int r = check_seals(c, fd);
-	if (r < 0)
-		return r;
-	void *addr = NULL;
-	if (st.st_size > 0) {
-		addr = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE,
-			    MAP_SHARED, fd, 0);
-		if (addr == MAP_FAILED)
-			return gs__fail(c, GS_ESYSTEM, "cannot map memfd %d: %s",
-				       fd, strerror(errno));
-	}
-	*index = (uint32_t)c->nbuffers;
-	add_buffer(c, fd, false, addr, (size_t)st.st_size);
-	return GS_OK;
+	int r = gs__memfd_adopt(c, fd, &c->buffers[c->nbuffers]);
+	if (r == GS_OK)
+		*index = (uint32_t)c->nbuffers++;
+	return r;
 }
 
 void gs__tensors_release(struct gs_client *c)
 {
 	gs__cuda_release(c);
-	for (size_t b = 0; b < c->nbuffers; b++) {
-		struct gs__buffer *buf = &c->buffers[b];
-		if (buf->addr)
-			munmap(buf->addr, buf->size);
-		if (buf->owned)
-			close(buf->fd);
-	}
+	for (size_t b = 0; b < c->nbuffers; b++)
+		gs__memfd_release(&c->buffers[b]);
 	for (size_t i = 0; c->reg_specs && i < c->ntensors; i++)
 		free((char *)c->reg_specs[i].name);
 	free(c->reg_specs);

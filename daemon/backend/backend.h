@@ -188,6 +188,11 @@ struct gs_backend_ops {
 	int (*import_buffer)(struct gs_backend *b, const struct gs_buffer_desc *desc,
 			     void **addr, char *err, size_t errlen);
 	void (*release_buffer)(struct gs_backend *b, void *addr, uint64_t size);
+	/* Optional: copies n raw bytes between two imported buffers' memory
+	 * (a trainer's state, engine/state.h), on the worker thread. Returns
+	 * GS_OK or a GS_E* code with the reason in error. NULL: the backend
+	 * cannot hold a trainer's state. */
+	int (*copy_bytes)(struct gs_backend *b, void *dst, const void *src, uint64_t n);
 	/* Optional: reduces a whole bucket, every chunk of it (pack, all-reduce,
 	 * unpack). When set, the per-chunk calls below are not used. Returns 0
 	 * or a GS_E* code with the reason in error: GS_EBUFFER when a

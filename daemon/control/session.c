@@ -9,6 +9,7 @@
 #include "control/status.h"
 #include "control/view.h"
 #include "engine/job.h"
+#include "engine/state.h"
 #include "engine/trainer.h"
 #include "jobs/jobs.h"
 #include "errors.h"
@@ -40,6 +41,10 @@ static const char *message_name(Gradsync__Message__BodyCase body)
 		return "StatusRequest";
 	case GRADSYNC__MESSAGE__BODY_STATUS_REPLY:
 		return "StatusReply";
+	case GRADSYNC__MESSAGE__BODY_REGISTER_STATE:
+		return "RegisterState";
+	case GRADSYNC__MESSAGE__BODY_BROADCAST_STATE:
+		return "BroadcastState";
 	default:
 		return "an empty or unknown message";
 	}
@@ -166,6 +171,15 @@ static void dispatch_trainer(struct gs_conn *c, const Gradsync__Message *m)
 		if (c->trainer && c->trainer->layout_checked)
 			c->deadline_ns = 0;
 		break;
+	case GRADSYNC__MESSAGE__BODY_REGISTER_STATE:
+		gs_state_register(t, m->register_state);
+		/* A trainer may hold state alone, without gradients. */
+		if (c->trainer && c->trainer->state.checked)
+			c->deadline_ns = 0;
+		break;
+	case GRADSYNC__MESSAGE__BODY_BROADCAST_STATE:
+		gs_state_broadcast_ask(t, m->broadcast_state);
+		break;
 	case GRADSYNC__MESSAGE__BODY_BEGIN_STEP:
 		gs_job_begin_step(t, m->begin_step);
 		break;
@@ -210,6 +224,8 @@ static void closed(struct gs_conn *c)
 		return;
 	c->trainer = NULL;
 	c->label[0] = '\0';
+	/* A state broadcast waiting for it fails now, naming it. */
+	gs_state_trainer_left(t->job, t);
 	gs_jobs_detach(((const struct gs_node_view *)c->owner)->jobs, t);
 }
 

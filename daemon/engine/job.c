@@ -32,6 +32,8 @@ void gs_job_init(struct gs_job *j, const struct gs_engine_env *env)
 	j->failure_timer.data = j;
 	uv_timer_init(env->loop, &j->reap_timer);
 	j->reap_timer.data = j;
+	uv_timer_init(env->loop, &j->state.timer);
+	j->state.timer.data = j;
 }
 
 void gs_job_set_world(struct gs_job *j, const struct gs_world *w)
@@ -62,11 +64,21 @@ static void clear_layout(struct gs_job *j)
 	memset(j->departed, 0, sizeof(j->departed));
 }
 
+/* The job's state layout (engine/state.c), fixed by its first trainer
+ * that registers a state: the next job's may differ. */
+static void clear_state_layout(struct gs_job *j)
+{
+	gs_layout_free(&j->state.layout);
+	j->state.has_layout = false;
+	j->state.layout_hash = 0;
+}
+
 void gs_job_destroy(struct gs_job *j)
 {
 	j->env.idle = NULL; /* nobody is left to tell */
 	gs_job_reap(j);
 	clear_layout(j);
+	clear_state_layout(j);
 }
 
 void gs_job_close(struct gs_job *j)
@@ -74,6 +86,7 @@ void gs_job_close(struct gs_job *j)
 	uv_close((uv_handle_t *)&j->stall_timer, NULL);
 	uv_close((uv_handle_t *)&j->failure_timer, NULL);
 	uv_close((uv_handle_t *)&j->reap_timer, NULL);
+	uv_close((uv_handle_t *)&j->state.timer, NULL);
 }
 
 uint32_t gs_job_world_size(const struct gs_job *j)
@@ -310,6 +323,8 @@ void gs_job_reap(struct gs_job *j)
 		gs_info("job '%s' ended: every trainer has left", j->id);
 		clear_layout(j);
 	}
+	if (j->attached == 0 && j->state.has_layout)
+		clear_state_layout(j);
 	if (!gs_job_active(j) && j->env.idle)
 		j->env.idle(j->env.idle_arg);
 }

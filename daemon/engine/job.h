@@ -23,6 +23,7 @@
 #include "engine/client_port.h"
 #include "engine/group_port.h"
 #include "engine/layout.h"
+#include "engine/trainer_state.h"
 #include "engine/stats.h"
 #include "gradsync.pb-c.h"
 #include "support/settings.h"
@@ -130,6 +131,9 @@ struct gs_job {
 
 	/* Trainers gone while buckets that read their memory are in flight. */
 	struct gs_trainer *retired;
+
+	/* The trainers' state: its layout and broadcast (state.h). */
+	struct gs_job_state state;
 
 	/* The node's figures of every job's steps so far. */
 	struct gs_stats stats;

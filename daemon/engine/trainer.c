@@ -77,6 +77,16 @@ void gs_trainer_destroy(struct gs_trainer *t)
 	free(t->tensors);
 	free(t->marked);
 	free(t->bucket_event);
+	/* Its state (engine/state.c), likewise. */
+	for (uint32_t i = 0; i < t->state.nbuffers; i++)
+		b->ops->release_buffer(b, t->state.buffers[i].addr, t->state.buffers[i].size);
+	t->job->mappings -= t->state.nbuffers;
+	free(t->state.buffers);
+	gs_layout_free(&t->state.layout);
+	free(t->state.tensor_buffer);
+	free(t->state.tensor_offset);
+	free(t->state.data);
+	free(t->state.tensors);
 	free(t);
 }
 
@@ -91,10 +101,13 @@ const char *const gs_trainer_state_names[GS_TRAINER_STATES] = {
 	[GS_TRAINER_WAITING_FOR_NODES] = "waiting for the other nodes",
 	[GS_TRAINER_IDLE] = "idle",
 	[GS_TRAINER_IN_STEP] = "in step",
+	[GS_TRAINER_BROADCASTING] = "broadcasting state",
 };
 
 static enum gs_trainer_states state_of(const struct gs_trainer *t)
 {
+	if (t->state.asked)
+		return GS_TRAINER_BROADCASTING;
 	if (!t->registered) {
 		if (t->layout_checked)
 			return GS_TRAINER_WAITING_FOR_NODES;
@@ -108,7 +121,7 @@ const char *gs_trainer_state(const struct gs_trainer *t)
 	return gs_trainer_state_names[state_of(t)];
 }
 
-static const char *dtype_name(Gradsync__Dtype d)
+const char *gs_dtype_name(Gradsync__Dtype d)
 {
 	switch (d) {
 	case GRADSYNC__DTYPE__DTYPE_FLOAT32:
@@ -131,26 +144,29 @@ static const char *dtype_name(Gradsync__Dtype d)
 }
 
 /* Takes the frame's descriptors (one per memfd buffer; CUDA buffers carry
- * handles instead) and imports each buffer. On failure the client is
- * dropped and -1 returned. */
-static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors *r)
+ * handles instead) and imports each buffer into *arr (*narr of them so
+ * far). Gradients' and state's buffers count together against the limits.
+ * On failure the client is dropped and -1 returned. */
+int gs_trainer_import_buffers(struct gs_trainer *t, const char *what, Gradsync__Buffer *const *bufs,
+			      size_t n, struct gs_trainer_buffer **arr, uint32_t *narr)
 {
 	struct gs_job *j = t->job;
 	const struct gs_settings *s = j->env.settings;
 	struct gs_backend *b = j->env.backend;
-	size_t n = r->n_buffers, nfds = 0, next_fd = 0, have = 0;
+	size_t nfds = 0, next_fd = 0, have = 0;
+	uint64_t mine = (uint64_t)t->nbuffers + t->state.nbuffers;
 	int fds[GS_FRAME_MAX_FDS];
 	if (n > GS_FRAME_MAX_FDS) {
-		gs_trainer_fail(t, GS_ELIMIT, "RegisterTensors lists %zu buffers; at most %d per frame",
-			     n, GS_FRAME_MAX_FDS);
+		gs_trainer_fail(t, GS_ELIMIT, "%s lists %zu buffers; at most %d per frame",
+			     what, n, GS_FRAME_MAX_FDS);
 		return -1;
 	}
 	/* Each buffer is a mapping in gradsyncd (a memfd, or a CUDA IPC
 	 * import): bounded per trainer and for the node, under the kernel's
 	 * vm.max_map_count, before any is made. */
-	if (n > s->max_buffers - t->nbuffers) {
-		gs_trainer_fail(t, GS_ELIMIT, "RegisterTensors brings its buffers to %llu; at most %llu per trainer (--max-buffers)",
-			     (unsigned long long)t->nbuffers + n, (unsigned long long)s->max_buffers);
+	if (n > s->max_buffers - mine) {
+		gs_trainer_fail(t, GS_ELIMIT, "%s brings its buffers to %llu; at most %llu per trainer (--max-buffers)",
+			     what, (unsigned long long)mine + n, (unsigned long long)s->max_buffers);
 		return -1;
 	}
 	if (n > s->max_mappings - j->mappings) {
@@ -159,30 +175,29 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 		return -1;
 	}
 	for (size_t i = 0; i < n; i++)
-		nfds += j->env.buffer_takes_fd(r->buffers[i]);
+		nfds += j->env.buffer_takes_fd(bufs[i]);
 	if (t->client.ops->take_fds(t->client.ctx, fds, nfds, &have) < 0) {
-		gs_trainer_fail(t, GS_EPROTO, "RegisterTensors lists %zu buffers but only %zu descriptors arrived",
-				nfds, have);
+		gs_trainer_fail(t, GS_EPROTO, "%s lists %zu buffers but only %zu descriptors arrived",
+				what, nfds, have);
 		return -1;
 	}
-	struct gs_trainer_buffer *grown =
-		realloc(t->buffers, (t->nbuffers + n + 1) * sizeof(*grown));
+	struct gs_trainer_buffer *grown = realloc(*arr, (*narr + n + 1) * sizeof(*grown));
 	if (!grown) {
 		for (size_t i = 0; i < nfds; i++)
 			close(fds[i]);
 		gs_trainer_fail(t, GS_ENOMEM, "out of memory registering buffers");
 		return -1;
 	}
-	t->buffers = grown;
+	*arr = grown;
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
-		const Gradsync__Buffer *m = r->buffers[i];
+		const Gradsync__Buffer *m = bufs[i];
 		int fd = j->env.buffer_takes_fd(m) ? fds[next_fd++] : -1;
 		uint64_t size = m->size;
 		char why[256];
 		if (rc == 0 && size > s->max_bytes - t->buffer_bytes) {
 			gs_trainer_fail(t, GS_ELIMIT, "buffer %u of %llu bytes passes the limit of %llu registered bytes (--max-bytes)",
-				     t->nbuffers, (unsigned long long)size,
+				     *narr, (unsigned long long)size,
 				     (unsigned long long)s->max_bytes);
 			rc = -1;
 		}
@@ -192,13 +207,13 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 		if (rc == 0 && err == GS_OK)
 			err = b->ops->import_buffer(b, &desc, &addr, why, sizeof(why));
 		if (rc == 0 && err != GS_OK) {
-			gs_trainer_fail(t, err, "buffer %u: %s", t->nbuffers, why);
+			gs_trainer_fail(t, err, "%s buffer %u: %s", what, *narr, why);
 			rc = -1;
 		}
 		if (fd >= 0)
 			close(fd); /* the mapping keeps the memory */
 		if (rc == 0) {
-			t->buffers[t->nbuffers++] = (struct gs_trainer_buffer){ addr, size };
+			(*arr)[(*narr)++] = (struct gs_trainer_buffer){ addr, size };
 			t->buffer_bytes += size;
 			j->mappings++;
 		}
@@ -207,7 +222,7 @@ static int import_buffers(struct gs_trainer *t, const Gradsync__RegisterTensors 
 }
 
 /* Names reach logs, status and other nodes: no line breaks or escapes. */
-static bool has_control_char(const char *s)
+bool gs_name_has_control_char(const char *s)
 {
 	for (; *s; s++)
 		if ((unsigned char)*s < 0x20 || *s == 0x7f)
@@ -224,13 +239,13 @@ static int check_tensor(struct gs_trainer *t, const Gradsync__TensorSpec *ts)
 		gs_trainer_fail(t, GS_EINVAL, "tensor %u: name must have 1 to %d bytes", index, GS_MAX_NAME);
 		return -1;
 	}
-	if (has_control_char(name)) {
+	if (gs_name_has_control_char(name)) {
 		gs_trainer_fail(t, GS_EINVAL, "tensor %u: name holds a control character", index);
 		return -1;
 	}
 	if (ts->dtype != GRADSYNC__DTYPE__DTYPE_FLOAT32) {
 		gs_trainer_fail(t, GS_EDTYPE, "tensor '%s' has dtype %s; only float32 is supported",
-			     name, dtype_name(ts->dtype));
+			     name, gs_dtype_name(ts->dtype));
 		return -1;
 	}
 	if (ts->count == 0) {
@@ -339,7 +354,8 @@ void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *
 		gs_trainer_fail(t, GS_ESTATE, "tensors are already registered on this connection");
 		return;
 	}
-	if (import_buffers(t, r) < 0)
+	if (gs_trainer_import_buffers(t, "RegisterTensors", r->buffers, r->n_buffers, &t->buffers,
+				      &t->nbuffers) < 0)
 		return;
 	for (size_t i = 0; i < r->n_tensors; i++) {
 		if (check_tensor(t, r->tensors[i]) < 0)

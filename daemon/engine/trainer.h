@@ -13,6 +13,7 @@
 #include "convert.h"
 #include "engine/client_port.h"
 #include "engine/layout.h"
+#include "engine/trainer_state.h"
 #include "gradsync.pb-c.h"
 
 struct gs_job;
@@ -42,6 +43,9 @@ struct gs_trainer {
 	float **tensors;          /* per tensor, once registered */
 	uint64_t bytes;           /* registered gradient bytes */
 
+	/* Its state (state.h), registered apart from its gradients. */
+	struct gs_trainer_state state;
+
 	/* The step. */
 	uint64_t seq;             /* the trainer's own step number */
 	uint64_t aborted_seq;     /* its last step that was aborted */
@@ -70,6 +74,7 @@ enum gs_trainer_states {
 	GS_TRAINER_WAITING_FOR_NODES,
 	GS_TRAINER_IDLE,
 	GS_TRAINER_IN_STEP,
+	GS_TRAINER_BROADCASTING, /* asked for a state broadcast, unanswered */
 	GS_TRAINER_STATES
 };
 extern const char *const gs_trainer_state_names[GS_TRAINER_STATES];
@@ -78,6 +83,17 @@ const char *gs_trainer_state(const struct gs_trainer *t);
 /* Handles one RegisterTensors frame; answers Registered after the last,
  * or drops the client with an Error naming what is wrong. */
 void gs_trainer_register(struct gs_trainer *t, const Gradsync__RegisterTensors *r);
+
+/* Imports a registration frame's buffers (what: the message, for errors)
+ * into *arr, of *narr so far, within the trainer's and the node's limits
+ * on buffers and bytes. Returns 0, or -1 with the client dropped. */
+int gs_trainer_import_buffers(struct gs_trainer *t, const char *what, Gradsync__Buffer *const *bufs,
+			      size_t n, struct gs_trainer_buffer **arr, uint32_t *narr);
+/* Whether a tensor's name holds a control character (names reach logs,
+ * status and other nodes). */
+bool gs_name_has_control_char(const char *s);
+/* A Dtype's name ("float32"), or "unspecified". */
+const char *gs_dtype_name(Gradsync__Dtype d);
 
 /* Tells the trainer its registration is accepted. */
 void gs_trainer_send_registered(struct gs_trainer *t);

@@ -11,7 +11,8 @@ Errors raise ``gradsync.GradSyncError`` subclasses carrying the library's
 code and message. The library is found as libgradsync.so.0 by the dynamic
 linker, or at the path in $GRADSYNC_LIBRARY.
 """
-from .client import Client, LaunchInfo, SessionInfo, Step, StepResult, TensorSpec, launch_info
+from .client import (Client, LaunchInfo, SessionInfo, StateResult, StateSpec, Step, StepResult,
+                     TensorSpec, launch_info)
 from .control import Control
 from .errors import (BufferError, ConnectError, DisconnectedError, DtypeError, GradSyncError,
                      InvalidArgumentError, LayoutError, LimitError, NoMemoryError,
@@ -22,7 +23,8 @@ from .errors import (BufferError, ConnectError, DisconnectedError, DtypeError, G
 __version__ = "0.1.0"
 
 __all__ = [
-    "Client", "Control", "LaunchInfo", "SessionInfo", "Step", "StepResult", "TensorSpec",
+    "Client", "Control", "LaunchInfo", "SessionInfo", "StateResult", "StateSpec", "Step",
+    "StepResult", "TensorSpec",
     "launch_info",
     "GradSyncError", "BufferError", "ConnectError", "DisconnectedError", "DtypeError",
     "InvalidArgumentError", "LayoutError", "LimitError", "NoMemoryError", "ProtocolError",

@@ -110,6 +110,25 @@ class CudaTensorSpec(Structure):
     ]
 
 
+class StateSpec(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("bytes", c_uint64),
+        ("dtype", c_int),
+        ("memfd", c_int),
+        ("offset", c_uint64),
+    ]
+
+
+class StateResult(Structure):
+    _fields_ = [
+        ("size", c_size_t),
+        ("bytes", c_uint64),
+        ("duration_ns", c_uint64),
+        ("tensors_done", c_uint32),
+    ]
+
+
 class StepOptions(Structure):
     _fields_ = [
         ("size", c_size_t),
@@ -268,10 +287,14 @@ STRUCTS = {
     "gs_status": Status,
     "gs_connection_status": ConnectionStatus,
     "gs_trace_status": TraceStatus,
+    "gs_state_spec": StateSpec,
+    "gs_state_result": StateResult,
 }
 
 # enum gs_dtype, enum gs_wire_dtype, enum gs_reduce_op
 FLOAT32 = 1
+DTYPES = {"float32": 1, "float16": 2, "bfloat16": 3, "float64": 4, "int32": 5, "int64": 6,
+          "uint8": 7}
 WIRE_DTYPES = {1: "fp16", 2: "bf16", 3: "fp32"}
 REDUCE_OPS = {1: "average", 2: "sum"}
 
@@ -318,6 +341,12 @@ _SIGNATURES = {
     "gs_cuda_mark_ready": (c_int, [_client_p, _u32_p, c_size_t, c_void_p]),
     "gs_cuda_mark_absent": (c_int, [_client_p, _u32_p, c_size_t, c_void_p]),
     "gs_cuda_stream_wait": (c_int, [_client_p, c_void_p]),
+    "gs_register_state": (c_int, [_client_p, POINTER(StateSpec), c_size_t]),
+    "gs_state_count": (c_size_t, [_client_p]),
+    "gs_state_data": (c_void_p, [_client_p, c_size_t]),
+    "gs_state_broadcast": (c_int, [_client_p, c_uint32, c_int]),
+    "gs_state_broadcast_tensors": (c_int, [_client_p, c_uint32, _u32_p, c_size_t, c_int,
+                                           POINTER(StateResult)]),
 }
 
 _lib = None

@@ -170,6 +170,35 @@ class TensorSpec:
 SpecLike = Union[TensorSpec, Tuple[str, int]]
 
 
+@dataclass(frozen=True)
+class StateSpec:
+    """A tensor of a trainer's state: ``nbytes`` raw bytes of ``dtype``
+    ("float32", "float16", "bfloat16", "float64", "int32", "int64",
+    "uint8"), which gradsyncd never converts and only checks to be the same
+    on every trainer. With ``memfd`` (a sealed memfd of the caller's) the
+    daemon uses that memory; without, the library allocates it."""
+
+    name: str
+    nbytes: int
+    dtype: str = "uint8"
+    memfd: Optional[int] = None
+    offset: int = 0
+
+
+StateSpecLike = Union[StateSpec, Tuple[str, int, str]]
+
+
+@dataclass(frozen=True)
+class StateResult:
+    """What a state broadcast did: the bytes of state it copied into each
+    trainer, the time from the last trainer's call to the last byte, and
+    the tensors that hold the source's bytes (all of those asked)."""
+
+    nbytes: int
+    duration_s: float
+    tensors_done: int
+
+
 def _index_array(indices: Iterable[int]) -> Any:
     """Tensor indices as the uint32_t array the library takes."""
     idx = list(indices)
@@ -474,6 +503,65 @@ class Client(_Connection):
         if _np is not None:
             return _np.frombuffer(buf, dtype=_np.float32)
         return memoryview(buf).cast("B").cast("f")
+
+    # ---- state ---------------------------------------------------------------
+
+    def register_state(self, specs: Iterable[StateSpecLike]) -> List[Any]:
+        """Registers this trainer's state (parameters and buffers, any
+        dtype), once per connection, beside its gradients or without them;
+        every trainer of the job registers the same names, sizes and dtypes
+        in the same order. Returns one uint8 array (or memoryview) per
+        tensor over the memory gradsyncd shares, for the caller to fill."""
+        tensors = [s if isinstance(s, StateSpec) else StateSpec(*s) for s in specs]
+        names = [t.name.encode() for t in tensors]  # kept alive for the call
+        arr = (_lib.StateSpec * len(tensors))()
+        for c, s, name in zip(arr, tensors, names):
+            if s.dtype not in _lib.DTYPES:
+                raise InvalidArgumentError(EINVAL, f"state tensor {s.name}: dtype {s.dtype!r} "
+                                           "is none of " + ", ".join(_lib.DTYPES),
+                                           "register_state")
+            c.name, c.bytes, c.dtype = name, s.nbytes, _lib.DTYPES[s.dtype]
+            c.memfd = -1 if s.memfd is None else s.memfd
+            c.offset = s.offset
+        with self._lock:
+            self._check(_lib.lib().gs_register_state(self._ptr(), arr, len(tensors)),
+                        "register_state")
+        self._state_bytes = [t.nbytes for t in tensors]
+        return [self.state(i) for i in range(len(tensors))]
+
+    @property
+    def state_count(self) -> int:
+        return _lib.lib().gs_state_count(self._ptr())
+
+    def state(self, index: int) -> Any:
+        """Registered state tensor ``index`` as a uint8 array over its
+        shared memory; raises IndexError when out of range."""
+        sizes = getattr(self, "_state_bytes", [])
+        if not 0 <= index < len(sizes):
+            raise IndexError(f"no registered state tensor {index} (of {len(sizes)})")
+        addr = _lib.lib().gs_state_data(self._ptr(), index)
+        buf = (ctypes.c_uint8 * sizes[index]).from_address(addr)
+        self._live().add_view(buf)  # no view outlives the mapping
+        if _np is not None:
+            return _np.frombuffer(buf, dtype=_np.uint8)
+        return memoryview(buf).cast("B")
+
+    def broadcast_state(self, source: int = 0, tensors: Optional[Iterable[int]] = None,
+                        timeout: Optional[float] = DEFAULT_TIMEOUT) -> StateResult:
+        """Makes every trainer's registered state (or the state tensors at
+        the indices ``tensors``) bit for bit equal to that of the trainer of
+        global rank ``source``, as DDP's broadcast at wrap. A collective:
+        every trainer of the job calls it between steps with the same
+        arguments. On an error (GradSyncError naming what failed) nothing
+        was copied and each trainer keeps its own state."""
+        idx = sorted(set(tensors)) if tensors is not None else []
+        arr = _index_array(idx)
+        out = _lib.StateResult(ctypes.sizeof(_lib.StateResult))
+        with self._lock:
+            rc = _lib.lib().gs_state_broadcast_tensors(self._ptr(), source, arr, len(idx),
+                                                      _timeout_ms(timeout), ctypes.byref(out))
+            self._check(rc, "broadcast_state")
+        return StateResult(out.bytes, out.duration_ns / 1e9, out.tensors_done)
 
     # ---- steps -----------------------------------------------------------
 

@@ -29,11 +29,20 @@ environment, as ``GradSync`` says.
 mixed-precision loss scaler skip a step, and ``last_result.grad_norm`` is
 the reduced gradients' global L2 norm, which ``GradSync.clip_grad_norm_``
 clips by without computing it again.
+
+As DDP does, wrapping a model makes every replica start equal: GradSync
+registers the model's state (every parameter, frozen ones too, and every
+buffer) with the daemon, moving each tensor's storage into memory shared
+with it, and broadcasts it from global rank 0, bit for bit. With
+``broadcast_buffers=True`` (DDP's default) a forward pre-hook broadcasts
+the buffers (BatchNorm's running statistics) from rank 0 before each
+forward in training mode, every rank doing the same forwards.
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator, List, Optional, Union
+import warnings
+from typing import Any, Iterable, Iterator, List, Optional, Tuple, Union
 
 import torch
 
@@ -55,6 +64,33 @@ def _named_parameters(model: Params) -> List[tuple]:
         if p.requires_grad and id(p) not in seen:
             seen.add(id(p))
             out.append((name, p))
+    return out
+
+
+# The dtypes gradsyncd names; any other travels as its raw bytes ("uint8").
+_STATE_DTYPES = {torch.float32: "float32", torch.float16: "float16",
+                 torch.bfloat16: "bfloat16", torch.float64: "float64", torch.int32: "int32",
+                 torch.int64: "int64", torch.uint8: "uint8"}
+
+
+def _named_state(model: Params) -> List[Tuple[str, torch.Tensor, Any, str]]:
+    """The state DDP broadcasts at wrap: (name, tensor, owner, attribute)
+    for every parameter, then every buffer, each once; owner is the module
+    holding a buffer (None for a parameter), attribute its name there."""
+    if isinstance(model, torch.nn.Module):
+        params = [(n, p, None, "") for n, p in model.named_parameters()]
+        buffers = [(f"{mn}.{bn}" if mn else bn, b, m, bn)
+                   for mn, m in model.named_modules() for bn, b in m._buffers.items()
+                   if b is not None]
+    else:
+        params = [(f"param{i}", p, None, "") for i, p in enumerate(model)]
+        buffers = []
+    seen, out = set(), []
+    for entry in params + buffers:
+        t = entry[1]
+        if id(t) not in seen and t.numel() > 0:
+            seen.add(id(t))
+            out.append(entry)
     return out
 
 
@@ -80,6 +116,14 @@ class GradSync:
     before ``optimizer.step()``). ``socket_path`` is gradsyncd's socket
     ($GRADSYNC_SOCKET, else the default); ``timeout`` (seconds, None: no
     limit) bounds each ``wait()``.
+
+    ``broadcast_state`` (default True, as DDP): the model's parameters and
+    buffers are broadcast from global rank 0 when it is wrapped, so that
+    replicas initialised apart start equal; ``broadcast_buffers`` (default
+    True, as DDP) broadcasts the buffers again before each training
+    forward. Both need CPU tensors and a job on one node: elsewhere
+    GradSync warns and skips them (gradsyncd broadcasts state within a
+    node only, and host memory only, for now).
     """
 
     def __init__(self, model: Params, threshold: Optional[int] = None,
@@ -90,7 +134,8 @@ class GradSync:
                  op: Optional[str] = None, predivide: Union[float, str, None] = None,
                  fusion_buffer: Optional[int] = None, local_size: Optional[int] = None,
                  nodes: Optional[int] = None, node_rank: Optional[int] = None,
-                 coordinator: Optional[str] = None):
+                 coordinator: Optional[str] = None, broadcast_state: bool = True,
+                 broadcast_buffers: bool = True):
         self.clip_value = clip_value
         self.timeout = timeout
         self.last_result: Optional[StepResult] = None
@@ -105,8 +150,11 @@ class GradSync:
                              nodes=nodes, node_rank=node_rank, coordinator=coordinator,
                              threshold=threshold, wire=wire, op=op, predivide=predivide,
                              fusion_buffer=fusion_buffer)
+        self._hooks: List[Any] = []
         try:
             self._grads = self._register(named)
+            if broadcast_state and self._can_broadcast_state():
+                self._share_state(model, broadcast_buffers)
         except BaseException:
             self.client.close()
             raise
@@ -114,8 +162,8 @@ class GradSync:
         self._marked = [False] * len(self.params)
         self._in_step = False
         self._syncing = True
-        self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
-                       for p in self.params]
+        self._hooks += [p.register_post_accumulate_grad_hook(self._grad_ready)
+                        for p in self.params]
         if optimizer is not None:
             self._hooks.append(optimizer.register_step_pre_hook(self._before_step))
 
@@ -147,6 +195,48 @@ class GradSync:
         # no backward has reached); the first gradient autograd makes is
         # copied into the registered memory (_bind).
         return grads
+
+    # ---- the state, as DDP broadcasts it ------------------------------------
+
+    def _can_broadcast_state(self) -> bool:
+        why = None
+        if self.device.type != "cpu":
+            why = f"its parameters are on {self.device}"
+        elif self.client.info.nodes > 1:
+            why = f"the job spans {self.client.info.nodes} nodes"
+        if why:
+            warnings.warn(f"GradSync: replicas are not broadcast from rank 0 at wrap, as "
+                          f"{why}: gradsyncd broadcasts the state of CPU tensors within a "
+                          "node only; start every replica equal (seed it)", stacklevel=3)
+        return why is None
+
+    def _share_state(self, model: Params, broadcast_buffers: bool) -> None:
+        """Moves every parameter's and buffer's storage into memory shared
+        with gradsyncd, broadcasts it from global rank 0, and with
+        broadcast_buffers hooks the buffers' broadcast before each forward."""
+        state = _named_state(model)
+        arrays = self.client.register_state(
+            [(name, t.numel() * t.element_size(), _STATE_DTYPES.get(t.dtype, "uint8"))
+             for name, t, _, _ in state])
+        for (name, t, owner, attr), a in zip(state, arrays):
+            shared = torch.from_numpy(a).view(t.dtype).view(t.shape)
+            with torch.no_grad():
+                shared.copy_(t)
+            if owner is None:
+                t.data = shared  # the Parameter object stays: optimizers hold it
+            else:
+                owner._buffers[attr] = shared
+        self.client.broadcast_state(0)
+        self.state_names = [name for name, _, _, _ in state]
+        self._buffer_indices = [i for i, (_, _, owner, _) in enumerate(state)
+                                if owner is not None]
+        if broadcast_buffers and self._buffer_indices and isinstance(model, torch.nn.Module):
+            self._hooks.append(model.register_forward_pre_hook(self._before_forward))
+
+    def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
+        # Only training forwards, which every rank runs alike (a collective).
+        if module.training and torch.is_grad_enabled():
+            self.client.broadcast_state(0, self._buffer_indices)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.wait()

@@ -136,6 +136,14 @@ int main(void)
 	F(gs_trace_status, bytes); F(gs_trace_status, dropped);
 	F(gs_trace_status, path); F(gs_trace_status, error);
 	end();
+	BEGIN(gs_state_spec);
+	F(gs_state_spec, name); F(gs_state_spec, bytes); F(gs_state_spec, dtype);
+	F(gs_state_spec, memfd); F(gs_state_spec, offset);
+	end();
+	BEGIN(gs_state_result);
+	F(gs_state_result, size); F(gs_state_result, bytes);
+	F(gs_state_result, duration_ns); F(gs_state_result, tensors_done);
+	end();
 	printf("}\n");
 	return 0;
 }

@@ -1,0 +1,115 @@
+"""The state broadcast's time against torch.distributed.broadcast (Gloo,
+CPU tensors) of the same tensors, in the same run: PROCS trainers on this
+machine, one gradsyncd, the state of a model's parameter layout
+(layouts/resnet50.txt, layouts/bert-base.txt: float32 tensors of those
+sizes). Each system broadcasts from rank 0, REPEAT times after a warm-up;
+the figure is the median over the repeats of the slowest rank's time.
+
+    state_broadcast.py --daemon build/daemon/gradsyncd --layout layouts/resnet50.txt
+
+gradsyncd broadcasts state within a node only for now, so this compares
+on one node: its copy through shared memory against Gloo over loopback.
+"""
+import argparse
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def read_layout(path):
+    out = []
+    for line in open(path):
+        if line.strip() and not line.startswith("#"):
+            name, count = line.split()[:2]
+            out.append((name, int(count)))
+    return out
+
+
+def gradsync_rank(rank, procs, socket, layout, repeat, q):
+    import gradsync
+    os.environ["GRADSYNC_LOCAL_SIZE"] = str(procs)
+    os.environ["GRADSYNC_JOB_ID"] = "state-bench"
+    c = gradsync.Client(socket, local_rank=rank)
+    arrays = c.register_state([(n, 4 * k, "float32") for n, k in layout])
+    for a in arrays:
+        a[:] = rank
+    times = []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        c.broadcast_state(0)
+        times.append(time.perf_counter() - t0)
+    assert all(int(a[0]) == 0 and int(a[-1]) == 0 for a in arrays), "not rank 0's state"
+    q.put((rank, times[1:]))
+    c.close()
+
+
+def torch_rank(rank, procs, init, layout, repeat, q):
+    import torch
+    import torch.distributed as dist
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init}", rank=rank, world_size=procs)
+    tensors = [torch.full((k,), float(rank)) for _, k in layout]
+    times = []
+    for i in range(repeat + 1):
+        dist.barrier()
+        t0 = time.perf_counter()
+        for t in tensors:
+            dist.broadcast(t, 0)
+        times.append(time.perf_counter() - t0)
+    assert all(float(t[0]) == 0 for t in tensors)
+    q.put((rank, times[1:]))
+    dist.destroy_process_group()
+
+
+def run(target, procs, args):
+    q = mp.Queue()
+    ps = [mp.Process(target=target, args=(r, procs) + args + (q,)) for r in range(procs)]
+    for p in ps:
+        p.start()
+    got = dict(q.get(timeout=600) for _ in ps)
+    for p in ps:
+        p.join(60)
+        if p.exitcode != 0:
+            sys.exit(f"{target.__name__} rank exited {p.exitcode}")
+    per_repeat = [max(got[r][i] for r in got) for i in range(len(got[0]))]
+    return statistics.median(per_repeat)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--daemon", required=True)
+    ap.add_argument("--layout", action="append", required=True)
+    ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=5)
+    a = ap.parse_args()
+    mp.set_start_method("spawn")
+    print(f"{'layout':<14} {'MB':>7} {'gradsync s':>11} {'GB/s':>6} {'gloo s':>8} {'GB/s':>6} "
+          f"{'gloo/gradsync':>13}")
+    for path in a.layout:
+        layout = read_layout(path)
+        nbytes = 4 * sum(k for _, k in layout)
+        with tempfile.TemporaryDirectory() as tmp:
+            sock = os.path.join(tmp, "gs.sock")
+            d = subprocess.Popen([a.daemon, f"--socket={sock}", "--node-port=0"],
+                                 stderr=open(os.path.join(tmp, "d.log"), "w"))
+            try:
+                for _ in range(300):
+                    if os.path.exists(sock):
+                        break
+                    time.sleep(0.1)
+                g = run(gradsync_rank, a.procs, (sock, layout, a.repeat))
+            finally:
+                d.terminate()
+                d.wait(30)
+            t = run(torch_rank, a.procs, (os.path.join(tmp, "init"), layout, a.repeat))
+        name = os.path.basename(path).rsplit(".", 1)[0]
+        print(f"{name:<14} {nbytes / 1e6:7.1f} {g:11.4f} {nbytes / g / 1e9:6.2f} {t:8.4f} "
+              f"{nbytes / t / 1e9:6.2f} {t / g:13.1f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

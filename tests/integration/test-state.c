@@ -1,0 +1,406 @@
+/*
+ * A trainer's state and its broadcast within a node, against the real
+ * gradsyncd and real trainer processes: every trainer registers a state
+ * of several dtypes (one tensor larger than the fusion buffer) filled
+ * with bytes of its own, and after gs_state_broadcast every trainer holds
+ * the source's bytes, which each computes itself, bit for bit. A broadcast
+ * of some tensors leaves the others alone. Trainers that name different
+ * sources, register another state layout, never ask, or leave while the
+ * others wait get an error naming what failed, well within the bounds,
+ * and keep their own state.
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "gradsync.h"
+#include "harness.h"
+
+/* Bigger than the default fusion buffer (4194304 float32, 16 MiB). */
+#define BIG_ELEMENTS 5000000u
+
+static const struct gs_state_spec layout[] = {
+	{ "big.weight", BIG_ELEMENTS * 4ull, GS_FLOAT32, -1, 0 },
+	{ "half.weight", 1001 * 2, GS_FLOAT16, -1, 0 },
+	{ "bn.num_batches_tracked", 8, GS_INT64, -1, 0 },
+	{ "mask", 7, GS_UINT8, -1, 0 },
+	{ "double.bias", 4097 * 8, GS_FLOAT64, -1, 0 },
+	{ "bf.weight", 17 * 2, GS_BFLOAT16, -1, 0 },
+	{ "ids", 33 * 4, GS_INT32, -1, 0 },
+};
+#define NSTATE (sizeof(layout) / sizeof(layout[0]))
+
+/* Byte i of tensor k of the trainer of global rank `rank`, generation
+ * `gen`: a hash, computed by each trainer itself and not by the code
+ * under test. */
+static uint8_t pattern(unsigned rank, unsigned gen, unsigned k, uint64_t i)
+{
+	uint64_t x = (uint64_t)rank << 56 ^ (uint64_t)gen << 48 ^ (uint64_t)k << 40 ^ i;
+	x ^= x >> 31;
+	x *= 0x7fb5d329728ea185ull;
+	x ^= x >> 27;
+	x *= 0x81dadef4bc2dd44dull;
+	return (uint8_t)(x >> 33);
+}
+
+static void fill(gs_client *c, unsigned rank, unsigned gen)
+{
+	for (unsigned k = 0; k < NSTATE; k++) {
+		uint8_t *p = gs_state_data(c, k);
+		for (uint64_t i = 0; i < layout[k].bytes; i++)
+			p[i] = pattern(rank, gen, k, i);
+	}
+}
+
+/* The first byte of tensor k that is not the pattern of (rank, gen), or
+ * -1. */
+static long long first_wrong(gs_client *c, unsigned k, unsigned rank, unsigned gen)
+{
+	const uint8_t *p = gs_state_data(c, k);
+	for (uint64_t i = 0; i < layout[k].bytes; i++)
+		if (p[i] != pattern(rank, gen, k, i))
+			return (long long)i;
+	return -1;
+}
+
+/* ---- Trainer processes ------------------------------------------------------- */
+
+/* What a trainer process does after registering. */
+enum act { BROADCAST, BROADCAST_SOME, PAUSE, EXIT };
+
+struct plan {
+	const struct gs_test_daemon *d;
+	const struct harness_job *job;
+	unsigned local_size;
+	const struct gs_state_spec *specs; /* NULL: layout */
+	enum act act;
+	uint32_t source;
+	unsigned expect_source; /* whose bytes the state holds after */
+	unsigned node;          /* of the job's nodes */
+};
+
+static int fail_out(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail_out(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	return 1;
+}
+
+/* Checks every tensor holds the bytes of `rank`; the indices in `some`
+ * (n of them) those of `some_rank` instead. */
+static int check_all(gs_client *c, unsigned rank, unsigned gen, const uint32_t *some, size_t n,
+		     unsigned some_rank, unsigned some_gen)
+{
+	for (unsigned k = 0; k < NSTATE; k++) {
+		bool in_some = false;
+		for (size_t s = 0; s < n; s++)
+			in_some |= some[s] == k;
+		unsigned r = in_some ? some_rank : rank, g = in_some ? some_gen : gen;
+		long long at = first_wrong(c, k, r, g);
+		if (at >= 0)
+			return fail_out("FAIL: state tensor %u (%s) byte %lld is not rank %u's", k,
+					layout[k].name, at, r);
+	}
+	return 0;
+}
+
+static int trainer_body(const struct plan *p, unsigned rank)
+{
+	struct gs_connect_options o = GS_CONNECT_OPTIONS_INIT;
+	o.socket_path = p->d->socket;
+	o.local_rank = rank;
+	o.timeout_ms = 60000;
+	harness_job_setenv(p->job, p->node);
+	gs_client *c;
+	if (gs_connect(&o, &c) != GS_OK)
+		return fail_out("FAIL: connect: %s", gs_last_error(NULL));
+	int r = gs_register_state(c, p->specs ? p->specs : layout, NSTATE);
+	fprintf(stderr, "REGISTER %d %s\n", r, r == GS_OK ? "" : gs_last_error(c));
+	if (r != GS_OK)
+		return 0;
+	if (gs_state_count(c) != NSTATE)
+		return fail_out("FAIL: gs_state_count says %zu", gs_state_count(c));
+	fill(c, rank, 1);
+	if (p->act == PAUSE)
+		pause();
+	if (p->act == EXIT)
+		return 0;
+	struct gs_state_result res = GS_STATE_RESULT_INIT;
+	r = gs_state_broadcast_tensors(c, p->source, NULL, 0, 120000, &res);
+	fprintf(stderr, "BROADCAST %d %s\n", r, r == GS_OK ? "" : gs_last_error(c));
+	if (r != GS_OK)
+		return check_all(c, rank, 1, NULL, 0, 0, 0);
+	if (check_all(c, p->expect_source, 1, NULL, 0, 0, 0))
+		return 1;
+	uint64_t total = 0;
+	for (unsigned k = 0; k < NSTATE; k++)
+		total += layout[k].bytes;
+	if (res.bytes != total || res.tensors_done != NSTATE)
+		return fail_out("FAIL: result says %llu bytes, %u tensors; expected %llu, %zu",
+				(unsigned long long)res.bytes, res.tensors_done,
+				(unsigned long long)total, NSTATE);
+	if (p->act != BROADCAST_SOME)
+		return fprintf(stderr, "OK\n"), 0;
+	/* A second generation, and some tensors only from another source. */
+	static const uint32_t some[] = { 1, 3, 6 };
+	fill(c, rank, 2);
+	unsigned other = (p->source + 1) % p->local_size;
+	r = gs_state_broadcast_tensors(c, other, some, 3, 120000, &res);
+	if (r != GS_OK)
+		return fail_out("FAIL: broadcast of some tensors: %s", gs_last_error(c));
+	if (check_all(c, rank, 2, some, 3, other, 2))
+		return 1;
+	fprintf(stderr, "OK\n");
+	return 0;
+}
+
+/* Trainers started by the case, killed by its teardown if a failed
+ * check left them (a paused one would hold the test's output open). */
+static pid_t started[8];
+static size_t nstarted;
+
+static int kill_leftovers(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < nstarted; i++)
+		if (kill(started[i], SIGKILL) == 0)
+			waitpid(started[i], NULL, 0);
+	nstarted = 0;
+	return 0;
+}
+
+static pid_t trainer_start(const struct plan *p, unsigned rank, char *log, size_t n)
+{
+	snprintf(log, n, "%s/trainer%u.log", p->d->dir, rank);
+	fflush(NULL);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		if (!freopen(log, "w", stderr))
+			_exit(2);
+		setvbuf(stderr, NULL, _IONBF, 0);
+		_exit(trainer_body(p, rank));
+	}
+	if (nstarted < sizeof(started) / sizeof(started[0]))
+		started[nstarted++] = pid;
+	return pid;
+}
+
+static void expect_exit_ok(pid_t pid, const char *log, const char *text)
+{
+	int rc = harness_wait(pid, 180000);
+	if (rc != 0 || !harness_file_contains(log, text)) {
+		harness_dump(log);
+		fail_msg("trainer %s: exit %d, expected '%s'", log, rc, text);
+	}
+}
+
+/* The trainer's log says what the call returned: code. */
+static void expect_code(const char *log, const char *call, int code)
+{
+	char text[64];
+	snprintf(text, sizeof(text), "%s %d ", call, code);
+	if (!harness_file_contains(log, text)) {
+		harness_dump(log);
+		fail_msg("trainer %s: expected '%s' (%s)", log, text, gs_strerror(code));
+	}
+}
+
+/* Waits until the daemon's status shows trainer pid in `state`. */
+static void wait_trainer_state(const struct gs_test_daemon *d, pid_t pid, const char *state)
+{
+	double t0 = harness_now_s();
+	for (;;) {
+		bool there = false;
+		gs_client *ctl;
+		struct gs_status *st;
+		if (gs_control_connect(d->socket, 5000, &ctl) == GS_OK) {
+			if (gs_status_get(ctl, 5000, &st) == GS_OK) {
+				for (size_t i = 0; i < st->trainer_count; i++)
+					there |= st->trainers[i].pid == (uint32_t)pid &&
+						 strcmp(st->trainers[i].state, state) == 0;
+				gs_status_free(st);
+			}
+			gs_close(ctl);
+		}
+		if (there)
+			return;
+		if (harness_now_s() - t0 > 120) {
+			harness_dump(d->log);
+			fail_msg("trainer pid %d never showed '%s'", (int)pid, state);
+		}
+		usleep(20000);
+	}
+}
+
+/* ---- Cases ---------------------------------------------------------------------- */
+
+/* Four trainers; the source is local rank 2, then 3 for some tensors. */
+static void broadcast_from_any_rank(void **state)
+{
+	(void)state;
+	struct harness_job job = { .id = "state-bcast", .local_size = { 4 } };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, NULL);
+	struct plan p = { &d, &job, 4, NULL, BROADCAST_SOME, 2, 2, 0 };
+	char logs[4][200];
+	pid_t pids[4];
+	for (unsigned r = 0; r < 4; r++)
+		pids[r] = trainer_start(&p, r, logs[r], sizeof(logs[r]));
+	for (unsigned r = 0; r < 4; r++)
+		expect_exit_ok(pids[r], logs[r], "OK");
+	assert_true(harness_log_contains(&d, "state broadcast from local rank 2"));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* Trainers that name different sources: GS_EINVAL, named, state kept. */
+static void different_sources_refused(void **state)
+{
+	(void)state;
+	struct harness_job job = { .id = "state-sources", .local_size = { 2 } };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, NULL);
+	struct plan p0 = { &d, &job, 2, NULL, BROADCAST, 0, 0, 0 };
+	struct plan p1 = { &d, &job, 2, NULL, BROADCAST, 1, 1, 0 };
+	char logs[2][200];
+	pid_t a = trainer_start(&p0, 0, logs[0], sizeof(logs[0]));
+	pid_t b = trainer_start(&p1, 1, logs[1], sizeof(logs[1]));
+	expect_exit_ok(a, logs[0], "asked for different state broadcasts (source 0 and 1");
+	expect_exit_ok(b, logs[1], "asked for different state broadcasts (source 0 and 1");
+	expect_code(logs[0], "BROADCAST", GS_EINVAL);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* A second trainer whose state differs in a dtype: GS_ELAYOUT, naming
+ * the tensor of each. */
+static void other_layout_refused(void **state)
+{
+	(void)state;
+	struct harness_job job = { .id = "state-layout", .local_size = { 2 } };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, NULL);
+	struct gs_state_spec other[NSTATE];
+	memcpy(other, layout, sizeof(other));
+	other[3].dtype = GS_INT32;
+	other[3].bytes = 8;
+	struct plan p0 = { &d, &job, 2, NULL, PAUSE, 0, 0, 0 };
+	struct plan p1 = { &d, &job, 2, other, EXIT, 0, 0, 0 };
+	char logs[2][200];
+	pid_t a = trainer_start(&p0, 0, logs[0], sizeof(logs[0]));
+	harness_wait_for_text(logs[0], "REGISTER 0", 60);
+	pid_t b = trainer_start(&p1, 1, logs[1], sizeof(logs[1]));
+	expect_exit_ok(b, logs[1], "state layout differs from the job's: tensor 3 is 'mask (int32)' (8 elements) in local rank 1's layout but 'mask (uint8)' (7 elements)");
+	expect_code(logs[1], "REGISTER", GS_ELAYOUT);
+	kill(a, SIGKILL);
+	harness_wait(a, 30000);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* A trainer that registers and never asks: the others' broadcast ends at
+ * --step-timeout, naming it, and they keep their own state. */
+static void silent_trainer_times_out(void **state)
+{
+	(void)state;
+	struct harness_job job = { .id = "state-silent", .local_size = { 2 } };
+	struct gs_test_daemon d;
+	const char *const extra[] = { "--step-timeout=2", NULL };
+	harness_job_daemon_start(&d, &job, 0, extra);
+	struct plan p0 = { &d, &job, 2, NULL, BROADCAST, 1, 1, 0 };
+	struct plan p1 = { &d, &job, 2, NULL, PAUSE, 1, 1, 0 };
+	char logs[2][200];
+	pid_t b = trainer_start(&p1, 1, logs[1], sizeof(logs[1]));
+	double t0 = harness_now_s();
+	pid_t a = trainer_start(&p0, 0, logs[0], sizeof(logs[0]));
+	expect_exit_ok(a, logs[0], "local rank 1 did not ask for it within 2 s (--step-timeout)");
+	double took = harness_now_s() - t0;
+	print_message("  the broadcast failed after %.1f s\n", took);
+	assert_true(took < 60);
+	expect_code(logs[0], "BROADCAST", GS_ETIMEDOUT);
+	kill(b, SIGKILL);
+	harness_wait(b, 30000);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* The source leaves while the others wait for it: they are answered at
+ * once (not at --step-timeout), named, with their own state. */
+static void leaving_source_aborts(void **state)
+{
+	(void)state;
+	struct harness_job job = { .id = "state-leaves", .local_size = { 3 } };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, NULL); /* --step-timeout 180 s */
+	struct plan src = { &d, &job, 3, NULL, PAUSE, 0, 0, 0 };
+	struct plan rcv = { &d, &job, 3, NULL, BROADCAST, 0, 0, 0 };
+	char logs[3][200];
+	pid_t pids[3];
+	pids[0] = trainer_start(&src, 0, logs[0], sizeof(logs[0]));
+	for (unsigned r = 1; r < 3; r++) {
+		pids[r] = trainer_start(&rcv, r, logs[r], sizeof(logs[r]));
+		wait_trainer_state(&d, pids[r], "broadcasting state");
+	}
+	double t0 = harness_now_s();
+	kill(pids[0], SIGKILL);
+	harness_wait(pids[0], 30000);
+	char text[200];
+	snprintf(text, sizeof(text), "trainer local rank 0 (pid %d) went away before the state broadcast began; no state was copied",
+		 (int)pids[0]);
+	for (unsigned r = 1; r < 3; r++) {
+		expect_exit_ok(pids[r], logs[r], text);
+		expect_code(logs[r], "BROADCAST", GS_EABORTED);
+	}
+	double took = harness_now_s() - t0;
+	print_message("  the receivers were answered %.2f s after the source died\n", took);
+	assert_true(took < 60);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* A job of two nodes: refused, naming them, until gradsyncd broadcasts
+ * between nodes; each trainer keeps its own state. */
+static void several_nodes_refused(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	struct harness_job job = { .id = "state-nodes", .nodes = 2, .local_size = { 1, 1 } };
+	struct gs_test_daemon d[2];
+	for (unsigned n = 0; n < 2; n++)
+		harness_job_daemon_spawn(&d[n], &job, n, NULL);
+	for (unsigned n = 0; n < 2; n++)
+		harness_daemon_wait_ready(&d[n], 30000);
+	char logs[2][200];
+	pid_t pids[2];
+	for (unsigned n = 0; n < 2; n++) {
+		struct plan p = { &d[n], &job, 1, NULL, BROADCAST, 0, 0, n };
+		pids[n] = trainer_start(&p, 0, logs[n], sizeof(logs[n]));
+	}
+	for (unsigned n = 0; n < 2; n++) {
+		expect_exit_ok(pids[n], logs[n], "job 'state-nodes' spans 2 nodes");
+		expect_code(logs[n], "BROADCAST", GS_ESTATE);
+	}
+	for (unsigned n = 0; n < 2; n++)
+		assert_int_equal(harness_daemon_stop(&d[n]), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(broadcast_from_any_rank, kill_leftovers),
+		cmocka_unit_test_teardown(different_sources_refused, kill_leftovers),
+		cmocka_unit_test_teardown(other_layout_refused, kill_leftovers),
+		cmocka_unit_test_teardown(silent_trainer_times_out, kill_leftovers),
+		cmocka_unit_test_teardown(leaving_source_aborts, kill_leftovers),
+		cmocka_unit_test_teardown(several_nodes_refused, kill_leftovers),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
