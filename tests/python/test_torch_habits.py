@@ -1,5 +1,5 @@
-"""Two things DDP users do without thinking, with GradSync: a model under
-torch.compile, and a checkpoint saved and resumed.
+"""Three things DDP users do without thinking, with GradSync: a model under
+torch.compile, autocast, and a checkpoint saved and resumed.
 
 One trainer in this process, a world of one on the fp16 wire, so the
 reduced gradient is the local gradient rounded through fp16, which torch
@@ -10,6 +10,11 @@ never fired under the compiler) is fp32 and fails the comparison.
   each step (AOTAutograd's backward with the "aot_eager" backend, which
   runs the graph torch's default "inductor" backend would generate code
   for; inductor's C++ build takes half a minute on a CI core).
+- Autocast (bfloat16 on the CPU, as AMP's float16 on a GPU): the forward
+  runs in half precision, the fp32 parameters get fp32 gradients, which
+  are reduced as any others. A bfloat16 product is exact in fp16, so here
+  the daemon also clips each element (clip_value), which an unreduced
+  gradient would not show.
 - Checkpoints: model and optimizer state_dicts saved mid-run from a
   wrapped model have the model's own keys (GradSync does not wrap the
   model as DDP does, so no "module." prefix). A fresh model that loads
@@ -78,6 +83,40 @@ def test_compiled_model_gradients_are_reduced():
         d.cleanup()
 
 
+def test_autocast_gradients_are_reduced():
+    import torch
+    import gradsync.torch as gst
+    torch.set_num_threads(1)
+    set_job(1, threshold=THRESHOLD)
+    d = Daemon([])
+    try:
+        model = make_model(0)
+        clip = 0.5
+        sync = gst.GradSync(model, threshold=THRESHOLD, clip_value=clip, socket_path=d.socket)
+        for step in range(1, 3):
+            twin = copy.deepcopy(model)
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                twin_loss = loss_of(twin, step)
+            want = torch.autograd.grad(twin_loss.float(), list(twin.parameters()))
+            sync.zero_grad()
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = loss_of(model, step)
+            check(loss.dtype == torch.bfloat16, f"autocast did not run: loss is {loss.dtype}")
+            loss.float().backward()
+            r = sync.wait()
+            check(not r.aborted, f"step {step} aborted")
+            want_clipped = sum(int((w.abs() > clip).sum()) for w in want)
+            check(r.clipped == want_clipped > 0,
+                  f"step {step}: {r.clipped} elements clipped, {want_clipped} above {clip}")
+            for i, (p, w) in enumerate(zip(model.parameters(), want)):
+                check(p.grad.dtype == torch.float32, f"parameter {i}: gradient {p.grad.dtype}")
+                check(torch.equal(p.grad, w.clamp(-clip, clip).half().float()),
+                      f"step {step} parameter {i}: not the clipped, fp16-reduced local gradient")
+        sync.close()
+    finally:
+        d.cleanup()
+
+
 def train_steps(model, opt, sync, first, last):
     for step in range(first, last + 1):
         opt.zero_grad()
@@ -133,4 +172,5 @@ def test_checkpoint_resumes_bit_for_bit():
 
 
 if __name__ == "__main__":
-    run([test_compiled_model_gradients_are_reduced, test_checkpoint_resumes_bit_for_bit])
+    run([test_compiled_model_gradients_are_reduced, test_autocast_gradients_are_reduced,
+         test_checkpoint_resumes_bit_for_bit])
