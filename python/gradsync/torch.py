@@ -11,9 +11,14 @@ GradSync registers every parameter's gradient with the daemon once, in
 backpropagation order (the reverse of ``model.parameters()``). During
 ``backward()`` a post-accumulate-grad hook marks each gradient ready as
 soon as autograd has produced it, so the daemon reduces early buckets
-while backpropagation goes on; ``wait()`` (run by the optimizer's step
-pre-hook when ``optimizer`` is given) returns once the reduced gradients
-are in ``param.grad``.
+while backpropagation goes on. As in DDP, ``backward()`` returns once the
+reduced gradients are in ``param.grad``: the first hook of each backward
+pass queues a callback that autograd runs when the pass ends, and that
+waits for the step. Whatever reads the gradients between ``backward()``
+and ``optimizer.step()`` (``clip_grad_norm_``, a ``GradScaler``'s unscale
+and inf check) sees the average. ``wait()`` then returns that step's
+result without another all-reduce, and so does the optimizer's step
+pre-hook when ``optimizer`` is given.
 
 CPU gradients live in memory shared with the daemon: each ``param.grad``
 is a view of it, so the daemon reads and writes the gradient in place.
@@ -27,6 +32,11 @@ environment, as ``GradSync`` says.
 
 ``last_result.nonfinite`` (inf/NaN values in the reduced gradients) lets a
 mixed-precision loss scaler skip a step.
+
+``rank``, ``world_size``, ``local_rank``, ``local_size``, ``node_rank`` and
+``nodes`` say where the trainer sits in its job, as gradsyncd said at
+connection, for what would otherwise need a process group:
+``DistributedSampler(dataset, num_replicas=sync.world_size, rank=sync.rank)``.
 """
 from __future__ import annotations
 
@@ -40,6 +50,11 @@ from .errors import (EDTYPE, EINVAL, ESTATE, DtypeError, InvalidArgumentError, S
                      StepAborted)
 
 Params = Union[torch.nn.Module, Iterable[torch.nn.Parameter]]
+
+# Where GradSync's current step stands.
+_IDLE = "idle"        # none open or reduced: none yet, the last failed, or no_sync() moved on
+_OPEN = "open"        # begun: gradients are being marked ready
+_REDUCED = "reduced"  # waited for: param.grad holds it, last_result says how it went
 
 
 def _named_parameters(model: Params) -> List[tuple]:
@@ -73,11 +88,13 @@ class GradSync:
     both values). ``client.info`` shows what the job runs with.
 
     ``clip_value`` clips each element of this trainer's gradients to
-    [-clip_value, clip_value] before reduction. ``optimizer``: its step
-    waits for the reduced gradients first (without it, call ``wait()``
-    before ``optimizer.step()``). ``socket_path`` is gradsyncd's socket
-    ($GRADSYNC_SOCKET, else the default); ``timeout`` (seconds, None: no
-    limit) bounds each ``wait()``.
+    [-clip_value, clip_value] before reduction. ``backward()`` returns
+    once the step's reduced gradients are in ``param.grad``, as with DDP.
+    ``optimizer``: its step waits for a step that is not finished yet
+    (gradients produced without ``backward()``); ``wait()`` does the same
+    without it. ``socket_path`` is gradsyncd's socket ($GRADSYNC_SOCKET,
+    else the default); ``timeout`` (seconds, None: no limit) bounds each
+    wait for a step, that at the end of ``backward()`` included.
     """
 
     def __init__(self, model: Params, threshold: Optional[int] = None,
@@ -110,7 +127,10 @@ class GradSync:
             raise
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self._marked = [False] * len(self.params)
-        self._in_step = False
+        self._state = _IDLE
+        # The backward pass (autograd graph task) whose end waits for the
+        # step: one callback per pass, queued by its first gradient.
+        self._waiting_task: Optional[int] = None
         self._syncing = True
         self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
                        for p in self.params]
@@ -146,21 +166,75 @@ class GradSync:
         return grads
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.wait()
+        # Inside no_sync() the step takes the local gradients, as DDP's.
+        if self._syncing:
+            self.wait()
+
+    # ---- the trainer's place in its job --------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """This trainer's global rank (``Client.rank``)."""
+        return self.client.rank
+
+    @property
+    def world_size(self) -> int:
+        """The job's trainers on all its nodes."""
+        return self.client.world_size
+
+    @property
+    def local_rank(self) -> int:
+        """This trainer's rank on its node."""
+        return self.client.local_rank
+
+    @property
+    def local_size(self) -> int:
+        """The job's trainers on this node."""
+        return self.client.local_size
+
+    @property
+    def node_rank(self) -> int:
+        """This node's rank in the job."""
+        return self.client.node_rank
+
+    @property
+    def nodes(self) -> int:
+        """The job's nodes."""
+        return self.client.nodes
 
     # ---- during backward -----------------------------------------------------
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         if not self._syncing:
+            # The gradients are no longer the reduced ones: a later wait()
+            # synchronises them instead of returning the last result.
+            if self._state == _REDUCED:
+                self._state = _IDLE
             return
         i = self._index[id(p)]
         if self._marked[i]:
             raise StateError(ESTATE, f"gradient {i} produced twice in one step; call wait() "
                              "before the next backward()", "GradSync")
         self._begin()
+        self._wait_at_end_of_backward()
         self._bind(i)
         self._mark([i])
         self._marked[i] = True
+
+    def _wait_at_end_of_backward(self) -> None:
+        """Has autograd wait for the step when this backward pass ends, as
+        DDP's reducer does: a final callback runs after the pass's last
+        gradient, before backward() returns, with the caller's streams
+        current."""
+        task = torch._C._current_graph_task_id()
+        if task == self._waiting_task:
+            return
+        self._waiting_task = task
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+
+    def _end_of_backward(self) -> None:
+        self._waiting_task = None
+        self.wait()
 
     def _mark(self, indices: List[int]) -> None:
         """Marks gradients ready; on a GPU, after the work queued so far on
@@ -174,9 +248,9 @@ class GradSync:
         return torch.cuda.current_stream(self.device).cuda_stream
 
     def _begin(self) -> None:
-        if not self._in_step:
+        if self._state != _OPEN:
             self.client.begin_step(self.clip_value)
-            self._in_step = True
+            self._state = _OPEN
 
     def _bind(self, i: int) -> None:
         """Puts parameter i's gradient into the registered memory: autograd
@@ -193,15 +267,23 @@ class GradSync:
     # ---- the step ------------------------------------------------------------
 
     def wait(self) -> StepResult:
-        """Waits for the step's reduced gradients, which are then in each
-        ``param.grad``. A parameter that got no gradient this step takes
-        part with zeros (as DDP with find_unused_parameters). Raises
-        StepAborted when the step was aborted (``param.grad`` then holds
-        this trainer's own gradient wherever it was not reduced), and
-        TimeoutError when it did not end within the timeout: the step then
-        still runs, and ``param.grad`` must not be read until
-        ``self.client.wait()`` has returned."""
-        if not self._in_step and not any(p.grad is not None for p in self.params):
+        """The step's result, once its reduced gradients are in each
+        ``param.grad``. ``backward()`` has waited already, so this returns
+        its step's result without another all-reduce, however often it is
+        called, until the next ``backward()``. With gradients put in
+        ``param.grad`` some other way, it synchronises them.
+
+        A parameter that got no gradient this step takes part with zeros
+        (as DDP with find_unused_parameters). Raises StepAborted when the
+        step was aborted (``param.grad`` then holds this trainer's own
+        gradient wherever it was not reduced), and TimeoutError when it did
+        not end within the timeout: the step then still runs, and
+        ``param.grad`` must not be read until ``self.client.wait()`` has
+        returned."""
+        if self._state == _REDUCED:
+            assert self.last_result is not None
+            return self.last_result
+        if self._state == _IDLE and not any(p.grad is not None for p in self.params):
             raise StateError(ESTATE, "no gradient to synchronise: call backward() first",
                              "GradSync.wait")
         self._begin()
@@ -211,13 +293,14 @@ class GradSync:
         if rest:
             self._mark(rest)
         self._marked = [False] * len(self.params)
-        self._in_step = False
+        self._state = _IDLE  # until the step is known to have ended well
         try:
             self.last_result = self.client.wait(self.timeout)
         except StepAborted:
             self._follow_daemon()
             raise
         self._follow_daemon()
+        self._state = _REDUCED
         return self.last_result
 
     def _follow_daemon(self) -> None:
