@@ -41,7 +41,7 @@ connection, for what would otherwise need a process group:
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterable, Iterator, List, Optional, Union
+from typing import Any, Iterable, Iterator, List, Optional, Set, Union
 
 import torch
 
@@ -128,9 +128,9 @@ class GradSync:
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self._marked = [False] * len(self.params)
         self._state = _IDLE
-        # The backward pass (autograd graph task) whose end waits for the
-        # step: one callback per pass, queued by its first gradient.
-        self._waiting_task: Optional[int] = None
+        # The backward passes (autograd graph tasks) whose ends wait for
+        # the step: one callback per pass, queued by its first gradient.
+        self._waiting_tasks: Set[int] = set()
         self._syncing = True
         self._hooks = [p.register_post_accumulate_grad_hook(self._grad_ready)
                        for p in self.params]
@@ -227,13 +227,22 @@ class GradSync:
         gradient, before backward() returns, with the caller's streams
         current."""
         task = torch._C._current_graph_task_id()
-        if task == self._waiting_task:
+        if task in self._waiting_tasks:
             return
-        self._waiting_task = task
+        self._waiting_tasks.add(task)
         torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
 
     def _end_of_backward(self) -> None:
-        self._waiting_task = None
+        self._waiting_tasks.discard(torch._C._current_graph_task_id())
+        outer = torch._C._current_autograd_node()
+        if outer is not None:
+            # A pass run inside a node of another (reentrant activation
+            # checkpointing): the outer pass has gradients still to come,
+            # so the wait moves to its end, queued once that node is done.
+            outer.register_hook(lambda *_: self._wait_at_end_of_backward())
+            return
+        # Passes that failed before their end left their ids behind.
+        self._waiting_tasks.clear()
         self.wait()
 
     def _mark(self, indices: List[int]) -> None:

@@ -251,6 +251,46 @@ def test_wait_in_backward_in_process():
         d.cleanup()
 
 
+def test_wait_after_reentrant_checkpoint():
+    """With reentrant activation checkpointing, the checkpointed layers'
+    gradients come from a backward pass run inside the outer one, which
+    ends first: the wait is at the end of the outer pass, once every
+    gradient is in, whether the first gradient came from inside the
+    checkpoint (the last layers checkpointed), outside it, or none came
+    outside. A world of one: the result is each local gradient rounded
+    through fp16."""
+    import torch
+    from torch.utils.checkpoint import checkpoint
+    import gradsync.torch as gst
+    set_job(1, threshold=THRESHOLD)
+    d = Daemon([])
+    try:
+        torch.manual_seed(0)
+        layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+        x = torch.randn(8, 16, requires_grad=True)  # as reentrant checkpoints need
+
+        def forward(net, checkpointed):
+            h = x
+            for i, layer in enumerate(net):
+                h = checkpoint(layer, h, use_reentrant=True) if i in checkpointed else layer(h)
+            return h.square().sum()
+
+        with gst.GradSync(layers, socket_path=d.socket) as sync:
+            for checkpointed in ({2, 3}, {1, 2}, {0, 1, 2, 3}):
+                twin = copy.deepcopy(layers)
+                want = torch.autograd.grad(forward(twin, ()), list(twin.parameters()))
+                sync.zero_grad()
+                before = sync.last_result.step if sync.last_result else 0
+                forward(layers, checkpointed).backward()
+                what = f"layers {sorted(checkpointed)} checkpointed"
+                check_eq(sync.last_result.step, before + 1, f"{what}: the step after backward()")
+                for k, (p, w) in enumerate(zip(layers.parameters(), want)):
+                    check(torch.equal(p.grad, w.half().float()),
+                          f"{what}: parameter {k}'s .grad is not its reduced gradient")
+    finally:
+        d.cleanup()
+
+
 def test_second_job_on_one_id_is_told_to_take_another():
     import gradsync
     set_job(1)
@@ -271,7 +311,8 @@ def test_second_job_on_one_id_is_told_to_take_another():
 
 
 if __name__ == "__main__":
-    run([test_wait_in_backward_in_process, test_second_job_on_one_id_is_told_to_take_another,
+    run([test_wait_in_backward_in_process, test_wait_after_reentrant_checkpoint,
+         test_second_job_on_one_id_is_told_to_take_another,
          test_clip_grad_norm_sees_the_average, test_grad_scaler_skips_a_planted_inf_on_every_rank,
          test_wait_is_idempotent_with_optimizer, test_distributed_sampler_from_rank_and_world,
          test_no_sync_accumulates_as_ddp])
