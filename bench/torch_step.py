@@ -2,8 +2,9 @@
 processes, synchronised by gradsync (gradsyncd, host backend, fp16 wire),
 by DDP on Gloo (fp32, and with PyTorch's fp16 compress hook), and not at
 all (the floor: compute alone), in one invocation. The systems take turns
-R times; each figure is the median of its R runs, each run's own figure
-being the median step (the slowest trainer's) after a warm-up step.
+R times (every other turn in reverse order); each figure is the median
+of its R runs, each run's own figure being the median step (the slowest
+trainer's) after a warm-up step.
 
 --model transformer times a 27M-parameter transformer instead of the
 example's MLP. --before DIR adds "gradsync-before": the same gradsync run
@@ -84,7 +85,9 @@ def main():
             daemon = start_daemon(args.daemon, sock, args.procs, log)
             try:
                 for rep in range(args.repeat):
-                    for s in systems:
+                    # Every other turn in reverse, so that a load that
+                    # rises or falls during the run favours no system.
+                    for s in systems if rep % 2 == 0 else reversed(systems):
                         runs[s].append(run(s, args, sock))
             finally:
                 daemon.send_signal(signal.SIGTERM)
