@@ -4,6 +4,7 @@
 # builds, makes the Python environment (scripts/python-env.sh), then runs
 # bench/torch_step.py, which starts its own gradsyncd.
 #   bench/torch-step.sh [--procs N] [--steps K] [--repeat R]
+#                       [--model mlp|transformer] [--before DIR] [--systems LIST]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/prepare.sh

@@ -25,6 +25,12 @@ GS_SAME(GS_OP_AVERAGE, GRADSYNC__REDUCE_OP__OP_AVERAGE);
 GS_SAME(GS_OP_SUM, GRADSYNC__REDUCE_OP__OP_SUM);
 #undef GS_SAME
 
+/* local_rank went into the padding after global_rank: callers built before
+ * it pass a struct of the same size, and struct gs_status, which holds one,
+ * keeps its layout. */
+_Static_assert(sizeof(void *) != 8 || sizeof(struct gs_session_info) == 72,
+	       "struct gs_session_info changed size");
+
 static const char *socket_path(const char *path)
 {
 	if (path)
@@ -128,6 +134,7 @@ static int take_welcome(struct gs_client *c, const Gradsync__Welcome *w)
 	info->local_size = w->local_size;
 	info->node_rank = w->node_rank;
 	info->global_rank = w->global_rank;
+	info->local_rank = c->role == GRADSYNC__ROLE__ROLE_TRAINER ? c->local_rank : 0;
 	info->nodes = w->nodes;
 	info->backend = c->backend;
 	info->daemon_version = c->daemon_version;

@@ -164,8 +164,10 @@ struct gs_trainer *gs_job_attach(struct gs_job *j, const struct gs_client *c,
 	}
 	struct gs_trainer *holder = j->slots[h->local_rank];
 	if (holder) {
-		gs_client_fail(c, GS_EREFUSED, "local rank %llu is already taken by pid %d",
-			     (unsigned long long)h->local_rank, (int)holder->pid);
+		/* Most often two jobs on one id: torchrun's is "none" unless
+		 * --rdzv-id gives one. */
+		gs_client_fail(c, GS_EREFUSED, "job '%s': local rank %llu is already taken by pid %d; if this trainer belongs to another job, give each job its own id (torchrun --rdzv-id, or GRADSYNC_JOB_ID)",
+			     j->id, (unsigned long long)h->local_rank, (int)holder->pid);
 		return NULL;
 	}
 	struct gs_trainer *t = gs_trainer_create(j, c, (uint32_t)h->local_rank);

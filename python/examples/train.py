@@ -22,21 +22,48 @@ import torch
 import torch.multiprocessing as mp
 
 FEATURES, HIDDEN, CLASSES, BATCH = 256, 1024, 10, 128
+# The transformer: 27,311,104 parameters, a batch of SEQS sequences of
+# SEQ_LEN tokens.
+VOCAB, WIDTH, HEADS, FFN, LAYERS, SEQS, SEQ_LEN = 8192, 512, 8, 2048, 6, 4, 64
 
 
-def make_model():
+class Transformer(torch.nn.Module):
+    """Embedding, LAYERS encoder layers and a head over the vocabulary."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
+        layer = torch.nn.TransformerEncoderLayer(WIDTH, HEADS, FFN, dropout=0.0,
+                                                 batch_first=True)
+        self.layers = torch.nn.TransformerEncoder(layer, LAYERS, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(WIDTH, VOCAB)
+
+    def forward(self, x):
+        return self.head(self.layers(self.embed(x))).reshape(-1, VOCAB)
+
+
+def make_model(kind="mlp"):
     torch.manual_seed(0)  # the same initial weights in every trainer
+    if kind == "transformer":
+        return Transformer()
     return torch.nn.Sequential(
         torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(),
         torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU(),
         torch.nn.Linear(HIDDEN, CLASSES))
 
 
-def batches(rank, steps):
-    """Rank's share of a synthetic task: labels from a fixed random linear
-    teacher, so there is something to learn."""
-    teacher = torch.randn(FEATURES, CLASSES, generator=torch.Generator().manual_seed(1))
+def batches(rank, steps, kind="mlp"):
+    """Rank's share of a synthetic task: labels from a fixed random teacher
+    (linear for the MLP, a map of tokens for the transformer), so there is
+    something to learn."""
     g = torch.Generator().manual_seed(100 + rank)
+    if kind == "transformer":
+        teacher = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(1))
+        for _ in range(steps):
+            x = torch.randint(VOCAB, (SEQS, SEQ_LEN), generator=g)
+            yield x, teacher[x].reshape(-1)
+        return
+    teacher = torch.randn(FEATURES, CLASSES, generator=torch.Generator().manual_seed(1))
     for _ in range(steps):
         x = torch.randn(BATCH, FEATURES, generator=g)
         yield x, (x @ teacher).argmax(dim=1)
@@ -44,7 +71,7 @@ def batches(rank, steps):
 
 def trainer(rank, args, results):
     torch.set_num_threads(args.threads)
-    model = make_model()
+    model = make_model(args.model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     net = model
     if args.sync == "gradsync":
@@ -62,12 +89,12 @@ def trainer(rank, args, results):
             net.register_comm_hook(None, default_hooks.fp16_compress_hook)
     loss_fn = torch.nn.CrossEntropyLoss()
     times, losses = [], []
-    for x, y in batches(rank, args.steps):
+    for x, y in batches(rank, args.steps, args.model):
         t0 = time.perf_counter()
         optimizer.zero_grad()
         loss = loss_fn(net(x), y)
-        loss.backward()
-        optimizer.step()           # with gradsync: waits for the reduced gradients first
+        loss.backward()            # with gradsync: returns once the gradients are averaged
+        optimizer.step()
         times.append(time.perf_counter() - t0)
         losses.append(loss.item())
     if args.sync == "gradsync":
@@ -82,6 +109,8 @@ def main():
     ap.add_argument("--socket", default=None,
                     help="gradsyncd's socket (default: $GRADSYNC_SOCKET, else "
                          "/run/gradsync/gradsyncd.sock)")
+    ap.add_argument("--model", choices=["mlp", "transformer"], default="mlp",
+                    help="a 1.3M-parameter MLP, or a 27M-parameter transformer")
     ap.add_argument("--procs", type=int, default=2, help="trainer processes")
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per trainer")
@@ -104,7 +133,8 @@ def main():
     # A step ends when the slowest trainer's does; skip the first (warm-up).
     step_times = [max(d[3][i] for d in done) for i in range(1, args.steps)]
     out = {"sync": args.sync, "procs": args.procs, "steps": args.steps,
-           "params": sum(p.numel() for p in make_model().parameters()),
+           "model": args.model,
+           "params": sum(p.numel() for p in make_model(args.model).parameters()),
            "loss_first": done[0][1], "loss_last": done[0][2],
            "step_ms_median": 1000 * statistics.median(step_times)}
     if args.json:

@@ -88,6 +88,7 @@ class SessionInfo(Structure):
         ("predivide_factor", c_double),
         ("fusion_buffer_elements", c_uint64),
         ("global_rank", c_uint32),
+        ("local_rank", c_uint32),
     ]
 
 

@@ -45,13 +45,15 @@ DEFAULT_TIMEOUT = 600.0
 
 @dataclass(frozen=True)
 class SessionInfo:
-    """What the daemon said at connection: the job's shape and settings."""
+    """What the daemon said at connection: the job's shape and settings,
+    and this trainer's place in it (``local_rank`` is the one it said)."""
 
     world_size: int
     local_size: int
     node_rank: int
     nodes: int
     global_rank: int
+    local_rank: int
     backend: str
     daemon_version: str
     threshold: int
@@ -64,6 +66,7 @@ class SessionInfo:
     def _from_c(cls, c: _lib.SessionInfo) -> "SessionInfo":
         return cls(world_size=c.world_size, local_size=c.local_size,
                    node_rank=c.node_rank, nodes=c.nodes, global_rank=c.global_rank,
+                   local_rank=c.local_rank,
                    backend=_lib.text(c.backend), daemon_version=_lib.text(c.daemon_version),
                    threshold=c.threshold,
                    wire_dtype=_lib.WIRE_DTYPES.get(c.wire_dtype, str(c.wire_dtype)),
@@ -447,6 +450,42 @@ class Client(_Connection):
         c_info = _lib.SessionInfo()
         self._check(lib.gs_session_info(ptr, ctypes.byref(c_info)), "session_info")
         self.info = SessionInfo._from_c(c_info)
+
+    # ---- the trainer's place in its job ----------------------------------
+    # What gradsyncd said in its welcome, for what a process group would
+    # otherwise give: DistributedSampler(ds, num_replicas=c.world_size,
+    # rank=c.rank), logging from rank 0 only.
+
+    @property
+    def rank(self) -> int:
+        """This trainer's global rank, 0..world_size-1 (torch.distributed's
+        get_rank())."""
+        return self.info.global_rank
+
+    @property
+    def world_size(self) -> int:
+        """The job's trainers on all its nodes."""
+        return self.info.world_size
+
+    @property
+    def local_rank(self) -> int:
+        """This trainer's rank on its node, 0..local_size-1."""
+        return self.info.local_rank
+
+    @property
+    def local_size(self) -> int:
+        """The job's trainers on this node."""
+        return self.info.local_size
+
+    @property
+    def node_rank(self) -> int:
+        """This node's rank in the job, 0..nodes-1."""
+        return self.info.node_rank
+
+    @property
+    def nodes(self) -> int:
+        """The job's nodes."""
+        return self.info.nodes
 
     # ---- registration ----------------------------------------------------
 

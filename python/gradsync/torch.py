@@ -11,9 +11,14 @@ GradSync registers every parameter's gradient with the daemon once, in
 backpropagation order (the reverse of ``model.parameters()``). During
 ``backward()`` a post-accumulate-grad hook marks each gradient ready as
 soon as autograd has produced it, so the daemon reduces early buckets
-while backpropagation goes on; ``wait()`` (run by the optimizer's step
-pre-hook when ``optimizer`` is given) returns once the reduced gradients
-are in ``param.grad``.
+while backpropagation goes on. As in DDP, ``backward()`` returns once the
+reduced gradients are in ``param.grad``: the first hook of each backward
+pass queues a callback that autograd runs when the pass ends, and that
+waits for the step. Whatever reads the gradients between ``backward()``
+and ``optimizer.step()`` (``clip_grad_norm_``, a ``GradScaler``'s unscale
+and inf check) sees the average. ``wait()`` then returns that step's
+result without another all-reduce, and so does the optimizer's step
+pre-hook when ``optimizer`` is given.
 
 CPU gradients live in memory shared with the daemon: each ``param.grad``
 is a view of it, so the daemon reads and writes the gradient in place.
@@ -37,12 +42,17 @@ with it, and broadcasts it from global rank 0, bit for bit. With
 ``broadcast_buffers=True`` (DDP's default) a forward pre-hook broadcasts
 the buffers (BatchNorm's running statistics) from rank 0 before each
 forward in training mode, every rank doing the same forwards.
+
+``rank``, ``world_size``, ``local_rank``, ``local_size``, ``node_rank`` and
+``nodes`` say where the trainer sits in its job, as gradsyncd said at
+connection, for what would otherwise need a process group:
+``DistributedSampler(dataset, num_replicas=sync.world_size, rank=sync.rank)``.
 """
 from __future__ import annotations
 
 import contextlib
 import warnings
-from typing import Any, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Iterable, Iterator, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -51,6 +61,11 @@ from .errors import (EDTYPE, EINVAL, ESTATE, DtypeError, InvalidArgumentError, S
                      StepAborted)
 
 Params = Union[torch.nn.Module, Iterable[torch.nn.Parameter]]
+
+# Where GradSync's current step stands.
+_IDLE = "idle"        # none open or reduced: none yet, the last failed, or no_sync() moved on
+_OPEN = "open"        # begun: gradients are being marked ready
+_REDUCED = "reduced"  # waited for: param.grad holds it, last_result says how it went
 
 
 def _named_parameters(model: Params) -> List[tuple]:
@@ -111,11 +126,13 @@ class GradSync:
     both values). ``client.info`` shows what the job runs with.
 
     ``clip_value`` clips each element of this trainer's gradients to
-    [-clip_value, clip_value] before reduction. ``optimizer``: its step
-    waits for the reduced gradients first (without it, call ``wait()``
-    before ``optimizer.step()``). ``socket_path`` is gradsyncd's socket
-    ($GRADSYNC_SOCKET, else the default); ``timeout`` (seconds, None: no
-    limit) bounds each ``wait()``.
+    [-clip_value, clip_value] before reduction. ``backward()`` returns
+    once the step's reduced gradients are in ``param.grad``, as with DDP.
+    ``optimizer``: its step waits for a step that is not finished yet
+    (gradients produced without ``backward()``); ``wait()`` does the same
+    without it. ``socket_path`` is gradsyncd's socket ($GRADSYNC_SOCKET,
+    else the default); ``timeout`` (seconds, None: no limit) bounds each
+    wait for a step, that at the end of ``backward()`` included.
 
     ``broadcast_state`` (default True, as DDP): the model's parameters and
     buffers are broadcast from global rank 0 when it is wrapped, so that
@@ -160,7 +177,13 @@ class GradSync:
             raise
         self._index = {id(p): i for i, p in enumerate(self.params)}
         self._marked = [False] * len(self.params)
-        self._in_step = False
+        self._state = _IDLE
+        self._produced_locally: Set[int] = set()  # under no_sync() since the last step
+        self._clips = False  # clip_grad_norm_ was called: mark the reduced gradients
+        self._reduced_marks: Optional[Tuple[list, Optional[torch.Tensor]]] = None
+        # The backward passes (autograd graph tasks) whose ends wait for
+        # the step: one callback per pass, queued by its first gradient.
+        self._waiting_tasks: Set[int] = set()
         self._syncing = True
         self._hooks += [p.register_post_accumulate_grad_hook(self._grad_ready)
                         for p in self.params]
@@ -239,21 +262,86 @@ class GradSync:
             self.client.broadcast_state(0, self._buffer_indices)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        self.wait()
+        # Inside no_sync() the step takes the local gradients, as DDP's.
+        if self._syncing:
+            self.wait()
+
+    # ---- the trainer's place in its job --------------------------------------
+
+    @property
+    def rank(self) -> int:
+        """This trainer's global rank (``Client.rank``)."""
+        return self.client.rank
+
+    @property
+    def world_size(self) -> int:
+        """The job's trainers on all its nodes."""
+        return self.client.world_size
+
+    @property
+    def local_rank(self) -> int:
+        """This trainer's rank on its node."""
+        return self.client.local_rank
+
+    @property
+    def local_size(self) -> int:
+        """The job's trainers on this node."""
+        return self.client.local_size
+
+    @property
+    def node_rank(self) -> int:
+        """This node's rank in the job."""
+        return self.client.node_rank
+
+    @property
+    def nodes(self) -> int:
+        """The job's nodes."""
+        return self.client.nodes
 
     # ---- during backward -----------------------------------------------------
 
     def _grad_ready(self, p: torch.Tensor) -> None:
         if not self._syncing:
+            # The gradients are no longer the reduced ones: a later wait()
+            # synchronises them instead of returning the last result, and
+            # counts this one as produced (accumulated here, as DDP's).
+            if self._state == _REDUCED:
+                self._state = _IDLE
+            self._produced_locally.add(self._index[id(p)])
             return
         i = self._index[id(p)]
         if self._marked[i]:
             raise StateError(ESTATE, f"gradient {i} produced twice in one step; call wait() "
                              "before the next backward()", "GradSync")
         self._begin()
+        self._wait_at_end_of_backward()
         self._bind(i)
         self._mark([i])
         self._marked[i] = True
+
+    def _wait_at_end_of_backward(self) -> None:
+        """Has autograd wait for the step when this backward pass ends, as
+        DDP's reducer does: a final callback runs after the pass's last
+        gradient, before backward() returns, with the caller's streams
+        current."""
+        task = torch._C._current_graph_task_id()
+        if task in self._waiting_tasks:
+            return
+        self._waiting_tasks.add(task)
+        torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+
+    def _end_of_backward(self) -> None:
+        self._waiting_tasks.discard(torch._C._current_graph_task_id())
+        outer = torch._C._current_autograd_node()
+        if outer is not None:
+            # A pass run inside a node of another (reentrant activation
+            # checkpointing): the outer pass has gradients still to come,
+            # so the wait moves to its end, queued once that node is done.
+            outer.register_hook(lambda *_: self._wait_at_end_of_backward())
+            return
+        # Passes that failed before their end left their ids behind.
+        self._waiting_tasks.clear()
+        self.wait()
 
     def _mark(self, indices: List[int]) -> None:
         """Marks gradients ready; on a GPU, after the work queued so far on
@@ -293,9 +381,9 @@ class GradSync:
         return torch.cuda.current_stream(self.device).cuda_stream
 
     def _begin(self) -> None:
-        if not self._in_step:
+        if self._state != _OPEN:
             self.client.begin_step(self.clip_value)
-            self._in_step = True
+            self._state = _OPEN
 
     def _bind(self, i: int) -> None:
         """Puts parameter i's gradient into the registered memory: autograd
@@ -312,25 +400,46 @@ class GradSync:
     # ---- the step ------------------------------------------------------------
 
     def wait(self) -> StepResult:
-        """Waits for the step's reduced gradients, which are then in each
-        ``param.grad``. A parameter that got no gradient this step takes
-        part with zeros, and one that no trainer of the job got a gradient
-        for keeps ``grad = None`` (as DDP with find_unused_parameters);
-        one frozen after wrapping is left alone. Raises
-        StepAborted when the step was aborted (``param.grad`` then holds
-        this trainer's own gradient wherever it was not reduced), and
-        TimeoutError when it did not end within the timeout: the step then
-        still runs, and ``param.grad`` must not be read until
-        ``self.client.wait()`` has returned."""
-        if not self._in_step and not any(p.grad is not None for p in self.params):
+        """The step's result, once its reduced gradients are in each
+        ``param.grad``. ``backward()`` has waited already, so this returns
+        its step's result without another all-reduce, however often it is
+        called, until the next ``backward()``. With gradients put in
+        ``param.grad`` some other way, it synchronises them.
+
+        A parameter that got no gradient this step takes part with zeros,
+        and one that no trainer of the job got a gradient for keeps
+        ``grad = None`` (as DDP with find_unused_parameters); one frozen
+        after wrapping is left alone. Raises StepAborted when the
+        step was aborted (``param.grad`` then holds this trainer's own
+        gradient wherever it was not reduced), and TimeoutError when it did
+        not end within the timeout: the step then still runs, and
+        ``param.grad`` must not be read until ``self.client.wait()`` has
+        returned."""
+        if self._state == _REDUCED:
+            assert self.last_result is not None
+            return self.last_result
+        if self._state == _IDLE and not any(p.grad is not None for p in self.params):
             raise StateError(ESTATE, "no gradient to synchronise: call backward() first",
                              "GradSync.wait")
         self._begin()
-        absent = [i for i, m in enumerate(self._marked) if not m]
+        unmarked = [i for i, m in enumerate(self._marked) if not m]
+        # Gradients this trainer produced that no hook marked: accumulated
+        # under no_sync(), or, when no backward ran at all, put in .grad by
+        # the caller. They take part as produced; the rest are absent.
+        by_hand = len(unmarked) == len(self.params) and not self._produced_locally
+        produced = [i for i in unmarked if self.params[i].grad is not None
+                    and self.params[i].requires_grad
+                    and (by_hand or i in self._produced_locally)]
+        absent = sorted(set(unmarked) - set(produced))
+        for i in produced:
+            self._bind(i)
+        if produced:
+            self._mark(produced)
         if absent:
             self._mark_absent(absent)
         self._marked = [False] * len(self.params)
-        self._in_step = False
+        self._produced_locally = set()
+        self._state = _IDLE  # until the step is known to have ended well
         try:
             self.last_result = self.client.wait(self.timeout)
         except StepAborted:
@@ -338,7 +447,31 @@ class GradSync:
             raise
         self._follow_daemon()
         self._after_wait(absent)
+        self._state = _REDUCED
+        if self._clips:
+            self._reduced_marks = self._grad_marks()
         return self.last_result
+
+    def _grad_marks(self) -> Tuple[list, Optional[torch.Tensor]]:
+        """What clip_grad_norm_ compares to know the gradients are still as
+        reduced: each one's identity and in-place version counter (an
+        earlier clip, most in-place changes), and its first and last
+        elements (GradScaler.unscale_ scales every gradient in place
+        without counting a version)."""
+        grads = [p.grad for p in self.params]
+        ids = [None if g is None else (id(g), g._version) for g in grads]
+        ends = [e for g in grads if g is not None and g.numel()
+                for e in (g.view(-1)[0], g.view(-1)[-1])]
+        return ids, torch.stack(ends) if ends else None
+
+    def _grads_as_reduced(self) -> bool:
+        if self._reduced_marks is None:
+            return False
+        ids, ends = self._grad_marks()
+        was_ids, was_ends = self._reduced_marks
+        if ids != was_ids:
+            return False
+        return ends is None or bool(torch.equal(ends, was_ends))
 
     def _follow_daemon(self) -> None:
         # Once the step has ended: the gradients' stream waits for the
@@ -359,12 +492,20 @@ class GradSync:
         it returns. The norm covers every gradient GradSync registered;
         gradsyncd sums the squares of their float32 values in float64, so
         it may differ from torch's own float32 sum in the last bits
-        (relative 1e-6 at most in practice). Another ``norm_type`` falls
-        back to torch's function."""
-        if self._in_step:
+        (relative 1e-6 at most in practice). Torch's function runs instead
+        on the first call (from then on each step marks its gradients), and
+        when that norm is not the gradients' own: another ``norm_type``,
+        gradients not synchronised this step (under ``no_sync()``, or after
+        a failed step), or gradients changed since they were reduced
+        (``GradScaler.unscale_``, an earlier clip, any in-place change)."""
+        if self._state == _OPEN:
             self.wait()
         result = self.last_result
-        if float(norm_type) != 2.0 or result is None:
+        # The marks are taken from the first call on (they cost a few
+        # microseconds per gradient a step): the first call is torch's.
+        first, self._clips = not self._clips, True
+        if (first or float(norm_type) != 2.0 or result is None or self._state != _REDUCED
+                or not self._grads_as_reduced()):
             # In the model's order, as a caller would pass model.parameters().
             return torch.nn.utils.clip_grad_norm_(list(reversed(self.params)), max_norm,
                                                   norm_type,

@@ -328,12 +328,19 @@ static void second_job_served_beside(void **state)
 	close(sock);
 }
 
+/* Most often another job on the same id (torchrun's default run id is
+ * "none"): the refusal names the job, the rank and its holder (this
+ * process), and says how to give each job its own id. */
 static void rank_taken(void **state)
 {
 	(void)state;
+	char want[256];
+	snprintf(want, sizeof(want),
+		 "job '': local rank 0 is already taken by pid %d; if this trainer belongs to another job, give each job its own id (torchrun --rdzv-id, or GRADSYNC_JOB_ID)",
+		 (int)getpid());
 	int sock = raw_connect(daemon_.socket);
 	raw_send_hello_job(sock, 0, GS_PROTOCOL_VERSION, &job, 0);
-	raw_expect_error(sock, GS_EREFUSED, "local rank 0 is already taken by pid");
+	raw_expect_error(sock, GS_EREFUSED, want);
 	close(sock);
 }
 

@@ -63,6 +63,7 @@ int main(void)
 	F(gs_session_info, threshold); F(gs_session_info, wire_dtype);
 	F(gs_session_info, op); F(gs_session_info, predivide_factor);
 	F(gs_session_info, fusion_buffer_elements); F(gs_session_info, global_rank);
+	F(gs_session_info, local_rank);
 	end();
 	BEGIN(gs_tensor_spec);
 	F(gs_tensor_spec, name); F(gs_tensor_spec, count); F(gs_tensor_spec, dtype);

@@ -213,9 +213,14 @@ def test_job_from_environment_and_arguments():
         i = first.info
         check_eq((i.global_rank, i.local_size, i.threshold, i.wire_dtype, i.op),
                  (1, 2, 1000, "bf16", "sum"), "the job from the environment")
+        place = lambda c: (c.rank, c.world_size, c.local_rank, c.local_size,  # noqa: E731
+                           c.node_rank, c.nodes)
+        check_eq(place(first), (1, 2, 1, 2, 0, 1), "(rank, world_size, local_rank, "
+                 "local_size, node_rank, nodes) from LOCAL_RANK=1, LOCAL_WORLD_SIZE=2")
         with environment(LOCAL_RANK="1", GRADSYNC_THRESHOLD="999"):
             with gradsync.Client(d.socket, local_rank=0, threshold=1000) as c:
                 check_eq(c.info.global_rank, 0, "local_rank=0 over LOCAL_RANK=1")
+                check_eq(place(c), (0, 2, 0, 2, 0, 1), "the place of local_rank=0")
             refused("threshold 999, the job has 1000", local_rank=0)
         refused("threshold 1001, the job has 1000", threshold=1001)
         with environment(GRADSYNC_WIRE="fp16"):

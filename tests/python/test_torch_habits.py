@@ -15,6 +15,10 @@ never fired under the compiler) is fp32 and fails the comparison.
   are reduced as any others. A bfloat16 product is exact in fp16, so here
   the daemon also clips each element (clip_value), which an unreduced
   gradient would not show.
+- GradSync.clip_grad_norm_ after GradScaler.unscale_ (AMP's recipe):
+  the daemon's norm is of the scaled gradients, so the clip must see that
+  they changed and give torch's result on the unscaled ones; and a second
+  clip sees the first one's change.
 - Checkpoints: model and optimizer state_dicts saved mid-run from a
   wrapped model have the model's own keys (GradSync does not wrap the
   model as DDP does, so no "module." prefix). A fresh model that loads
@@ -117,6 +121,57 @@ def test_autocast_gradients_are_reduced():
         d.cleanup()
 
 
+def test_clip_after_unscale_is_torchs():
+    import torch
+    import gradsync.torch as gst
+    torch.set_num_threads(1)
+    set_job(1, threshold=THRESHOLD)
+    d = Daemon([])
+    try:
+        model = make_model(0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        sync = gst.GradSync(model, threshold=THRESHOLD, optimizer=opt, socket_path=d.socket)
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+        max_norm = 0.25
+        # The first call is torch's (GradSync starts marking the reduced
+        # gradients); the next, on unchanged gradients, takes the daemon's
+        # norm as it is.
+        for step in (1, 2):
+            sync.zero_grad()
+            loss_of(model, step).backward()
+            got = sync.clip_grad_norm_(max_norm)
+            opt.step()
+        check(float(got) == float(torch.tensor(sync.last_result.grad_norm, dtype=torch.float32)),
+              f"step 2: the clip's norm {float(got)} is not the daemon's "
+              f"{sync.last_result.grad_norm}")
+        sync.zero_grad()
+        scaler.scale(loss_of(model, 3)).backward()
+        scaled_norm = sync.last_result.grad_norm
+        scaler.unscale_(opt)
+        # Torch's clip on copies of the unscaled gradients: the reference.
+        twin = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+        for t, p in zip(twin, model.parameters()):
+            t.grad = p.grad.clone()
+        want_norm = torch.nn.utils.clip_grad_norm_(twin, max_norm)
+        check(float(want_norm) > 2 * max_norm, f"nothing to clip: norm {float(want_norm)}")
+        check(scaled_norm > 100 * float(want_norm),
+              f"the reduced norm {scaled_norm} is not the scaled gradients'")
+        got = sync.clip_grad_norm_(max_norm)
+        check(torch.allclose(got, want_norm, rtol=1e-6, atol=0),
+              f"clip after unscale_: norm {float(got)}, torch's {float(want_norm)}")
+        for i, (p, t) in enumerate(zip(model.parameters(), twin)):
+            check(torch.allclose(p.grad, t.grad, rtol=1e-6, atol=0),
+                  f"parameter {i}: not torch's clipped gradient")
+        again = sync.clip_grad_norm_(max_norm)
+        check(abs(float(again) - max_norm) < 1e-5 * max_norm,
+              f"a second clip saw the norm before the first: {again}")
+        scaler.step(opt)
+        scaler.update()
+        sync.close()
+    finally:
+        d.cleanup()
+
+
 def train_steps(model, opt, sync, first, last):
     for step in range(first, last + 1):
         opt.zero_grad()
@@ -173,4 +228,5 @@ def test_checkpoint_resumes_bit_for_bit():
 
 if __name__ == "__main__":
     run([test_compiled_model_gradients_are_reduced, test_autocast_gradients_are_reduced,
+         test_clip_after_unscale_is_torchs,
          test_checkpoint_resumes_bit_for_bit])
