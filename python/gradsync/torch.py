@@ -471,7 +471,9 @@ class GradSync:
         was_ids, was_ends = self._reduced_marks
         if ids != was_ids:
             return False
-        return ends is None or bool(torch.equal(ends, was_ends))
+        if ends is None or was_ends is None:
+            return ends is None and was_ends is None
+        return bool(torch.equal(ends, was_ends))
 
     def _follow_daemon(self) -> None:
         # Once the step has ended: the gradients' stream waits for the
