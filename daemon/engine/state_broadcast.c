@@ -144,7 +144,7 @@ static void finish_copy(struct state_run *run)
 	struct gs_job *j = run->job;
 	j->inflight--;
 	j->state.running = false;
-	if (run->status != GS_OK && j->state.lost_why[0]) {
+	if (run->status != GS_OK && j->state.lost_why[0] && !strstr(run->error, j->state.lost_why)) {
 		size_t len = strlen(run->error);
 		snprintf(run->error + len, sizeof(run->error) - len, " (%s)", j->state.lost_why);
 	}
