@@ -10,10 +10,12 @@
  *   3. each node compares its own with it and votes whether it differs;
  *      the lowest that differs broadcasts its reason, so that every node
  *      fails alike, naming that node and the first tensor that differs;
- *   4. tensor by tensor, in chunks of STATE_CHUNK bytes, the source's
- *      bytes go from its memory straight into local rank 0's on every
- *      other node (no staging buffer, whatever the state's size), and each
- *      node then copies a tensor into its other local trainers;
+ *   4. the tensors asked, end to end, in chunks of STATE_CHUNK bytes, go
+ *      from the source's memory into local rank 0's on every other node:
+ *      straight where a chunk lies in one tensor, through a staging
+ *      buffer of one chunk where it spans several (send_tensors), never
+ *      more memory whatever the state's size; each node then copies each
+ *      tensor, once whole, into its other local trainers;
  *   5. a last vote: whether every node's local copies worked.
  *
  * The vote in 1 waits for the slowest node's trainers (--step-timeout
@@ -258,32 +260,90 @@ static int check_layout(struct state_run *run, uint32_t root)
 
 /* ---- 4: the bytes --------------------------------------------------------- */
 
+/* The tensors asked, end to end, as one stream of bytes cut into chunks
+ * of STATE_CHUNK: the cut depends on the layout alone, the same on every
+ * node. A chunk inside one tensor goes straight from and into the
+ * trainers' memory; one that spans tensors (small ones, as most of a
+ * model's are) is gathered into a staging buffer of STATE_CHUNK bytes on
+ * the source's node and scattered from it on the others, so that a
+ * model of many small tensors costs one broadcast per chunk, not one per
+ * tensor. */
+struct stream {
+	struct state_run *run;
+	uint32_t holder;   /* the local rank whose memory is sent or filled */
+	size_t k;          /* the first tensor not yet whole */
+	uint64_t k_start;  /* its first byte's place in the stream */
+	unsigned char *staging;
+};
+
+static uint64_t size_of(const struct stream *st, size_t k)
+{
+	return st->run->job->state.layout.counts[st->run->tensors[k]];
+}
+
+static char *data_of(const struct stream *st, size_t k)
+{
+	return st->run->trainers[st->holder]->state.data[st->run->tensors[k]];
+}
+
+/* Copies [pos, pos + len) of the stream between the tensors and buf:
+ * into buf (gather) or out of it. */
+static void move_pieces(const struct stream *st, uint64_t pos, uint64_t len, bool gather)
+{
+	uint64_t start = st->k_start;
+	for (size_t j = st->k; j < st->run->ntensors && start < pos + len; j++) {
+		uint64_t end = start + size_of(st, j);
+		uint64_t a = pos > start ? pos : start, b = end < pos + len ? end : pos + len;
+		if (a < b) {
+			char *t = data_of(st, j) + (a - start);
+			unsigned char *c = st->staging + (a - pos);
+			memcpy(gather ? (void *)c : (void *)t, gather ? (void *)t : (void *)c, b - a);
+		}
+		start = end;
+	}
+}
+
+static int send_chunk(struct stream *st, uint32_t root, uint64_t pos, uint64_t len)
+{
+	struct state_run *run = st->run;
+	const struct gs_layout *l = &run->job->state.layout;
+	uint32_t i = run->tensors[st->k];
+	char what[200];
+	snprintf(what, sizeof(what), "state bytes %" PRIu64 " to %" PRIu64 " of %" PRIu64 " (from tensor %u, '%.60s')",
+		 pos, pos + len, run->bytes, i, l->names[i]);
+	if (pos + len <= st->k_start + size_of(st, st->k))
+		return bcast(run, data_of(st, st->k) + (pos - st->k_start), len, root, what);
+	bool is_root = run->world.node_rank == root;
+	if (is_root)
+		move_pieces(st, pos, len, true);
+	int rc = bcast(run, st->staging, len, root, what);
+	if (rc == GS_OK && !is_root)
+		move_pieces(st, pos, len, false);
+	return rc;
+}
+
 /* A local copy's failure does not stop this node's part in the
  * broadcasts (the others would wait for it): it copies nothing more, and
  * says so in the last vote. */
-static int send_tensors(struct state_run *run, uint32_t root, int *local)
+static int send_tensors(struct state_run *run, uint32_t root, unsigned char *staging, int *local)
 {
-	bool is_root = run->world.node_rank == root;
-	uint32_t holder = is_root ? run->source : 0;
-	const struct gs_layout *l = &run->job->state.layout;
-	for (size_t k = 0; k < run->ntensors; k++) {
-		uint32_t i = run->tensors[k];
-		char *base = run->trainers[holder]->state.data[i];
-		for (uint64_t off = 0; off < l->counts[i]; off += STATE_CHUNK) {
-			uint64_t len = l->counts[i] - off < STATE_CHUNK ? l->counts[i] - off : STATE_CHUNK;
-			char what[160];
-			snprintf(what, sizeof(what), "state tensor %u ('%.60s'), bytes %" PRIu64 " to %" PRIu64 " of %" PRIu64,
-				 i, l->names[i], off, off + len, l->counts[i]);
-			int rc = bcast(run, base + off, len, root, what);
-			if (rc != GS_OK)
-				return rc;
+	struct stream st = { run, run->world.node_rank == root ? run->source : 0, 0, 0, staging };
+	int rc = GS_OK;
+	for (uint64_t pos = 0; pos < run->bytes && rc == GS_OK;) {
+		uint64_t len = run->bytes - pos < STATE_CHUNK ? run->bytes - pos : STATE_CHUNK;
+		rc = send_chunk(&st, root, pos, len);
+		pos += len;
+		/* The tensors now whole go to this node's other trainers. */
+		while (rc == GS_OK && st.k < run->ntensors && st.k_start + size_of(&st, st.k) <= pos) {
+			if (*local == GS_OK)
+				*local = gs_state_copy_local(run, run->tensors[st.k], st.holder);
+			if (*local == GS_OK)
+				run->done++;
+			st.k_start += size_of(&st, st.k);
+			st.k++;
 		}
-		if (*local == GS_OK)
-			*local = gs_state_copy_local(run, i, holder);
-		if (*local == GS_OK)
-			run->done++;
 	}
-	return GS_OK;
+	return rc;
 }
 
 /* ---- 5: every node's local copies ----------------------------------------- */
@@ -310,11 +370,20 @@ void gs_state_nodes_run(struct state_run *run)
 {
 	uint32_t root = 0;
 	int local = GS_OK;
+	/* Made before the first collective, so that a node without it gives
+	 * up there, and says why, rather than in the middle. */
+	unsigned char *staging = malloc(STATE_CHUNK);
+	if (!staging) {
+		run->aborting = true;
+		run->status = GS_ENOMEM;
+		snprintf(run->error, sizeof(run->error), "node %u: out of memory for the state's staging buffer (%" PRIu64 " bytes)",
+			 run->world.node_rank, STATE_CHUNK);
+	}
 	int rc = find_root(run, &root);
 	if (rc == GS_OK)
 		rc = check_layout(run, root);
 	if (rc == GS_OK)
-		rc = send_tensors(run, root, &local);
+		rc = send_tensors(run, root, staging, &local);
 	/* After the group failed no collective can follow. */
 	if (rc == GS_OK) {
 		char mine[sizeof(run->error)];
@@ -325,6 +394,7 @@ void gs_state_nodes_run(struct state_run *run)
 			rc = local;
 		}
 	}
+	free(staging);
 	run->status = rc;
 }
 
