@@ -121,9 +121,9 @@ class GradSync:
     buffers are broadcast from global rank 0 when it is wrapped, so that
     replicas initialised apart start equal; ``broadcast_buffers`` (default
     True, as DDP) broadcasts the buffers again before each training
-    forward. Both need CPU tensors and a job on one node: elsewhere
-    GradSync warns and skips them (gradsyncd broadcasts state within a
-    node only, and host memory only, for now).
+    forward, on one node or several. Both need CPU tensors: with CUDA
+    parameters GradSync warns and skips them (gradsyncd broadcasts state
+    in host memory only, for now).
     """
 
     def __init__(self, model: Params, threshold: Optional[int] = None,
