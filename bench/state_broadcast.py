@@ -7,10 +7,18 @@ the figure is the median over the repeats of the slowest rank's time.
 
     state_broadcast.py --daemon build/daemon/gradsyncd --layout layouts/resnet50.txt
 
-gradsyncd broadcasts state within a node only for now, so this compares
-on one node: its copy through shared memory against Gloo over loopback.
+On one node this compares gradsyncd's copy through shared memory against
+Gloo over loopback. Between nodes (bench/state-broadcast.sh --cluster, on
+scripts/netcluster.sh) each node runs one rank of one system:
+
+    state_broadcast.py rank {gradsync|torch} K --world N --layout L --repeat R
+        [--socket S | --init FILE] --out JSON
+
+which writes that rank's times (seconds per repeat, after a warm-up) to
+JSON; gradsync's job comes from the GRADSYNC_* environment.
 """
 import argparse
+import json
 import multiprocessing as mp
 import os
 import statistics
@@ -79,7 +87,50 @@ def run(target, procs, args):
     return statistics.median(per_repeat)
 
 
+def one_rank(argv):
+    """One rank of one system on a node of the cluster (see the top)."""
+    ap = argparse.ArgumentParser(prog="state_broadcast.py rank")
+    ap.add_argument("system", choices=["gradsync", "torch"])
+    ap.add_argument("rank", type=int)
+    ap.add_argument("--world", type=int, required=True)
+    ap.add_argument("--layout", required=True)
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--socket")
+    ap.add_argument("--init")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    layout = read_layout(a.layout)
+    q = mp.Queue()
+    if a.system == "gradsync":
+        gradsync_one(a.rank, a.socket, layout, a.repeat, q)
+    else:
+        torch_rank(a.rank, a.world, a.init, layout, a.repeat, q)
+    _, times = q.get()
+    with open(a.out, "w") as f:
+        json.dump({"system": a.system, "rank": a.rank, "bytes": 4 * sum(k for _, k in layout),
+                   "times": times}, f)
+
+
+def gradsync_one(rank, socket, layout, repeat, q):
+    """A node's only trainer (local rank 0) of global rank `rank`."""
+    import gradsync
+    c = gradsync.Client(socket, local_rank=0)
+    arrays = c.register_state([(n, 4 * k, "float32") for n, k in layout])
+    for a in arrays:
+        a[:] = rank
+    times = []
+    for i in range(repeat + 1):
+        t0 = time.perf_counter()
+        c.broadcast_state(0)
+        times.append(time.perf_counter() - t0)
+    assert all(int(a[0]) == 0 and int(a[-1]) == 0 for a in arrays), "not rank 0's state"
+    q.put((rank, times[1:]))
+    c.close()
+
+
 def main():
+    if sys.argv[1:2] == ["rank"]:
+        return one_rank(sys.argv[2:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--daemon", required=True)
     ap.add_argument("--layout", action="append", required=True)

@@ -193,6 +193,15 @@ struct gs_backend_ops {
 	 * GS_OK or a GS_E* code with the reason in error. NULL: the backend
 	 * cannot hold a trainer's state. */
 	int (*copy_bytes)(struct gs_backend *b, void *dst, const void *src, uint64_t n);
+	/* Optional, with several nodes: copies n raw bytes at buf on node
+	 * `root` into buf on every other node of the group (a trainer's
+	 * state between nodes), on the worker thread, between steps. Every
+	 * node calls it with the same root and n, in the same order. Returns
+	 * GS_OK or a GS_E* code with the reason in error; after a failure a
+	 * receiver's buf holds some of the root's bytes and the group is
+	 * broken (the caller asks for a new one). NULL: state stays on its
+	 * node. */
+	int (*broadcast_bytes)(struct gs_backend *b, void *buf, uint64_t n, uint32_t root);
 	/* Optional: reduces a whole bucket, every chunk of it (pack, all-reduce,
 	 * unpack). When set, the per-chunk calls below are not used. Returns 0
 	 * or a GS_E* code with the reason in error: GS_EBUFFER when a

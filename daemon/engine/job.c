@@ -9,6 +9,7 @@
 #include "engine/job_view.h"
 #include "engine/ownership.h"
 #include "engine/reduce.h"
+#include "engine/state_events.h"
 #include "engine/trainer.h"
 #include "errors.h"
 #include "escape.h"
@@ -43,6 +44,8 @@ void gs_job_set_world(struct gs_job *j, const struct gs_world *w)
 	gs_settings_scales(j->env.settings, gs_job_world_size(j), &pre, &post);
 	j->prescale = (float)pre;
 	j->postscale = (float)post;
+	if (w->group_ready)
+		gs_state_group_ready(j);
 }
 
 static void clear_layout(struct gs_job *j)
@@ -632,6 +635,7 @@ void gs_job_resume(struct gs_job *j, uint64_t generation)
 	j->world.group_ready = true;
 	if (j->in_step)
 		launch_ready(j);
+	gs_state_group_ready(j);
 }
 
 /* A node went away: the step in progress cannot finish. A bucket whose
@@ -640,6 +644,7 @@ void gs_job_resume(struct gs_job *j, uint64_t generation)
 void gs_job_peer_lost(struct gs_job *j, const char *why)
 {
 	j->world.group_ready = false;
+	gs_state_peer_lost(j, why);
 	if (j->holding_failure) {
 		uv_timer_stop(&j->failure_timer);
 		j->holding_failure = false;

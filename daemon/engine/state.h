@@ -13,6 +13,7 @@
 #ifndef GS_STATE_H
 #define GS_STATE_H
 
+#include "engine/state_events.h"
 #include "engine/trainer_state.h"
 #include "gradsync.pb-c.h"
 

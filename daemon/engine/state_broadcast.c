@@ -1,13 +1,17 @@
 /*
- * The state broadcast within a node: a collective of the node's trainers.
- * Each asks with BroadcastState; once every local trainer has (with the
- * same source and tensors), the worker thread copies the source's bytes,
- * tensor by tensor, into every other trainer's state, and each trainer is
- * answered with StateBroadcastDone. A trainer that does not ask within
- * --step-timeout, or one that leaves before the copy begins, fails it for
- * all, named. Once the copy has begun it ends: the trainers' memory stays
- * mapped until it does (the job counts it in flight), so a receiver holds
- * the source's bytes in every tensor even if the source went meanwhile.
+ * The state broadcast: a collective of the job's trainers. Each asks with
+ * BroadcastState; once every local trainer has (with the same source and
+ * tensors), the worker thread copies the source's bytes, tensor by tensor,
+ * into every other local trainer's state, and each trainer is answered
+ * with StateBroadcastDone. With several nodes, each node starts once its
+ * own trainers have asked (and its group of nodes is ready), and the bytes
+ * travel between nodes first (state_nodes.c). A trainer that does not ask
+ * within --step-timeout, or one that leaves before the copy begins, fails
+ * it for all, named. Once the copy has begun it ends: the trainers'
+ * memory stays mapped until it does (the job counts it in flight), so a
+ * receiver holds the source's bytes in every tensor even if the source
+ * went meanwhile; only a failure between nodes can leave a receiver's
+ * tensor partly copied (state_nodes.c).
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -17,24 +21,10 @@
 #include "clock.h"
 #include "engine/job.h"
 #include "engine/state.h"
+#include "engine/state_run.h"
 #include "engine/trainer.h"
 #include "errors.h"
 #include "support/log.h"
-
-struct copy_run {
-	struct gs_work work;
-	struct gs_job *job;
-	struct gs_trainer *trainers[GS_MAX_LOCAL]; /* by local rank, the source too */
-	uint32_t source; /* its local rank */
-	uint32_t *tensors; /* the indices copied */
-	size_t ntensors;
-	uint64_t bytes;      /* of each trainer */
-	uint64_t start_ns;   /* the last trainer asked */
-	uint64_t duration_ns;
-	uint32_t done;       /* tensors copied */
-	int status;
-	char error[200];
-};
 
 static void answer(struct gs_trainer *t, int status, const char *message, uint64_t bytes,
 		   uint64_t duration_ns, uint32_t done)
@@ -56,11 +46,46 @@ static void answer(struct gs_trainer *t, int status, const char *message, uint64
 	gs_trainer_send(t, &m);
 }
 
+static void abort_run(struct gs_work *w)
+{
+	gs_state_nodes_abort((struct state_run *)w);
+}
+
+static void abort_done(struct gs_work *w)
+{
+	struct state_run *run = (struct state_run *)w;
+	struct gs_job *j = run->job;
+	j->inflight--;
+	free(run);
+	gs_job_reap(j);
+}
+
+/* With several nodes, the others may be waiting for this node in the
+ * broadcast's first collective: tell them why it fails. */
+static void tell_nodes(struct gs_job *j, int status, const char *why)
+{
+	if (j->world.nodes < 2 || !j->world.group_ready || !j->env.backend->ops->broadcast_bytes)
+		return;
+	struct state_run *run = calloc(1, sizeof(*run));
+	if (!run)
+		return; /* the others' wait ends at its own bound */
+	run->work.run = abort_run;
+	run->work.done = abort_done;
+	run->job = j;
+	run->world = j->world;
+	run->aborting = true;
+	run->status = status;
+	snprintf(run->error, sizeof(run->error), "node %u: %s", j->world.node_rank, why);
+	j->inflight++;
+	gs_worker_submit(j->env.worker, &run->work);
+}
+
 /* Every trainer that asked gets status and why; nothing was copied. */
 static void fail_all(struct gs_job *j, int status, const char *why)
 {
 	uv_timer_stop(&j->state.timer);
 	gs_warn("job '%s': state broadcast failed: %s", j->id, why);
+	tell_nodes(j, status, why);
 	for (unsigned r = 0; r < GS_MAX_LOCAL; r++)
 		if (j->slots[r] && j->slots[r]->state.asked)
 			answer(j->slots[r], status, why, 0, 0, 0);
@@ -73,25 +98,36 @@ static uint64_t tensor_bytes(const struct gs_job *j, uint32_t i)
 	return j->state.layout.counts[i];
 }
 
+int gs_state_copy_local(struct state_run *run, uint32_t i, uint32_t from)
+{
+	struct gs_backend *b = run->job->env.backend;
+	const struct gs_trainer *src = run->trainers[from];
+	uint64_t n = tensor_bytes(run->job, i);
+	for (unsigned r = 0; r < run->local_size; r++) {
+		const struct gs_trainer *t = run->trainers[r];
+		if (!t || r == from)
+			continue;
+		int rc = b->ops->copy_bytes(b, t->state.data[i], src->state.data[i], n);
+		if (rc != GS_OK) {
+			snprintf(run->error, sizeof(run->error),
+				 "copying state tensor %u into local rank %u: %.150s", i, r, b->error);
+			return rc;
+		}
+	}
+	return GS_OK;
+}
+
 static void copy_run(struct gs_work *w)
 {
-	struct copy_run *run = (struct copy_run *)w;
-	struct gs_backend *b = run->job->env.backend;
-	const struct gs_trainer *src = run->trainers[run->source];
-	for (size_t k = 0; k < run->ntensors && run->status == GS_OK; k++) {
-		uint32_t i = run->tensors[k];
-		uint64_t n = tensor_bytes(run->job, i);
-		for (unsigned r = 0; r < GS_MAX_LOCAL && run->status == GS_OK; r++) {
-			const struct gs_trainer *t = run->trainers[r];
-			if (!t || r == run->source)
-				continue;
-			run->status = b->ops->copy_bytes(b, t->state.data[i], src->state.data[i], n);
-			if (run->status != GS_OK)
-				snprintf(run->error, sizeof(run->error),
-					 "copying state tensor %u into local rank %u: %.150s", i, r, b->error);
+	struct state_run *run = (struct state_run *)w;
+	if (run->world.nodes > 1) {
+		gs_state_nodes_run(run);
+	} else {
+		for (size_t k = 0; k < run->ntensors && run->status == GS_OK; k++) {
+			run->status = gs_state_copy_local(run, run->tensors[k], run->source);
+			if (run->status == GS_OK)
+				run->done++;
 		}
-		if (run->status == GS_OK)
-			run->done++;
 	}
 	run->duration_ns = gs_now_ns() - run->start_ns;
 }
@@ -99,17 +135,31 @@ static void copy_run(struct gs_work *w)
 static void try_start(struct gs_job *j);
 static void on_timeout(uv_timer_t *timer);
 
-static void copy_done(struct gs_work *w)
+/* The group's news of a lost node waits this long for a failed broadcast
+ * (as a failed bucket waits, job.c). */
+#define HOLD_MS 500
+
+static void finish_copy(struct state_run *run)
 {
-	struct copy_run *run = (struct copy_run *)w;
 	struct gs_job *j = run->job;
 	j->inflight--;
 	j->state.running = false;
+	if (run->status != GS_OK && j->state.lost_why[0] && !strstr(run->error, j->state.lost_why)) {
+		size_t len = strlen(run->error);
+		snprintf(run->error + len, sizeof(run->error) - len, " (%s)", j->state.lost_why);
+	}
 	if (run->status == GS_OK)
-		gs_info("job '%s': state broadcast from local rank %u: %" PRIu64
-			" bytes into each of %u trainers in %.3f ms",
-			j->id, run->source, run->bytes, j->env.settings->local_size - 1,
+		gs_info("job '%s': state broadcast from global rank %" PRIu64 ": %" PRIu64
+			" bytes into each trainer of %u nodes in %.3f ms",
+			j->id, run->source_rank, run->bytes, run->world.nodes,
 			(double)run->duration_ns / 1e6);
+	else
+		gs_warn("job '%s': state broadcast failed after %u tensors: %s", j->id, run->done,
+			run->error);
+	/* The group's collectives broke with every node there: the nodes
+	 * build a new one. */
+	if (run->group_failed && !j->state.lost_why[0])
+		j->env.group.request_regroup(j->env.group.ctx, run->world.generation, run->error);
 	for (unsigned r = 0; r < GS_MAX_LOCAL; r++) {
 		struct gs_trainer *t = run->trainers[r];
 		if (t && t->state.asked)
@@ -129,6 +179,38 @@ static void copy_done(struct gs_work *w)
 	gs_job_reap(j);
 }
 
+static void on_hold(uv_timer_t *timer)
+{
+	struct gs_job *j = timer->data;
+	struct state_run *run = j->state.held;
+	j->state.held = NULL;
+	if (run)
+		finish_copy(run);
+}
+
+static void copy_done(struct gs_work *w)
+{
+	struct state_run *run = (struct state_run *)w;
+	struct gs_job *j = run->job;
+	if (run->group_failed && !j->state.lost_why[0]) {
+		j->state.held = run;
+		uv_timer_start(&j->state.timer, on_hold, HOLD_MS, 0);
+		return;
+	}
+	finish_copy(run);
+}
+
+void gs_state_peer_lost(struct gs_job *j, const char *why)
+{
+	snprintf(j->state.lost_why, sizeof(j->state.lost_why), "%s", why);
+	struct state_run *run = j->state.held;
+	if (!run)
+		return;
+	uv_timer_stop(&j->state.timer);
+	j->state.held = NULL;
+	finish_copy(run);
+}
+
 /* ---- the collective ----------------------------------------------------- */
 
 /* The asked tensors of t, as indices (all of them when it named none). */
@@ -142,7 +224,7 @@ static bool same_request(const struct gs_trainer *a, const struct gs_trainer *b)
 
 static int start_copy(struct gs_job *j, const struct gs_trainer *first)
 {
-	struct copy_run *run = calloc(1, sizeof(*run));
+	struct state_run *run = calloc(1, sizeof(*run));
 	size_t n = first->state.ntensors ? first->state.ntensors : j->state.layout.n;
 	uint32_t *idx = run ? calloc(n, sizeof(*idx)) : NULL;
 	if (!idx) {
@@ -158,9 +240,15 @@ static int start_copy(struct gs_job *j, const struct gs_trainer *first)
 	run->job = j;
 	run->tensors = idx;
 	run->ntensors = n;
-	run->source = (uint32_t)(first->state.source - j->world.rank_base);
+	run->world = j->world;
+	run->source_rank = first->state.source;
+	run->local_size = j->env.settings->local_size;
+	run->has_source = first->state.source >= j->world.rank_base &&
+			  first->state.source - j->world.rank_base < run->local_size;
+	run->source = run->has_source ? (uint32_t)(first->state.source - j->world.rank_base) : 0;
 	run->start_ns = gs_now_ns();
-	for (unsigned r = 0; r < j->env.settings->local_size; r++)
+	j->state.lost_why[0] = '\0';
+	for (unsigned r = 0; r < run->local_size; r++)
 		run->trainers[r] = j->slots[r];
 	uv_timer_stop(&j->state.timer);
 	j->state.running = true;
@@ -187,6 +275,10 @@ static void try_start(struct gs_job *j)
 			return;
 		}
 	}
+	/* With several nodes the copy needs their group: it starts when the
+	 * group is ready (gs_state_group_ready), within the same timeout. */
+	if (first && j->world.nodes > 1 && !j->world.group_ready)
+		return;
 	if (first && start_copy(j, first) != GS_OK)
 		fail_all(j, GS_ENOMEM, "out of memory starting the state broadcast");
 }
@@ -231,9 +323,10 @@ static bool may_ask(struct gs_trainer *t, const Gradsync__BroadcastState *b)
 		code = GS_ESTATE, snprintf(why, sizeof(why), "no state is registered on this connection");
 	else if (t->in_step)
 		code = GS_ESTATE, snprintf(why, sizeof(why), "step %" PRIu64 " is in progress: broadcast the state between steps", t->seq);
-	else if (w->nodes > 1)
-		code = GS_ESTATE, snprintf(why, sizeof(why), "job '%s' spans %u nodes: this gradsyncd broadcasts state within a node only", j->id, w->nodes);
-	else if (b->source < w->rank_base || b->source - w->rank_base >= j->env.settings->local_size)
+	else if (w->nodes > 1 && !j->env.backend->ops->broadcast_bytes)
+		code = GS_ESTATE, snprintf(why, sizeof(why), "job '%s' spans %u nodes: the %s backend broadcasts state within a node only",
+					   j->id, w->nodes, j->env.backend->name);
+	else if (b->source >= gs_job_world_size(j))
 		code = GS_EINVAL, snprintf(why, sizeof(why), "source %" PRIu64 " is no trainer of job '%s' (global ranks 0 to %u)",
 					   b->source, j->id, gs_job_world_size(j) - 1);
 	for (size_t k = 0; code == GS_OK && k < b->n_tensors; k++)
@@ -280,4 +373,10 @@ void gs_state_trainer_left(struct gs_job *j, struct gs_trainer *t)
 		 j->id, t->rank, (int)t->pid);
 	t->state.asked = false;
 	fail_all(j, GS_EABORTED, why);
+}
+
+void gs_state_group_ready(struct gs_job *j)
+{
+	if (!j->state.running && uv_is_active((uv_handle_t *)&j->state.timer))
+		try_start(j);
 }

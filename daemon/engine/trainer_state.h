@@ -14,6 +14,7 @@
 #include "engine/layout.h"
 
 struct gs_trainer_buffer;
+struct state_run;
 
 /* A trainer's registered state and its broadcast request. */
 struct gs_trainer_state {
@@ -43,6 +44,10 @@ struct gs_job_state {
 	uv_timer_t timer;  /* bounds the wait for every trainer to ask */
 	bool running;      /* copies on the worker */
 	uint64_t first_ask_ns;
+	/* A broadcast whose group of nodes failed, held a moment (the timer)
+	 * for the news of which node went away, so that its answer names it. */
+	struct state_run *held;
+	char lost_why[256]; /* that news, since the broadcast began */
 };
 
 #endif

@@ -591,8 +591,11 @@ class Client(_Connection):
         the indices ``tensors``) bit for bit equal to that of the trainer of
         global rank ``source``, as DDP's broadcast at wrap. A collective:
         every trainer of the job calls it between steps with the same
-        arguments. On an error (GradSyncError naming what failed) nothing
-        was copied and each trainer keeps its own state."""
+        arguments, on one node or several. On an error (GradSyncError
+        naming what failed) before the copy began nothing was copied and
+        each trainer keeps its own state; a node lost during the copy
+        between nodes may leave a tensor partly the source's (README, "A
+        trainer's state"): broadcast again."""
         idx = sorted(set(tensors)) if tensors is not None else []
         arr = _index_array(idx)
         out = _lib.StateResult(ctypes.sizeof(_lib.StateResult))

@@ -138,9 +138,9 @@ class GradSync:
     buffers are broadcast from global rank 0 when it is wrapped, so that
     replicas initialised apart start equal; ``broadcast_buffers`` (default
     True, as DDP) broadcasts the buffers again before each training
-    forward. Both need CPU tensors and a job on one node: elsewhere
-    GradSync warns and skips them (gradsyncd broadcasts state within a
-    node only, and host memory only, for now).
+    forward, on one node or several. Both need CPU tensors: with CUDA
+    parameters GradSync warns and skips them (gradsyncd broadcasts state
+    in host memory only, for now).
     """
 
     def __init__(self, model: Params, threshold: Optional[int] = None,
@@ -222,16 +222,12 @@ class GradSync:
     # ---- the state, as DDP broadcasts it ------------------------------------
 
     def _can_broadcast_state(self) -> bool:
-        why = None
-        if self.device.type != "cpu":
-            why = f"its parameters are on {self.device}"
-        elif self.client.info.nodes > 1:
-            why = f"the job spans {self.client.info.nodes} nodes"
-        if why:
-            warnings.warn(f"GradSync: replicas are not broadcast from rank 0 at wrap, as "
-                          f"{why}: gradsyncd broadcasts the state of CPU tensors within a "
-                          "node only; start every replica equal (seed it)", stacklevel=3)
-        return why is None
+        if self.device.type == "cpu":
+            return True
+        warnings.warn(f"GradSync: replicas are not broadcast from rank 0 at wrap, as its "
+                      f"parameters are on {self.device}: gradsyncd broadcasts the state of "
+                      "CPU tensors only; start every replica equal (seed it)", stacklevel=3)
+        return False
 
     def _share_state(self, model: Params, broadcast_buffers: bool) -> None:
         """Moves every parameter's and buffer's storage into memory shared

@@ -17,7 +17,8 @@
  * power of two, and as a chain (its blocks) where it is not. All ranks must
  * end with the same bits. For fp16, Gloo's own float16 sum must give the same bits as the
  * vectorised one, as both round once per hop; a NaN shows which of the two
- * actually ran. Also: a group of one, and ranks that leave at once.
+ * actually ran. Also: a group of one, ranks that leave at once, and
+ * gs_gloo_broadcast from every rank.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -422,6 +423,63 @@ static void leave_right_after_create(void **state)
 	}
 }
 
+/* gs_gloo_broadcast (a trainer's state between nodes): from each rank in
+ * turn, of sizes that are no multiple of anything, every rank ends with
+ * the root's bytes, which each computes itself; a bad root is refused. */
+static uint8_t bcast_byte(int root, size_t i)
+{
+	return (uint8_t)((i * 2654435761u) >> 13 ^ (unsigned)root * 77u);
+}
+
+static int bcast_rank(int rank, int size, void *arg)
+{
+	struct gs_gloo_store_ops store = file_store(arg);
+	struct gs_gloo *g;
+	char err[MSG_LEN];
+	static const size_t lens[] = { 1, 4097, 3000001 };
+	if (gs_gloo_create(&store, rank, size, "127.0.0.1", TIMEOUT_MS, &g, err, sizeof(err)) < 0) {
+		fprintf(stderr, "rank %d: %s\n", rank, err);
+		return 1;
+	}
+	uint8_t *buf = malloc(lens[2]);
+	int bad = !buf;
+	for (int root = 0; root < size && !bad; root++)
+		for (size_t k = 0; k < 3 && !bad; k++) {
+			for (size_t i = 0; i < lens[k]; i++)
+				buf[i] = rank == root ? bcast_byte(root, i) : (uint8_t)~bcast_byte(root, i);
+			if (gs_gloo_broadcast(g, buf, lens[k], root, 0, err, sizeof(err)) != GS_OK) {
+				fprintf(stderr, "rank %d: %s\n", rank, err);
+				bad = 1;
+			}
+			for (size_t i = 0; i < lens[k] && !bad; i++)
+				if (buf[i] != bcast_byte(root, i)) {
+					fprintf(stderr, "rank %d: byte %zu of %zu from root %d is wrong\n",
+						rank, i, lens[k], root);
+					bad = 1;
+				}
+		}
+	if (!bad && gs_gloo_broadcast(g, buf, 8, size, 0, err, sizeof(err)) != GS_EINVAL) {
+		fprintf(stderr, "rank %d: root %d was not refused\n", rank, size);
+		bad = 1;
+	}
+	free(buf);
+	gs_gloo_destroy(g);
+	return bad;
+}
+
+static void broadcast_from_every_rank(void **state)
+{
+	char *dir = file_store_dir_create();
+	assert_non_null(dir);
+	struct ranks rk;
+	int status[RANKS_MAX];
+	assert_int_equal(ranks_start(&rk, 3, bcast_rank, dir), 0);
+	assert_int_equal(ranks_wait(&rk, 6 * TIMEOUT_MS, status), 0);
+	file_store_dir_remove(dir);
+	for (int r = 0; r < 3; r++)
+		assert_int_equal(status[r], 0);
+}
+
 /* A group of one needs no peer: the sum is the input. Also the arguments
  * all-reduce refuses, which need a live group to reach. Runs in this
  * process, so it comes after every test that forks. */
@@ -510,7 +568,8 @@ int main(void)
 	    cmocka_unit_test(doubling_bf16_fp32),	cmocka_unit_test(rabenseifner_all_dtypes),
 	    cmocka_unit_test(ring_four_ranks),
 	    cmocka_unit_test(halving_doubling),		cmocka_unit_test(vectorised_sum_is_used),
-	    cmocka_unit_test(leave_right_after_create), cmocka_unit_test(world_of_one),
+	    cmocka_unit_test(leave_right_after_create), cmocka_unit_test(broadcast_from_every_rank),
+	    cmocka_unit_test(world_of_one),
 	    cmocka_unit_test(algorithm_from_environment),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

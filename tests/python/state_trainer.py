@@ -48,6 +48,7 @@ def main():
     ap.add_argument("--init")
     ap.add_argument("--world", type=int, default=2)
     ap.add_argument("--no-buffers", action="store_true")
+    ap.add_argument("--local-rank", type=int, help="default: rank (one node)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     model = make_model(a.rank)
@@ -56,7 +57,8 @@ def main():
     if a.mode == "gradsync":
         import gradsync.torch
         gradsync.torch.GradSync(model, wire=a.wire, optimizer=opt, socket_path=a.socket,
-                                local_rank=a.rank, broadcast_buffers=not a.no_buffers)
+                                local_rank=a.rank if a.local_rank is None else a.local_rank,
+                                broadcast_buffers=not a.no_buffers)
     else:
         import torch.distributed as dist
         dist.init_process_group("gloo", init_method=f"file://{a.init}", rank=a.rank,

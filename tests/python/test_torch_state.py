@@ -9,7 +9,9 @@ DDP does, side by side with DDP on Gloo (state_trainer.py):
   it they differ, so the comparison can fail;
 - the final parameters match DDP's: bit for bit on the fp32 wire;
 - a Client's state, registered without gradients, is registered again by
-  reconnect() after gradsyncd restarts, its bytes where they were.
+  reconnect() after gradsyncd restarts, its bytes where they were;
+- one trainer on each of two gradsyncd (the broadcast between nodes over
+  their Gloo group): the same as DDP's, bit for bit on the fp32 wire.
 """
 import os
 import signal
@@ -19,7 +21,8 @@ import numpy as np
 import torch
 
 import gradsync
-from pylib import Daemon, check, run, set_job, spawn
+from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run,
+                   set_job, spawn)
 from state_trainer import make_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -27,13 +30,15 @@ STEPS = 5
 WORLD = 2
 
 
-def train(mode, tmp, *extra):
+def train(mode, tmp, *extra, rank_args=lambda r: [], rank_env=lambda r: {}):
+    """Runs WORLD trainers of `mode`, rank r with extra and rank_args(r) as
+    arguments and rank_env(r) added to its environment."""
     procs = []
     for r in range(WORLD):
         out, log = os.path.join(tmp, f"{mode}-{r}.npz"), os.path.join(tmp, f"{mode}-{r}.log")
         argv = [sys.executable, os.path.join(HERE, "state_trainer.py"), mode, str(r),
-                str(STEPS), out] + list(extra)
-        procs.append((spawn(argv, log), out, log))
+                str(STEPS), out] + list(extra) + rank_args(r)
+        procs.append((spawn(argv, log, env={**os.environ, **rank_env(r)}), out, log))
     results = []
     for p, out, log in procs:
         rc = p.wait(300)
@@ -73,8 +78,34 @@ def same(a, b, prefix):
 
 
 def test_replicas_start_equal_as_ddp():
-    g = gradsync_run("fp32")
-    ddp = ddp_run()
+    check_against_ddp(gradsync_run("fp32"), ddp_run())
+
+
+def test_two_nodes_start_equal_as_ddp():
+    """One trainer on each of two gradsyncd joined on loopback: rank 0's
+    state reaches node 1 through the nodes' Gloo group, bit for bit."""
+    if not HAVE_GLOO:
+        raise Skip("gradsyncd is built without Gloo")
+    set_job(1, wire="fp32")
+    port = free_port()
+    nodes = [job_daemon(1, (("wire", "fp32"),), 2, r, port) for r in range(2)]
+    try:
+        for n in nodes:
+            n.wait_ready(60)
+        g = train("gradsync", nodes[0].dir, "--wire", "fp32", "--local-rank", "0",
+                  rank_args=lambda r: ["--socket", nodes[r].socket],
+                  rank_env=lambda r: {"GRADSYNC_NODES": "2", "GRADSYNC_NODE_RANK": str(r),
+                                      "GRADSYNC_COORDINATOR": LOOPBACK})
+        for n in nodes:
+            check("state broadcast from global rank 0" in n.log_text(),
+                  "each node's daemon logs the broadcast between nodes")
+    finally:
+        for n in nodes:
+            n.cleanup()
+    check_against_ddp(g, ddp_run())
+
+
+def check_against_ddp(g, ddp):
     want = [t.detach().numpy() for t in list(make_model(0).parameters())
             + list(make_model(0).buffers())]
     check(len(keys(g[0], "init")) == len(want), "every parameter and buffer saved")
@@ -148,5 +179,6 @@ def test_state_registered_again_on_reconnect():
 
 
 if __name__ == "__main__":
-    run([test_state_registered_again_on_reconnect, test_replicas_start_equal_as_ddp, test_without_broadcast_buffers_they_differ,
+    run([test_state_registered_again_on_reconnect, test_replicas_start_equal_as_ddp,
+         test_two_nodes_start_equal_as_ddp, test_without_broadcast_buffers_they_differ,
          test_fp16_wire_within_rounding_of_ddp])

@@ -76,6 +76,18 @@ size_t gs_gloo_rabenseifner_up_to(const struct gs_gloo *g)
 	return 0;
 }
 
+int gs_gloo_broadcast(struct gs_gloo *g, void *buf, size_t bytes, int root, int timeout_ms,
+		      char *err, size_t errlen)
+{
+	(void)g;
+	(void)buf;
+	(void)bytes;
+	(void)root;
+	(void)timeout_ms;
+	snprintf(err, errlen, "built without Gloo");
+	return GS_EINVAL;
+}
+
 int gs_gloo_rank(const struct gs_gloo *g)
 {
 	(void)g;

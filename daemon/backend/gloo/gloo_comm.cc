@@ -25,6 +25,7 @@
 #include <gloo/allreduce.h>
 #include <gloo/allreduce_halving_doubling.h>
 #include <gloo/barrier.h>
+#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/math.h>
@@ -457,6 +458,48 @@ extern "C" int gs_gloo_allreduce_algo(struct gs_gloo *g, enum gs_wire wire, void
 {
 	return run_allreduce(g, as_int(&wire), buf, count, GS_GLOO_SUM_KERNELS, as_int(&algo),
 			     timeout_ms, err, errlen);
+}
+
+// Not a tag that the all-reduces use (Gloo's ring and ours use slots of
+// their own), so that a late byte of one never lands in the other.
+constexpr uint32_t kBroadcastTag = 0x5354; // "ST", the state's
+
+extern "C" int gs_gloo_broadcast(struct gs_gloo *g, void *buf, size_t bytes, int root,
+				 int timeout_ms, char *err, size_t errlen)
+{
+	char what[128];
+	snprintf(what, sizeof(what), "gloo broadcast of %zu bytes from rank %d (rank %d of %d)",
+		 bytes, root, g ? g->rank : -1, g ? g->size : 0);
+	if (!g || (bytes > 0 && !buf) || root < 0 || root >= g->size) {
+		set_error(err, errlen, what, "invalid arguments");
+		return GS_EINVAL;
+	}
+	if (!g->context) {
+		set_error(err, errlen, what,
+			  "the group failed earlier (" + g->broken + "); create it anew");
+		return GS_ESTATE;
+	}
+	if (bytes == 0 || g->size == 1)
+		return GS_OK;
+	milliseconds timeout = timeout_ms > 0 ? milliseconds(timeout_ms) : g->timeout;
+	std::string msg;
+	int rc = guarded(
+		[&] {
+			if (g->interrupt.fired())
+				throw gloo::IoException("interrupted: " + g->interrupt.why());
+			gloo::BroadcastOptions opts(g->context);
+			opts.setOutput(static_cast<uint8_t *>(buf), bytes);
+			opts.setRoot(root);
+			opts.setTag(kBroadcastTag);
+			opts.setTimeout(timeout);
+			gloo::broadcast(opts);
+		},
+		what, err, errlen, &msg);
+	if (rc < 0) {
+		g->context.reset();
+		g->broken = msg;
+	}
+	return rc;
 }
 
 extern "C" enum gs_gloo_algo gs_gloo_choice(const struct gs_gloo *g, enum gs_wire wire,

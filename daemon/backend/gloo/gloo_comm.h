@@ -113,6 +113,16 @@ int gs_gloo_allreduce_with(struct gs_gloo *g, enum gs_wire wire, void *buf, size
 int gs_gloo_allreduce_algo(struct gs_gloo *g, enum gs_wire wire, void *buf, size_t count,
 			   enum gs_gloo_algo algo, int timeout_ms, char *err, size_t errlen);
 
+/* Copies bytes bytes of buf on rank root into buf on every other rank
+ * (Gloo's broadcast, a binomial tree): raw bytes, no conversion. All ranks
+ * must call it with the same root and bytes, in the same order as their
+ * other calls on g. timeout_ms <= 0 means the timeout given to
+ * gs_gloo_create. Returns and fails as gs_gloo_allreduce does: after a
+ * failure a receiver's buf holds some of the root's bytes and some of its
+ * own, and the handle only answers GS_ESTATE. */
+int gs_gloo_broadcast(struct gs_gloo *g, void *buf, size_t bytes, int root, int timeout_ms,
+		      char *err, size_t errlen);
+
 /* What gs_gloo_allreduce runs for count elements of wire in this group
  * (RING, DOUBLING or RABENSEIFNER). */
 enum gs_gloo_algo gs_gloo_choice(const struct gs_gloo *g, enum gs_wire wire, size_t count);

@@ -59,6 +59,7 @@
 
 #include "backend/backend.h"
 #include "backend/chunk_status.h"
+#include "backend/gloo/gloo_comm.h"
 #include "backend/host/host_private.h"
 #include "backend/host/shm.h"
 #include "backend/host/shm_guard.h"
@@ -573,11 +574,28 @@ static int host_copy_bytes(struct gs_backend *b, void *dst, const void *src, uin
 	return GS_OK;
 }
 
+/* Between nodes, a state's bytes go straight from and into the trainers'
+ * shared memory through the group's Gloo broadcast: no staging. */
+static int host_broadcast_bytes(struct gs_backend *b, void *buf, uint64_t n, uint32_t root)
+{
+	struct host_backend *h = host(b);
+	if (!h->gloo) {
+		snprintf(b->error, sizeof(b->error), "no group of nodes to broadcast in");
+		return GS_ESTATE;
+	}
+	int rc = gs_gloo_broadcast(h->gloo, buf, n, (int)root, h->gloo_timeout_ms, b->error,
+				   sizeof(b->error));
+	if (rc == GS_OK && root == h->node_rank)
+		atomic_fetch_add(&b->internode_bytes, n);
+	return rc;
+}
+
 static const struct gs_backend_ops host_ops = {
 	.size_buffers = host_size_buffers,
 	.import_buffer = host_import,
 	.release_buffer = host_release,
 	.copy_bytes = host_copy_bytes,
+	.broadcast_bytes = host_broadcast_bytes,
 	.reduce_bucket = host_reduce_bucket,
 	.join_group = host_join_group,
 	.leave_group = host_leave_group,
