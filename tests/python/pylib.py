@@ -38,6 +38,27 @@ def set_job(local_size=1, **settings):
         os.environ["GRADSYNC_" + k.upper()] = str(v)
 
 
+def train_ranks(script, mode, steps, tmp, *extra, world=2, rank_args=lambda r: [],
+                rank_env=lambda r: {}):
+    """Runs `world` processes of the trainer script `script` (in this
+    directory) in `mode`, rank r with the arguments extra and
+    rank_args(r), and the variables rank_env(r) added to its environment;
+    each saves its results to TMP/MODE-R.npz, which this returns, in rank
+    order, once every one has exited 0."""
+    procs = []
+    for r in range(world):
+        out, log = os.path.join(tmp, f"{mode}-{r}.npz"), os.path.join(tmp, f"{mode}-{r}.log")
+        argv = [sys.executable, os.path.join(HERE, script), mode, str(r), str(steps),
+                out] + list(extra) + rank_args(r)
+        procs.append((spawn(argv, log, env={**os.environ, **rank_env(r)}), out, log))
+    results = []
+    for p, out, log in procs:
+        rc = p.wait(300)
+        check(rc == 0, f"{mode} trainer exited {rc}:\n" + open(log).read())
+        results.append(dict(np.load(out)))
+    return results
+
+
 def run(tests):
     """opslib's runner, each test beginning with no job in the environment."""
     def fresh(t):

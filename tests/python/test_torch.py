@@ -17,39 +17,21 @@ differences the two trajectories then feed back.
 """
 import copy
 import os
-import sys
 import tempfile
 
 import numpy as np
 
-from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run, set_job,
-                   spawn)
+from pylib import (Daemon, HAVE_GLOO, LOOPBACK, Skip, check, free_port, job_daemon, run, set_job,
+                   train_ranks)
 from torch_trainer import LR, MOMENTUM, THRESHOLD
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 30
 WORLD = 2
 
 
-def train(mode, tmp, *extra, rank_args=lambda r: [], rank_env=lambda r: {}):
-    """Runs WORLD trainers of `mode` (rank r with the arguments extra and
-    rank_args(r), and the variables rank_env(r) added to the environment);
-    returns their saved results."""
-    procs, outs, logs = [], [], []
-    for r in range(WORLD):
-        out = os.path.join(tmp, f"{mode}-{r}.npz")
-        log = os.path.join(tmp, f"{mode}-{r}.log")
-        argv = [sys.executable, os.path.join(HERE, "torch_trainer.py"), mode, str(r),
-                str(STEPS), out] + list(extra) + rank_args(r)
-        procs.append(spawn(argv, log, env={**os.environ, **rank_env(r)}))
-        outs.append(out)
-        logs.append(log)
-    results = []
-    for p, out, log in zip(procs, outs, logs):
-        rc = p.wait(300)
-        check(rc == 0, f"{mode} trainer exited {rc}:\n" + open(log).read())
-        results.append(dict(np.load(out)))
-    return results
+def train(mode, tmp, *extra, **ranks):
+    """WORLD trainers of torch_trainer.py in `mode`: their results."""
+    return train_ranks("torch_trainer.py", mode, STEPS, tmp, *extra, world=WORLD, **ranks)
 
 
 def gradsync_run(mode, wire):

@@ -15,36 +15,22 @@ DDP does, side by side with DDP on Gloo (state_trainer.py):
 """
 import os
 import signal
-import sys
 
 import numpy as np
 import torch
 
 import gradsync
-from pylib import (HAVE_GLOO, LOOPBACK, Daemon, Skip, check, free_port, job_daemon, run,
-                   set_job, spawn)
+from pylib import (Daemon, HAVE_GLOO, LOOPBACK, Skip, check, free_port, job_daemon, run, set_job,
+                   train_ranks)
 from state_trainer import make_model
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 5
 WORLD = 2
 
 
-def train(mode, tmp, *extra, rank_args=lambda r: [], rank_env=lambda r: {}):
-    """Runs WORLD trainers of `mode`, rank r with extra and rank_args(r) as
-    arguments and rank_env(r) added to its environment."""
-    procs = []
-    for r in range(WORLD):
-        out, log = os.path.join(tmp, f"{mode}-{r}.npz"), os.path.join(tmp, f"{mode}-{r}.log")
-        argv = [sys.executable, os.path.join(HERE, "state_trainer.py"), mode, str(r),
-                str(STEPS), out] + list(extra) + rank_args(r)
-        procs.append((spawn(argv, log, env={**os.environ, **rank_env(r)}), out, log))
-    results = []
-    for p, out, log in procs:
-        rc = p.wait(300)
-        check(rc == 0, f"{mode} trainer exited {rc}:\n" + open(log).read())
-        results.append(dict(np.load(out)))
-    return results
+def train(mode, tmp, *extra, **ranks):
+    """WORLD trainers of state_trainer.py in `mode`: their results."""
+    return train_ranks("state_trainer.py", mode, STEPS, tmp, *extra, world=WORLD, **ranks)
 
 
 def gradsync_run(wire, *extra):
