@@ -41,7 +41,13 @@ def gradsync_rank(rank, procs, socket, layout, repeat, q):
     import gradsync
     os.environ["GRADSYNC_LOCAL_SIZE"] = str(procs)
     os.environ["GRADSYNC_JOB_ID"] = "state-bench"
-    c = gradsync.Client(socket, local_rank=rank)
+    timed_broadcasts(gradsync.Client(socket, local_rank=rank), rank, layout, repeat, q)
+
+
+def timed_broadcasts(c, rank, layout, repeat, q):
+    """Registers the layout's state on client c, filled with `rank`,
+    broadcasts it from global rank 0 repeat + 1 times, checks it is rank
+    0's and puts (rank, the times after the first) on q."""
     arrays = c.register_state([(n, 4 * k, "float32") for n, k in layout])
     for a in arrays:
         a[:] = rank
@@ -114,18 +120,7 @@ def one_rank(argv):
 def gradsync_one(rank, socket, layout, repeat, q):
     """A node's only trainer (local rank 0) of global rank `rank`."""
     import gradsync
-    c = gradsync.Client(socket, local_rank=0)
-    arrays = c.register_state([(n, 4 * k, "float32") for n, k in layout])
-    for a in arrays:
-        a[:] = rank
-    times = []
-    for i in range(repeat + 1):
-        t0 = time.perf_counter()
-        c.broadcast_state(0)
-        times.append(time.perf_counter() - t0)
-    assert all(int(a[0]) == 0 and int(a[-1]) == 0 for a in arrays), "not rank 0's state"
-    q.put((rank, times[1:]))
-    c.close()
+    timed_broadcasts(gradsync.Client(socket, local_rank=0), rank, layout, repeat, q)
 
 
 def main():
