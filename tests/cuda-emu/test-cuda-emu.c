@@ -114,17 +114,19 @@ static void sync_finite_norm_several_launches(void **state)
 }
 
 /* A backward pass in the trainers: each batch of eight gradients comes
- * 40 ms after the one before (21 batches), all queued and marked ready at
- * once, as autograd's hooks run ahead of the GPU. The first bucket must
- * come back reduced while later batches are still being produced: each
- * mark records its own entry of the trainer's ring of ready events, and
- * gradsyncd waits for the entry of the bucket's last mark. With one ready
- * event, the latest record covered the whole backward pass. */
+ * 10 ms after the one before (21 batches), all queued and marked ready at
+ * once, as autograd's hooks run ahead of the GPU; the last batch waits on
+ * the stream until the first bucket is back (up to 60 s). The first
+ * bucket must come back reduced while later batches are still being
+ * produced: each mark records its own entry of the trainer's ring of
+ * ready events, and gradsyncd waits for the entry of the bucket's last
+ * mark. With one ready event, the latest record covered the whole
+ * backward pass, and the gate would time out. */
 static void overlaps_the_backward_pass(void **state)
 {
 	(void)state;
 	struct harness_job job = { .local_size = { 2 }, .wire = "fp16" };
-	const char *targs[] = { "--overlap=40", NULL };
+	const char *targs[] = { "--overlap=10", NULL };
 	sync_case(&job, "2", targs);
 }
 
