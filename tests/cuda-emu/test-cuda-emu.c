@@ -842,6 +842,123 @@ static void gpu_check_recovery(void **state)
 	gpu_trainer_case(&job, args, "3", "--late-step=2");
 }
 
+/* ---- A trainer's state in GPU memory ------------------------------------------ */
+
+/* Starts emu-state-trainer as local rank `rank` of pair (GS_STATE_TRAINER),
+ * with up to three more arguments; its output goes to log (200 bytes). */
+static pid_t state_trainer(const struct gs_test_daemon *d, unsigned rank, const char *a1,
+			   const char *a2, char *log)
+{
+	char r[16];
+	snprintf(r, sizeof(r), "%u", rank);
+	snprintf(log, 200, "%s/state-trainer%u.log", d->dir, rank);
+	const char *argv[] = { getenv("GS_STATE_TRAINER"), "--socket", d->socket, "--rank", r,
+			       a1, a2, NULL };
+	return harness_job_spawn(&pair, 0, argv, log);
+}
+
+/* Two trainers, each on its own GPU, register CUDA state of seven dtypes
+ * (one tensor of 5 MiB) beside a gradient, in allocations the gradient
+ * shares; the broadcast from global rank 1 gives rank 0 its bytes, device
+ * to device across GPUs, and no other byte of either allocation changes
+ * (each trainer checks against its own hash). Both go, and the daemon
+ * maps nothing of theirs. */
+static void state_broadcast_across_gpus(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = state_trainer(&d, r, "--source=1", NULL, logs[r]);
+	expect_pass(pids, logs, 2);
+	for (unsigned r = 0; r < 2; r++)
+		expect_unmapped(&d, pids[r]);
+	assert_true(harness_daemon_alive(&d));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* The source is killed holding its state (two allocations, each open
+ * once in the daemon though the gradient shares one): the other trainer's
+ * broadcast fails, naming it, within --step-timeout whichever comes
+ * first, its kill or the ask, and leaves its state as it was; neither's
+ * memory stays mapped. */
+static void state_source_killed(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	const char *args[] = { "--backend=cuda", "--step-timeout=2", NULL };
+	harness_job_daemon_start(&d, &pair, 0, args);
+	char logs[2][200];
+	pid_t src = state_trainer(&d, 1, "--hold", NULL, logs[1]);
+	harness_wait_for_text(logs[1], "REGISTERED", 30);
+	assert_int_equal(mappings(d.pid, "mem", src), 2);
+	pid_t other = state_trainer(&d, 0, "--source=1", "--expect-fail", logs[0]);
+	kill(src, SIGKILL);
+	harness_wait(src, 10000);
+	expect_pass(&other, &logs[0], 1);
+	expect_unmapped(&d, src);
+	expect_unmapped(&d, other);
+	assert_true(harness_daemon_alive(&d));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* gradsyncd killed after a broadcast and started again on the same
+ * socket: each trainer reconnects (gs_reconnect), which registers its
+ * CUDA state again (the same allocations' handles), and a second
+ * broadcast, from global rank 0, gives each the bytes it must. */
+static void state_after_daemon_restart(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = state_trainer(&d, r, "--source=1", "--reconnect", logs[r]);
+	for (unsigned r = 0; r < 2; r++)
+		harness_wait_for_text(logs[r], "BROADCAST DONE", 30);
+	kill(d.pid, SIGKILL);
+	harness_wait(d.pid, 5000);
+	static char socket_arg[160];
+	snprintf(socket_arg, sizeof(socket_arg), "--socket=%s", d.socket);
+	struct gs_test_daemon d2 = d;
+	snprintf(d2.log, sizeof(d2.log), "%s/gradsyncd-2.log", d.dir);
+	struct harness_strs argv = { .n = 0 };
+	harness_strs_printf(&argv, "%s", getenv("GS_DAEMON"));
+	harness_strs_printf(&argv, "%s", socket_arg);
+	harness_job_daemon_flags(&pair, 0, cuda_backend, &argv);
+	d2.pid = harness_spawn(argv.v, d2.log);
+	harness_daemon_wait_ready(&d2, 10000);
+	expect_pass(pids, logs, 2);
+	for (unsigned r = 0; r < 2; r++)
+		assert_true(harness_file_contains(logs[r], "after reconnecting"));
+	for (unsigned r = 0; r < 2; r++)
+		expect_unmapped(&d2, pids[r]);
+	assert_int_equal(harness_daemon_stop(&d2), 0);
+}
+
+/* A trainer whose state layout differs (int32 for int64, the same bytes)
+ * is refused with GS_ELAYOUT, and the daemon keeps none of its memory. */
+static void state_layout_mismatch(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	char logs[2][200];
+	pid_t first = state_trainer(&d, 0, "--hold", NULL, logs[0]);
+	harness_wait_for_text(logs[0], "REGISTERED", 30);
+	pid_t odd = state_trainer(&d, 1, "--mismatch", NULL, logs[1]);
+	expect_pass(&odd, &logs[1], 1);
+	assert_true(harness_file_contains(logs[1], "differs"));
+	expect_unmapped(&d, odd);
+	kill(first, SIGKILL);
+	harness_wait(first, 10000);
+	expect_unmapped(&d, first);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* Each case's time, in the log: the suite is meant to stay short in CI. */
 static double started;
 
@@ -876,6 +993,10 @@ int main(void)
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),
+		TIMED(state_broadcast_across_gpus),
+		TIMED(state_source_killed),
+		TIMED(state_layout_mismatch),
+		TIMED(state_after_daemon_restart),
 		TIMED(gpus_by_bus_id),
 		TIMED(two_jobs_own_gpus),
 		TIMED(gpus_allow_list),

@@ -92,6 +92,7 @@ static const struct gs_backend_ops cuda_ops = {
 	.size_buffers = cuda_size_buffers,
 	.import_buffer = cuda_import_buffer,
 	.release_buffer = cuda_release_buffer,
+	.copy_bytes = cuda_copy_bytes,
 	.reduce_bucket = cuda_reduce_bucket,
 	.join_group = cuda_join_group,
 	.leave_group = cuda_disconnect,

@@ -2,7 +2,8 @@
  * What the CUDA backend's files share: its state, per local rank and
  * whole, and the calls between them. backend_cuda.c sets it up and tears
  * it down, bucket.c runs buckets (worker thread), imports.c opens and
- * closes trainers' handles (loop thread), comms.c makes and aborts the
+ * closes trainers' handles (loop thread), copy.c copies trainers' state
+ * (worker thread), comms.c makes and aborts the
  * NCCL communicators, wait.c waits on streams and communicators within
  * bounds and words their errors, usable.c says whether a GPU is usable.
  *
@@ -138,6 +139,9 @@ int cuda_import_buffer(struct gs_backend *b, const struct gs_buffer_desc *d, voi
 		       char *err, size_t n);
 void cuda_release_buffer(struct gs_backend *b, void *addr, uint64_t size);
 void cuda_close_import(struct cuda_backend *cb, struct cuda_import *im);
+
+/* copy.c: the backend's copy_bytes (a trainer's state, device to device). */
+int cuda_copy_bytes(struct gs_backend *b, void *dst, const void *src, uint64_t n);
 
 /* comms.c */
 /* A fresh NCCL unique id, made by node rank 0 and shared with the others. */
