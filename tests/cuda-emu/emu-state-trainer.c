@@ -13,7 +13,9 @@
  *
  *   --hold: register, fill, print REGISTERED and wait to be killed;
  *   --expect-fail: the broadcast must fail (a trainer of the job is gone)
- *     and leave this trainer's state as it was;
+ *     and leave this trainer's state as it was; --expect-refused: the
+ *     same, with GS_ESTATE (a job of several nodes);
+ *   --device D: its GPU, as this process numbers them (default: --rank);
  *   --mismatch: register tensor 3 as int32 rather than int64 (the same
  *     bytes): the registration must fail with GS_ELAYOUT;
  *   --reconnect: after the broadcast, print BROADCAST DONE, wait for
@@ -66,7 +68,8 @@ static struct tensor tensors[] = {
 struct options {
 	const char *socket;
 	unsigned rank, global_rank, source;
-	bool hold, expect_fail, mismatch, reconnect;
+	int device;
+	bool hold, expect_fail, expect_refused, mismatch, reconnect;
 };
 
 static void parse(int argc, char **argv, struct options *o)
@@ -80,9 +83,11 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "expect-fail", no_argument, NULL, 'f' },
 		{ "mismatch", no_argument, NULL, 'm' },
 		{ "reconnect", no_argument, NULL, 'R' },
+		{ "expect-refused", no_argument, NULL, 'E' },
+		{ "device", required_argument, NULL, 'D' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ 0 };
+	*o = (struct options){ .device = -1 };
 	bool global = false;
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -95,13 +100,17 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'f': o->expect_fail = true; break;
 		case 'm': o->mismatch = true; break;
 		case 'R': o->reconnect = true; break;
+		case 'E': o->expect_fail = o->expect_refused = true; break;
+		case 'D': o->device = (int)strtol(optarg, NULL, 10); break;
 		default:
-			fprintf(stderr, "usage: emu-state-trainer --socket PATH [--rank R] [--global-rank G] [--source S] [--hold] [--expect-fail] [--mismatch] [--reconnect]\n");
+			fprintf(stderr, "usage: emu-state-trainer --socket PATH [--rank R] [--global-rank G] [--source S] [--hold] [--expect-fail] [--mismatch] [--reconnect] [--expect-refused] [--device D]\n");
 			exit(2);
 		}
 	}
 	if (!global)
 		o->global_rank = o->rank;
+	if (o->device < 0)
+		o->device = (int)o->rank;
 	if (!o->socket) {
 		fprintf(stderr, "emu-state-trainer: --socket is needed\n");
 		exit(2);
@@ -258,7 +267,7 @@ int main(int argc, char **argv)
 {
 	struct trainer t = { 0 };
 	parse(argc, argv, &t.o);
-	CUDA(cudaSetDevice((int)t.o.rank));
+	CUDA(cudaSetDevice(t.o.device));
 	CUDA(cudaMalloc((void **)&t.big, BIG_ALLOC));
 	CUDA(cudaMalloc((void **)&t.small, SMALL_ALLOC));
 	t.want_big = malloc(BIG_ALLOC);
@@ -278,8 +287,10 @@ int main(int argc, char **argv)
 	struct gs_state_result res = GS_STATE_RESULT_INIT;
 	int r = gs_state_broadcast_tensors(t.c, t.o.source, NULL, 0, 60000, &res);
 	if (t.o.expect_fail) {
-		if (r == GS_OK) {
-			fprintf(stderr, "emu-state-trainer: the broadcast succeeded, but was to fail\n");
+		if (r == GS_OK || (t.o.expect_refused && r != GS_ESTATE)) {
+			fprintf(stderr, "emu-state-trainer: the broadcast returned %s, but was to %s: %s\n",
+				gs_strerror(r), t.o.expect_refused ? "be refused (GS_ESTATE)" : "fail",
+				gs_last_error(t.c));
 			return 1;
 		}
 		if (check(&t, t.o.global_rank))

@@ -879,29 +879,78 @@ static void state_broadcast_across_gpus(void **state)
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
+/* Whether gradsyncd's status shows trainer pid in state `what`. */
+static bool trainer_in(const struct gs_test_daemon *d, pid_t pid, const char *what)
+{
+	gs_client *ctl;
+	struct gs_status *st;
+	bool there = false;
+	if (gs_control_connect(d->socket, 5000, &ctl) != GS_OK)
+		return false;
+	if (gs_status_get(ctl, 5000, &st) == GS_OK) {
+		for (size_t i = 0; i < st->trainer_count; i++)
+			there |= st->trainers[i].pid == (uint32_t)pid &&
+				 strcmp(st->trainers[i].state, what) == 0;
+		gs_status_free(st);
+	}
+	gs_close(ctl);
+	return there;
+}
+
 /* The source is killed holding its state (two allocations, each open
- * once in the daemon though the gradient shares one): the other trainer's
- * broadcast fails, naming it, within --step-timeout whichever comes
- * first, its kill or the ask, and leaves its state as it was; neither's
- * memory stays mapped. */
+ * once in the daemon though the gradient shares one) while the other
+ * trainer waits in its broadcast, as status shows: that broadcast fails
+ * at once, naming the trainer gone, and leaves its state as it was;
+ * neither's memory stays mapped. */
 static void state_source_killed(void **state)
 {
 	(void)state;
 	struct gs_test_daemon d;
-	const char *args[] = { "--backend=cuda", "--step-timeout=2", NULL };
-	harness_job_daemon_start(&d, &pair, 0, args);
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
 	char logs[2][200];
 	pid_t src = state_trainer(&d, 1, "--hold", NULL, logs[1]);
 	harness_wait_for_text(logs[1], "REGISTERED", 30);
 	assert_int_equal(mappings(d.pid, "mem", src), 2);
 	pid_t other = state_trainer(&d, 0, "--source=1", "--expect-fail", logs[0]);
+	for (int i = 0; i < 3000 && !trainer_in(&d, other, "broadcasting state"); i++)
+		usleep(10000);
+	assert_true(trainer_in(&d, other, "broadcasting state"));
 	kill(src, SIGKILL);
 	harness_wait(src, 10000);
 	expect_pass(&other, &logs[0], 1);
+	assert_true(harness_file_contains(logs[0], "went away before the state broadcast began"));
 	expect_unmapped(&d, src);
 	expect_unmapped(&d, other);
 	assert_true(harness_daemon_alive(&d));
 	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* A job of two nodes registers CUDA state (its layout checked between
+ * them), but the cuda backend has no broadcast between nodes yet: each
+ * trainer's broadcast is refused, saying so, and keeps its state. */
+static void state_two_nodes_refused(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	struct harness_job job = TWO_NODES;
+	struct gs_test_daemon d[2];
+	start_two_nodes(d, &job, NULL);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned n = 0; n < 2; n++) {
+		const char *argv[] = { getenv("GS_STATE_TRAINER"), "--socket", d[n].socket,
+				       "--rank=0", n ? "--global-rank=1" : "--global-rank=0",
+				       n ? "--device=1" : "--device=0", "--source=1",
+				       "--expect-refused", NULL };
+		snprintf(logs[n], 200, "%s/state-trainer-node%u.log", d[n].dir, n);
+		pids[n] = harness_job_spawn(&job, n, argv, logs[n]);
+	}
+	expect_pass(pids, logs, 2);
+	for (unsigned n = 0; n < 2; n++)
+		assert_true(harness_file_contains(logs[n], "broadcasts state within a node only"));
+	for (unsigned n = 0; n < 2; n++)
+		assert_int_equal(harness_daemon_stop(&d[n]), 0);
 }
 
 /* gradsyncd killed after a broadcast and started again on the same
@@ -997,6 +1046,7 @@ int main(void)
 		TIMED(state_source_killed),
 		TIMED(state_layout_mismatch),
 		TIMED(state_after_daemon_restart),
+		TIMED(state_two_nodes_refused),
 		TIMED(gpus_by_bus_id),
 		TIMED(two_jobs_own_gpus),
 		TIMED(gpus_allow_list),
