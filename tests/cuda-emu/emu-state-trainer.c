@@ -168,6 +168,20 @@ struct trainer {
 	uint8_t *have_big, *have_small;
 };
 
+/* Closes the session and frees everything: the way out of every path
+ * after the allocations, so that the sanitizers' run finds no leak. */
+static int finish(struct trainer *t, int rc)
+{
+	gs_close(t->c);
+	CUDA(cudaFree(t->big));
+	CUDA(cudaFree(t->small));
+	free(t->want_big);
+	free(t->have_big);
+	free(t->want_small);
+	free(t->have_small);
+	return rc;
+}
+
 static void connect_and_register(struct trainer *t)
 {
 	struct gs_connect_options co = GS_CONNECT_OPTIONS_INIT;
@@ -196,7 +210,7 @@ static void connect_and_register(struct trainer *t)
 			exit(1);
 		}
 		printf("PASS rank %u: refused: %s\n", t->o.global_rank, gs_last_error(t->c));
-		exit(0);
+		exit(finish(t, 0));
 	}
 	GS(t->c, r);
 	for (unsigned k = 0; k < NT; k++) {
@@ -294,35 +308,27 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		if (check(&t, t.o.global_rank))
-			return 1;
+			return finish(&t, 1);
 		printf("PASS rank %u: failed as expected (%s): %s; its own state kept\n",
 		       t.o.global_rank, gs_strerror(r), gs_last_error(t.c));
-		return 0;
+		return finish(&t, 0);
 	}
 	GS(t.c, r);
 	if (check(&t, t.o.source))
-		return 1;
+		return finish(&t, 1);
 	uint64_t total = 0;
 	for (unsigned k = 0; k < NT; k++)
 		total += tensors[k].bytes;
 	if (res.bytes != total || res.tensors_done != NT) {
 		fprintf(stderr, "emu-state-trainer: the result says %" PRIu64 " bytes in %u tensors, want %" PRIu64 " in %zu\n",
 			res.bytes, res.tensors_done, total, NT);
-		return 1;
+		return finish(&t, 1);
 	}
 	printf("PASS rank %u: %zu state tensors (%" PRIu64 " bytes) hold rank %u's bytes, the rest of the allocations its own\n",
 	       t.o.global_rank, NT, total, t.o.source);
 	if (t.o.reconnect) {
 		reconnect(&t);
-		if (again(&t))
-			return 1;
+		return finish(&t, again(&t));
 	}
-	gs_close(t.c);
-	CUDA(cudaFree(t.big));
-	CUDA(cudaFree(t.small));
-	free(t.want_big);
-	free(t.have_big);
-	free(t.want_small);
-	free(t.have_small);
-	return 0;
+	return finish(&t, 0);
 }
