@@ -953,6 +953,43 @@ static void state_two_nodes_refused(void **state)
 		assert_int_equal(harness_daemon_stop(&d[n]), 0);
 }
 
+/* A RegisterState carrying CUDA events is refused (they would replace
+ * the gradients' pair), before anything of it is opened. */
+static void state_refuses_events(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	struct raw_trainer t;
+	raw_trainer_make(&t);
+	Gradsync__Buffer events = GRADSYNC__BUFFER__INIT, *bufs[] = { &events };
+	events.device = 1;
+	events.pci_bus_id = t.pci;
+	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(t.rh), (uint8_t *)&t.rh };
+	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(t.dh), (uint8_t *)&t.dh };
+	Gradsync__StateTensor st = GRADSYNC__STATE_TENSOR__INIT, *sp = &st;
+	st.name = "fc.weight";
+	st.bytes = 64;
+	st.dtype = GRADSYNC__DTYPE__DTYPE_FLOAT32;
+	Gradsync__RegisterState r = GRADSYNC__REGISTER_STATE__INIT;
+	r.n_buffers = 1;
+	r.buffers = bufs;
+	r.n_tensors = 1;
+	r.tensors = &sp;
+	r.last = true;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_STATE;
+	m.register_state = &r;
+	int sock = raw_connect(d.socket);
+	raw_hello_job(sock, 1, &pair);
+	raw_send(sock, &m, NULL, 0);
+	raw_expect_error(sock, GS_EINVAL, "RegisterState buffer 0 carries CUDA events");
+	close(sock);
+	assert_int_equal(mappings(d.pid, "event", getpid()), 0);
+	raw_trainer_free(&t);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* gradsyncd killed after a broadcast and started again on the same
  * socket: each trainer reconnects (gs_reconnect), which registers its
  * CUDA state again (the same allocations' handles), and a second
@@ -1047,6 +1084,7 @@ int main(void)
 		TIMED(state_layout_mismatch),
 		TIMED(state_after_daemon_restart),
 		TIMED(state_two_nodes_refused),
+		TIMED(state_refuses_events),
 		TIMED(gpus_by_bus_id),
 		TIMED(two_jobs_own_gpus),
 		TIMED(gpus_allow_list),
