@@ -140,8 +140,8 @@ class GradSync:
     True, as DDP) broadcasts the buffers again before each training
     forward, on one node or several. Both need CPU tensors: with CUDA
     parameters GradSync warns and skips them (gradsyncd's cuda backend
-    broadcasts state within a node, Client.register_state_cuda, but
-    GradSync does not use it yet).
+    broadcasts CUDA state, Client.register_state_cuda, but GradSync does
+    not use it yet).
     """
 
     def __init__(self, model: Params, threshold: Optional[int] = None,
