@@ -13,7 +13,10 @@
  * and the GPUs it refuses; two daemons, one emulated GPU each, that share
  * node 0's NCCL unique id through the rendezvous; a node lost in an all-reduce, or
  * between two launches of a staged bucket; a node (node 0 too) lost and
- * back, with new communicators.
+ * back, with new communicators. And a trainer's state in GPU memory
+ * (emu-state-trainer, GS_STATE_TRAINER): broadcast across GPUs and
+ * between nodes, after a restart of gradsyncd, with its source killed,
+ * and refused where its layout differs or its buffers carry events.
  */
 #include <signal.h>
 #include <stdarg.h>
