@@ -60,6 +60,7 @@ struct gs__state {
 	size_t nbuffers;
 	struct gs_state_spec *specs; /* as sent, for gs_reconnect (names owned) */
 	struct gs__placement *pl;
+	struct gs__cuda_mem *cuda;   /* CUDA state: its allocations, as buffers; NULL: memfds */
 	void **data;                 /* per tensor: its memory (CUDA: device pointer) */
 	size_t n;
 	uint64_t seq;                /* broadcasts asked on this session */
@@ -254,6 +255,18 @@ int gs__check_state_tensor(struct gs_client *c, size_t i, const char *name, enum
 			   uint64_t bytes);
 /* Keeps a copy of the specs (names too) in c->state. */
 int gs__state_keep_specs(struct gs_client *c, const struct gs_state_spec *specs, size_t n);
+
+/* Sends c->state's registration, the first time, and waits for
+ * StateRegistered: registered on success; else the session ends and the
+ * state is released. */
+int gs__state_send_first(struct gs_client *c);
+
+/* ---- cuda_state.c ------------------------------------------------------ */
+
+/* Forgets the CUDA state's allocations (st->cuda). */
+void gs__cuda_state_release(struct gs__state *st);
+/* The Buffer of the CUDA state's allocation b, its IPC handle. */
+Gradsync__Buffer gs__cuda_state_buffer(const struct gs__state *st, uint32_t b);
 
 /* ---- cuda.c ------------------------------------------------------------ */
 

@@ -1,9 +1,7 @@
 /*
- * CUDA tensors, for gradsyncd's cuda backend. Caching allocators hand out
- * pieces of larger allocations, and CUDA IPC exports whole allocations:
- * so each tensor is sent as (base allocation, offset), and each base
- * allocation once, as a Buffer holding its IPC handle, its size and its
- * device. Buffer 0 of the registration is the trainer's pair of
+ * CUDA tensors, for gradsyncd's cuda backend: each tensor as (base
+ * allocation, offset), each allocation once with its IPC handle
+ * (cuda_mem.h). Buffer 0 of the registration is the trainer's pair of
  * interprocess events: "ready", which the trainer records before marking
  * gradients ready and the daemon's stream waits on before reading them,
  * and "done", which the daemon records after writing the results and the
@@ -14,15 +12,9 @@
 #include <string.h>
 
 #include "client.h"
-#include "cuda_driver.h"
+#include "cuda_mem.h"
 
 #define EVENTS_BUFFER 0
-
-struct cuda_alloc {
-	gs__cu_ptr base;
-	uint64_t size;
-	gs__cu_ipc_handle handle;
-};
 
 /* A tensor as sent, kept for gs_reconnect. */
 struct cuda_tensor {
@@ -38,10 +30,8 @@ struct cuda_tensor {
 #define GS_CUDA_READY_RING 32
 
 struct gs__cuda {
-	const struct gs__cu *cu;
-	void *ctx; /* the tensors' context */
-	int device;
-	char pci[32];
+	struct gs__cuda_mem mem; /* the tensors' device, context and allocations */
+	const struct gs__cu *cu; /* mem.cu */
 	/* The ready events, a ring: each gs_cuda_mark_ready records the next,
 	 * so that the daemon waits for a bucket's own gradients, not for the
 	 * latest ones (the host runs ahead of the GPU). ready[0] goes first
@@ -50,8 +40,6 @@ struct gs__cuda {
 	gs__cu_ipc_handle ready_handle[GS_CUDA_READY_RING], done_handle;
 	ProtobufCBinaryData ring[GS_CUDA_READY_RING]; /* the handles, for the frame */
 	uint32_t next_ready;
-	struct cuda_alloc *allocs;
-	size_t nallocs;
 	struct cuda_tensor *tensors;
 	size_t ntensors;
 };
@@ -59,27 +47,24 @@ struct gs__cuda {
 static int driver_fail(struct gs_client *c, struct gs__cuda *g, int code, const char *what,
 		       gs__cu_result r)
 {
-	return gs__fail(c, code, "%s: %s", what, gs__cu_error(g->cu, r));
+	return gs__cuda_mem_fail(c, &g->mem, code, what, r);
 }
 
 static int push(struct gs_client *c, struct gs__cuda *g)
 {
-	gs__cu_result r = g->cu->ctx_push_current(g->ctx);
-	return r == GS_CU_SUCCESS ? GS_OK
-				  : driver_fail(c, g, GS_ESYSTEM, "cannot make the tensors' CUDA context current", r);
+	return gs__cuda_mem_push(c, &g->mem);
 }
 
 static void pop(struct gs__cuda *g)
 {
-	void *ctx;
-	g->cu->ctx_pop_current(&ctx);
+	gs__cuda_mem_pop(&g->mem);
 }
 
 static void free_state(struct gs__cuda *g)
 {
 	if (!g)
 		return;
-	if ((g->ready[0] || g->done) && g->cu->ctx_push_current(g->ctx) == GS_CU_SUCCESS) {
+	if ((g->ready[0] || g->done) && g->cu->ctx_push_current(g->mem.ctx) == GS_CU_SUCCESS) {
 		for (size_t i = 0; i < GS_CUDA_READY_RING; i++)
 			if (g->ready[i])
 				g->cu->event_destroy(g->ready[i]);
@@ -90,7 +75,7 @@ static void free_state(struct gs__cuda *g)
 	for (size_t i = 0; i < g->ntensors; i++)
 		free(g->tensors[i].name);
 	free(g->tensors);
-	free(g->allocs);
+	gs__cuda_mem_free(&g->mem);
 	free(g);
 }
 
@@ -114,80 +99,18 @@ static int check_spec(struct gs_client *c, const struct gs_cuda_tensor_spec *s, 
 	return GS_OK;
 }
 
-/* The device and context of the first tensor; every other must match. */
-static int check_device(struct gs_client *c, struct gs__cuda *g,
-			const struct gs_cuda_tensor_spec *s, size_t i, gs__cu_ptr p)
-{
-	const struct gs__cu *cu = g->cu;
-	unsigned type = 0;
-	int ordinal = -1, ipc = 0;
-	void *ctx = NULL;
-	gs__cu_result r = cu->pointer_get_attribute(&type, GS_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-	if (r != GS_CU_SUCCESS || type != GS_CU_MEMORYTYPE_DEVICE)
-		return gs__fail(c, GS_EBUFFER, "tensor '%s': %p is not CUDA device memory", s->name,
-			       s->data);
-	r = cu->pointer_get_attribute(&ordinal, GS_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
-	if (r == GS_CU_SUCCESS)
-		r = cu->pointer_get_attribute(&ctx, GS_CU_POINTER_ATTRIBUTE_CONTEXT, p);
-	if (r != GS_CU_SUCCESS)
-		return driver_fail(c, g, GS_ESYSTEM, "cuPointerGetAttribute", r);
-	if (cu->pointer_get_attribute(&ipc, GS_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
-				      p) == GS_CU_SUCCESS && !ipc)
-		return gs__fail(c, GS_EBUFFER,
-			       "tensor '%s' is in memory that CUDA IPC handles cannot export (cudaMallocManaged, or cuMemCreate as PyTorch's expandable_segments uses)",
-			       s->name);
-	if (i == 0) {
-		g->device = ordinal;
-		g->ctx = ctx;
-	} else if (ordinal != g->device) {
-		return gs__fail(c, GS_EINVAL,
-			       "tensor '%s' is on GPU %d, tensor '%s' on GPU %d: register one GPU's tensors per connection",
-			       s->name, ordinal, g->tensors[0].name, g->device);
-	}
-	return GS_OK;
-}
-
-/* Allocations are numbered by first use, so a tensor's allocation is sent
- * with it or before it; n tensors have at most n allocations. */
-static uint32_t find_alloc(struct gs__cuda *g, gs__cu_ptr base, uint64_t size)
-{
-	for (size_t a = 0; a < g->nallocs; a++)
-		if (g->allocs[a].base == base)
-			return (uint32_t)a;
-	g->allocs[g->nallocs].base = base;
-	g->allocs[g->nallocs].size = size;
-	return (uint32_t)g->nallocs++;
-}
-
 static int locate(struct gs_client *c, struct gs__cuda *g, const struct gs_cuda_tensor_spec *s,
 		  size_t i)
 {
-	gs__cu_ptr p = (gs__cu_ptr)(uintptr_t)s->data;
-	int r = check_device(c, g, s, i, p);
-	if (r < 0)
-		return r;
-	gs__cu_ptr base = 0;
-	size_t size = 0;
-	/* The query needs a current context, which the caller's thread may
-	 * lack: the tensors' own, as for every other call. */
-	r = push(c, g);
-	if (r < 0)
-		return r;
-	gs__cu_result res = g->cu->mem_get_address_range(&base, &size, p);
-	pop(g);
-	if (res != GS_CU_SUCCESS)
-		return driver_fail(c, g, GS_EBUFFER, "cuMemGetAddressRange", res);
-	uint64_t bytes = s->count * gs__dtype_size(s->dtype);
-	if (p < base || p - base > size || bytes > size - (p - base))
-		return gs__fail(c, GS_EBUFFER,
-			       "tensor '%s' (%" PRIu64 " bytes at %p) runs past the end of its allocation of %zu bytes",
-			       s->name, bytes, s->data, size);
-	uint32_t a = find_alloc(g, base, size);
 	struct cuda_tensor *t = &g->tensors[i];
+	uint32_t a = 0;
+	int r = gs__cuda_mem_locate(c, &g->mem, i, s->name, s->data,
+				    s->count * gs__dtype_size(s->dtype), &a, &t->offset);
+	if (r < 0)
+		return r;
 	t->count = s->count;
 	t->dtype = s->dtype;
 	t->buffer = a + 1;
-	t->offset = p - base;
 	t->name = strdup(s->name);
 	return t->name ? GS_OK : gs__fail(c, GS_ENOMEM, "out of memory");
 }
@@ -214,43 +137,25 @@ static gs__cu_result make_events(struct gs__cuda *g, const char **what)
 	return r;
 }
 
-/* The allocations' IPC handles, the events and the device's PCI bus id. */
+/* The allocations' IPC handles, the device's PCI bus id and the events. */
 static int make_handles(struct gs_client *c, struct gs__cuda *g)
 {
-	const struct gs__cu *cu = g->cu;
-	int r = push(c, g);
+	int r = gs__cuda_mem_handles(c, &g->mem);
+	if (r == GS_OK)
+		r = push(c, g);
 	if (r < 0)
 		return r;
-	const char *what = "cuIpcGetMemHandle";
-	gs__cu_result res = GS_CU_SUCCESS;
-	for (size_t a = 0; a < g->nallocs && res == GS_CU_SUCCESS; a++)
-		res = cu->ipc_get_mem_handle(&g->allocs[a].handle, g->allocs[a].base);
-	if (res == GS_CU_SUCCESS)
-		res = make_events(g, &what);
-	int dev = 0;
-	if (res == GS_CU_SUCCESS) {
-		what = "cuDeviceGetPCIBusId";
-		res = cu->device_get(&dev, g->device);
-	}
-	if (res == GS_CU_SUCCESS)
-		res = cu->device_get_pci_bus_id(g->pci, (int)sizeof(g->pci), dev);
+	const char *what = "";
+	gs__cu_result res = make_events(g, &what);
 	pop(g);
 	return res == GS_CU_SUCCESS ? GS_OK : driver_fail(c, g, GS_ESYSTEM, what, res);
 }
 
 /* ---- The RegisterTensors frames ------------------------------------------------- */
 
-static Gradsync__Buffer device_buffer(const struct gs__cuda *g)
-{
-	Gradsync__Buffer m = GRADSYNC__BUFFER__INIT;
-	m.device = g->device;
-	m.pci_bus_id = (char *)g->pci;
-	return m;
-}
-
 static Gradsync__Buffer events_buffer(struct gs__cuda *g)
 {
-	Gradsync__Buffer m = device_buffer(g);
+	Gradsync__Buffer m = gs__cuda_mem_device_buffer(&g->mem);
 	m.size = 0;
 	m.cuda_ready_event.len = sizeof(g->ready_handle[0]);
 	m.cuda_ready_event.data = (uint8_t *)g->ready_handle[0].reserved;
@@ -258,15 +163,6 @@ static Gradsync__Buffer events_buffer(struct gs__cuda *g)
 	m.cuda_ready_ring = g->ring;
 	m.cuda_done_event.len = sizeof(g->done_handle);
 	m.cuda_done_event.data = (uint8_t *)g->done_handle.reserved;
-	return m;
-}
-
-static Gradsync__Buffer alloc_buffer(const struct gs__cuda *g, struct cuda_alloc *a)
-{
-	Gradsync__Buffer m = device_buffer(g);
-	m.size = a->size;
-	m.cuda_ipc_handle.len = sizeof(a->handle);
-	m.cuda_ipc_handle.data = (uint8_t *)a->handle.reserved;
 	return m;
 }
 
@@ -289,7 +185,7 @@ static int send_registration(struct gs_client *c, struct gs__cuda *g)
 		Gradsync__Buffer buf = GRADSYNC__BUFFER__INIT;
 		bool new_buf = ct->buffer == sent;
 		if (new_buf)
-			buf = alloc_buffer(g, &g->allocs[sent++ - 1]);
+			buf = gs__cuda_mem_alloc_buffer(&g->mem, sent++ - 1);
 		r = gs__reg_frames_add(c, f, &t, new_buf ? &buf : NULL, -1);
 	}
 	return gs__reg_frames_end(c, f, r);
@@ -335,21 +231,20 @@ static int check_register(struct gs_client *c, const struct gs_cuda_tensor_spec 
 static int prepare(struct gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n,
 		   struct gs__cuda **out)
 {
-	char why[256];
 	struct gs__cuda *g = calloc(1, sizeof(*g));
 	if (!g)
 		return gs__fail(c, GS_ENOMEM, "out of memory");
 	*out = g;
-	g->cu = gs__cu_load(why, sizeof(why));
-	if (!g->cu)
-		return gs__fail(c, GS_ESYSTEM, "%s", why);
-	g->allocs = calloc(n, sizeof(*g->allocs));
+	int r = gs__cuda_mem_init(c, &g->mem, n);
+	if (r < 0)
+		return r;
+	g->cu = g->mem.cu;
 	g->tensors = calloc(n, sizeof(*g->tensors));
-	if (!g->allocs || !g->tensors)
+	if (!g->tensors)
 		return gs__fail(c, GS_ENOMEM, "out of memory");
 	g->ntensors = n;
 	for (size_t i = 0; i < n; i++) {
-		int r = locate(c, g, &specs[i], i);
+		r = locate(c, g, &specs[i], i);
 		if (r < 0)
 			return r;
 	}

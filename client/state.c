@@ -7,7 +7,8 @@
  * without memory of their own share one sealed memfd that the library
  * creates; a caller's memfds are adopted. The state's buffers are
  * numbered apart from the gradients', from 0, in the order tensors first
- * use them. CUDA state is cuda_state.c's; the broadcast is the same call.
+ * use them. CUDA state is cuda_state.c's (IPC handles of its allocations); the
+ * frames, gs_reconnect and the broadcast are the same.
  */
 #include <inttypes.h>
 #include <stdlib.h>
@@ -136,7 +137,7 @@ static int place_all(struct gs_client *c, const struct gs_state_spec *specs, siz
 static int send_registration(struct gs_client *c)
 {
 	const struct gs__state *st = &c->state;
-	struct gs__reg_frames *f = gs__reg_frames_new_as(c, true, true);
+	struct gs__reg_frames *f = gs__reg_frames_new_as(c, st->cuda == NULL, true);
 	if (!f)
 		return GS_ENOMEM;
 	uint32_t attached = 0; /* buffers whose descriptor is on its way */
@@ -150,11 +151,14 @@ static int send_registration(struct gs_client *c)
 		t.offset = st->pl[i].offset;
 		Gradsync__Buffer buf = GRADSYNC__BUFFER__INIT;
 		const struct gs__buffer *b = NULL;
-		if (st->pl[i].buffer == attached) {
+		bool new_buf = st->pl[i].buffer == attached;
+		if (new_buf && st->cuda) {
+			buf = gs__cuda_state_buffer(st, attached++);
+		} else if (new_buf) {
 			b = &st->buffers[attached++];
 			buf.size = b->size;
 		}
-		r = gs__reg_frames_add_state(c, f, &t, b ? &buf : NULL, b ? b->fd : -1);
+		r = gs__reg_frames_add_state(c, f, &t, new_buf ? &buf : NULL, b ? b->fd : -1);
 	}
 	return gs__reg_frames_end(c, f, r);
 }
@@ -193,8 +197,9 @@ int gs__register_state_again(struct gs_client *c)
 void gs__state_release(struct gs_client *c)
 {
 	struct gs__state *st = &c->state;
-	for (size_t b = 0; b < st->nbuffers; b++)
+	for (size_t b = 0; st->buffers && b < st->nbuffers; b++)
 		gs__memfd_release(&st->buffers[b]);
+	gs__cuda_state_release(st);
 	for (size_t i = 0; st->specs && i < st->n; i++)
 		free((char *)st->specs[i].name);
 	free(st->buffers);
@@ -241,22 +246,26 @@ int gs_register_state(gs_client *c, const struct gs_state_spec *specs, size_t n)
 				  : gs__fail(c, GS_ENOMEM, "out of memory");
 	if (r == GS_OK)
 		r = place_all(c, specs, n, st->pl);
-	if (r < 0)
-		goto err_release;
+	if (r < 0) {
+		gs__state_release(c);
+		return r;
+	}
+	return gs__state_send_first(c);
+}
+
+int gs__state_send_first(struct gs_client *c)
+{
 	/* An Error may answer any frame: expect the reply from the first. */
 	c->expect = GRADSYNC__MESSAGE__BODY_STATE_REGISTERED;
-	r = send_registration(c);
+	int r = send_registration(c);
 	if (r == GS_OK)
-		r = gs__wait_state_registered(c, n);
-	if (r < 0)
-		goto err_session;
-	st->registered = true;
-	return GS_OK;
-
-err_session:
+		r = gs__wait_state_registered(c, c->state.n);
+	if (r == GS_OK) {
+		c->state.registered = true;
+		return GS_OK;
+	}
 	/* The daemon holds part of a registration that cannot go on. */
 	gs__end_session(c, r);
-err_release:
 	c->expect = GRADSYNC__MESSAGE__BODY__NOT_SET;
 	gs__state_release(c);
 	return r;

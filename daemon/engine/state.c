@@ -171,6 +171,15 @@ void gs_state_register(struct gs_trainer *t, const Gradsync__RegisterState *r)
 				t->job->env.backend->name);
 		return;
 	}
+	/* Events would replace the gradients' (the backend keeps one pair
+	 * per trainer): a state is memory only. */
+	for (size_t i = 0; i < r->n_buffers; i++) {
+		if (r->buffers[i]->cuda_ready_event.len || r->buffers[i]->cuda_done_event.len) {
+			gs_trainer_fail(t, GS_EINVAL, "RegisterState buffer %zu carries CUDA events; a state's buffers hold memory only",
+					st->nbuffers + i);
+			return;
+		}
+	}
 	if (gs_trainer_import_buffers(t, "RegisterState", r->buffers, r->n_buffers, &st->buffers,
 				      &st->nbuffers) < 0)
 		return;

@@ -121,6 +121,15 @@ class StateSpec(Structure):
     ]
 
 
+class CudaStateSpec(Structure):
+    _fields_ = [
+        ("name", c_char_p),
+        ("bytes", c_uint64),
+        ("dtype", c_int),
+        ("data", c_void_p),
+    ]
+
+
 class StateResult(Structure):
     _fields_ = [
         ("size", c_size_t),
@@ -289,6 +298,7 @@ STRUCTS = {
     "gs_connection_status": ConnectionStatus,
     "gs_trace_status": TraceStatus,
     "gs_state_spec": StateSpec,
+    "gs_cuda_state_spec": CudaStateSpec,
     "gs_state_result": StateResult,
 }
 
@@ -343,6 +353,7 @@ _SIGNATURES = {
     "gs_cuda_mark_absent": (c_int, [_client_p, _u32_p, c_size_t, c_void_p]),
     "gs_cuda_stream_wait": (c_int, [_client_p, c_void_p]),
     "gs_register_state": (c_int, [_client_p, POINTER(StateSpec), c_size_t]),
+    "gs_register_state_cuda": (c_int, [_client_p, POINTER(CudaStateSpec), c_size_t]),
     "gs_state_count": (c_size_t, [_client_p]),
     "gs_state_data": (c_void_p, [_client_p, c_size_t]),
     "gs_state_broadcast": (c_int, [_client_p, c_uint32, c_int]),

@@ -447,6 +447,7 @@ class Client(_Connection):
         self._lock = threading.Lock()
         self._counts: List[int] = []
         self._cuda = False
+        self._cuda_state = False
         c_info = _lib.SessionInfo()
         self._check(lib.gs_session_info(ptr, ctypes.byref(c_info)), "session_info")
         self.info = SessionInfo._from_c(c_info)
@@ -568,6 +569,29 @@ class Client(_Connection):
         self._state_bytes = [t.nbytes for t in tensors]
         return [self.state(i) for i in range(len(tensors))]
 
+    def register_state_cuda(self, tensors: Sequence[Tuple[str, int, str, int]]) -> None:
+        """Registers this trainer's state in CUDA memory (gradsyncd's cuda
+        backend), once per connection: (name, bytes, dtype, device pointer)
+        per tensor, all on this local rank's GPU, dtype as register_state's.
+        gradsyncd opens the allocations' CUDA IPC handles; the memory stays
+        the caller's (PyTorch: contiguous tensors' data_ptr(), kept alive).
+        The caller's GPU work on it must be complete (its stream
+        synchronised) before broadcast_state, which returns once it holds
+        the source's bytes (copied device to device)."""
+        names = [t[0].encode() for t in tensors]  # kept alive for the call
+        arr = (_lib.CudaStateSpec * len(tensors))()
+        for c, (name, nbytes, dtype, ptr), bname in zip(arr, tensors, names):
+            if dtype not in _lib.DTYPES:
+                raise InvalidArgumentError(EINVAL, f"state tensor {name}: dtype {dtype!r} "
+                                           "is none of " + ", ".join(_lib.DTYPES),
+                                           "register_state_cuda")
+            c.name, c.bytes, c.dtype, c.data = bname, nbytes, _lib.DTYPES[dtype], ptr
+        with self._lock:
+            self._check(_lib.lib().gs_register_state_cuda(self._ptr(), arr, len(tensors)),
+                        "register_state_cuda")
+        self._state_bytes = [t[1] for t in tensors]
+        self._cuda_state = True
+
     @property
     def state_count(self) -> int:
         return _lib.lib().gs_state_count(self._ptr())
@@ -576,6 +600,9 @@ class Client(_Connection):
         """Registered state tensor ``index`` as a uint8 array over its
         shared memory; raises IndexError when out of range."""
         sizes = getattr(self, "_state_bytes", [])
+        if self._cuda_state:
+            raise StateError(ESTATE, "CUDA state stays in GPU memory: use the caller's "
+                             "own tensors", "state")
         if not 0 <= index < len(sizes):
             raise IndexError(f"no registered state tensor {index} (of {len(sizes)})")
         addr = _lib.lib().gs_state_data(self._ptr(), index)

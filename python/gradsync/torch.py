@@ -139,8 +139,9 @@ class GradSync:
     replicas initialised apart start equal; ``broadcast_buffers`` (default
     True, as DDP) broadcasts the buffers again before each training
     forward, on one node or several. Both need CPU tensors: with CUDA
-    parameters GradSync warns and skips them (gradsyncd broadcasts state
-    in host memory only, for now).
+    parameters GradSync warns and skips them (gradsyncd's cuda backend
+    broadcasts CUDA state, Client.register_state_cuda, but GradSync does
+    not use it yet).
     """
 
     def __init__(self, model: Params, threshold: Optional[int] = None,
@@ -225,8 +226,9 @@ class GradSync:
         if self.device.type == "cpu":
             return True
         warnings.warn(f"GradSync: replicas are not broadcast from rank 0 at wrap, as its "
-                      f"parameters are on {self.device}: gradsyncd broadcasts the state of "
-                      "CPU tensors only; start every replica equal (seed it)", stacklevel=3)
+                      f"parameters are on {self.device}: GradSync broadcasts the state of "
+                      "CPU tensors only, for now; start every replica equal (seed it)",
+                      stacklevel=3)
         return False
 
     def _share_state(self, model: Params, broadcast_buffers: bool) -> None:

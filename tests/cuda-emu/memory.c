@@ -294,6 +294,21 @@ EMU_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUd
 	}
 }
 
+/* The runtime's question, as gradsyncd asks it of a trainer's memory. */
+EMU_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a, const void *p)
+{
+	struct range r;
+	memset(a, 0, sizeof(*a));
+	a->device = -1;
+	if (!mem_find(p, &r))
+		return cudaSuccess; /* unregistered host memory, as CUDA 11+ says */
+	a->type = r.kind == MEM_HOST ? cudaMemoryTypeHost : cudaMemoryTypeDevice;
+	a->device = r.device;
+	a->devicePointer = (void *)p;
+	a->hostPointer = r.kind == MEM_HOST ? (void *)p : NULL;
+	return cudaSuccess;
+}
+
 /* ---- Copies ------------------------------------------------------------------------- */
 
 /* Host and device memory are both this process's memory: every kind of

@@ -13,7 +13,10 @@
  * and the GPUs it refuses; two daemons, one emulated GPU each, that share
  * node 0's NCCL unique id through the rendezvous; a node lost in an all-reduce, or
  * between two launches of a staged bucket; a node (node 0 too) lost and
- * back, with new communicators.
+ * back, with new communicators. And a trainer's state in GPU memory
+ * (emu-state-trainer, GS_STATE_TRAINER): broadcast across GPUs and
+ * between nodes, after a restart of gradsyncd, with its source killed,
+ * and refused where its layout differs or its buffers carry events.
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -842,6 +845,217 @@ static void gpu_check_recovery(void **state)
 	gpu_trainer_case(&job, args, "3", "--late-step=2");
 }
 
+/* ---- A trainer's state in GPU memory ------------------------------------------ */
+
+/* Starts emu-state-trainer as local rank `rank` of pair (GS_STATE_TRAINER),
+ * with up to three more arguments; its output goes to log (200 bytes). */
+static pid_t state_trainer(const struct gs_test_daemon *d, unsigned rank, const char *a1,
+			   const char *a2, char *log)
+{
+	char r[16];
+	snprintf(r, sizeof(r), "%u", rank);
+	snprintf(log, 200, "%s/state-trainer%u.log", d->dir, rank);
+	const char *argv[] = { getenv("GS_STATE_TRAINER"), "--socket", d->socket, "--rank", r,
+			       a1, a2, NULL };
+	return harness_job_spawn(&pair, 0, argv, log);
+}
+
+/* Two trainers, each on its own GPU, register CUDA state of seven dtypes
+ * (one tensor of 5 MiB) beside a gradient, in allocations the gradient
+ * shares; the broadcast from global rank 1 gives rank 0 its bytes, device
+ * to device across GPUs, and no other byte of either allocation changes
+ * (each trainer checks against its own hash). Both go, and the daemon
+ * maps nothing of theirs. */
+static void state_broadcast_across_gpus(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = state_trainer(&d, r, "--source=1", NULL, logs[r]);
+	expect_pass(pids, logs, 2);
+	for (unsigned r = 0; r < 2; r++)
+		expect_unmapped(&d, pids[r]);
+	assert_true(harness_daemon_alive(&d));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* Whether gradsyncd's status shows trainer pid in state `what`. */
+static bool trainer_in(const struct gs_test_daemon *d, pid_t pid, const char *what)
+{
+	gs_client *ctl;
+	struct gs_status *st;
+	bool there = false;
+	if (gs_control_connect(d->socket, 5000, &ctl) != GS_OK)
+		return false;
+	if (gs_status_get(ctl, 5000, &st) == GS_OK) {
+		for (size_t i = 0; i < st->trainer_count; i++)
+			there |= st->trainers[i].pid == (uint32_t)pid &&
+				 strcmp(st->trainers[i].state, what) == 0;
+		gs_status_free(st);
+	}
+	gs_close(ctl);
+	return there;
+}
+
+/* The source is killed holding its state (two allocations, each open
+ * once in the daemon though the gradient shares one) while the other
+ * trainer waits in its broadcast, as status shows: that broadcast fails
+ * at once, naming the trainer gone, and leaves its state as it was;
+ * neither's memory stays mapped. */
+static void state_source_killed(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	char logs[2][200];
+	pid_t src = state_trainer(&d, 1, "--hold", NULL, logs[1]);
+	harness_wait_for_text(logs[1], "REGISTERED", 30);
+	assert_int_equal(mappings(d.pid, "mem", src), 2);
+	pid_t other = state_trainer(&d, 0, "--source=1", "--expect-fail", logs[0]);
+	for (int i = 0; i < 3000 && !trainer_in(&d, other, "broadcasting state"); i++)
+		usleep(10000);
+	assert_true(trainer_in(&d, other, "broadcasting state"));
+	kill(src, SIGKILL);
+	harness_wait(src, 10000);
+	expect_pass(&other, &logs[0], 1);
+	assert_true(harness_file_contains(logs[0], "went away before the state broadcast began"));
+	expect_unmapped(&d, src);
+	expect_unmapped(&d, other);
+	assert_true(harness_daemon_alive(&d));
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* One trainer on each of two nodes, each on its own emulated GPU: the
+ * broadcast from global rank 1 (node 1) goes between the daemons over
+ * their Gloo group, staged through host memory, and node 0's trainer
+ * holds node 1's bytes, every one checked; node 1 counts what it sent. */
+static void state_two_nodes(void **state)
+{
+	(void)state;
+	if (!harness_have_gloo())
+		skip();
+	struct harness_job job = TWO_NODES;
+	struct gs_test_daemon d[2];
+	start_two_nodes(d, &job, NULL);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned n = 0; n < 2; n++) {
+		const char *argv[] = { getenv("GS_STATE_TRAINER"), "--socket", d[n].socket,
+				       "--rank=0", n ? "--global-rank=1" : "--global-rank=0",
+				       n ? "--device=1" : "--device=0", "--source=1", NULL };
+		snprintf(logs[n], 200, "%s/state-trainer-node%u.log", d[n].dir, n);
+		pids[n] = harness_job_spawn(&job, n, argv, logs[n]);
+	}
+	expect_pass(pids, logs, 2);
+	gs_client *ctl;
+	struct gs_status *st;
+	assert_int_equal(gs_control_connect(d[1].socket, 5000, &ctl), GS_OK);
+	assert_int_equal(gs_status_get(ctl, 5000, &st), GS_OK);
+	/* At least the tensors' bytes (the header and layout go too). */
+	assert_true(st->internode_bytes >= (5u << 20) + 4);
+	gs_status_free(st);
+	gs_close(ctl);
+	for (unsigned n = 0; n < 2; n++)
+		expect_unmapped(&d[n], pids[n]);
+	for (unsigned n = 0; n < 2; n++)
+		assert_int_equal(harness_daemon_stop(&d[n]), 0);
+}
+
+/* A RegisterState carrying CUDA events is refused (they would replace
+ * the gradients' pair), before anything of it is opened. */
+static void state_refuses_events(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	struct raw_trainer t;
+	raw_trainer_make(&t);
+	Gradsync__Buffer events = GRADSYNC__BUFFER__INIT, *bufs[] = { &events };
+	events.device = 1;
+	events.pci_bus_id = t.pci;
+	events.cuda_ready_event = (ProtobufCBinaryData){ sizeof(t.rh), (uint8_t *)&t.rh };
+	events.cuda_done_event = (ProtobufCBinaryData){ sizeof(t.dh), (uint8_t *)&t.dh };
+	Gradsync__StateTensor st = GRADSYNC__STATE_TENSOR__INIT, *sp = &st;
+	st.name = "fc.weight";
+	st.bytes = 64;
+	st.dtype = GRADSYNC__DTYPE__DTYPE_FLOAT32;
+	Gradsync__RegisterState r = GRADSYNC__REGISTER_STATE__INIT;
+	r.n_buffers = 1;
+	r.buffers = bufs;
+	r.n_tensors = 1;
+	r.tensors = &sp;
+	r.last = true;
+	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
+	m.body_case = GRADSYNC__MESSAGE__BODY_REGISTER_STATE;
+	m.register_state = &r;
+	int sock = raw_connect(d.socket);
+	raw_hello_job(sock, 1, &pair);
+	raw_send(sock, &m, NULL, 0);
+	raw_expect_error(sock, GS_EINVAL, "RegisterState buffer 0 carries CUDA events");
+	close(sock);
+	assert_int_equal(mappings(d.pid, "event", getpid()), 0);
+	raw_trainer_free(&t);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
+/* gradsyncd killed after a broadcast and started again on the same
+ * socket: each trainer reconnects (gs_reconnect), which registers its
+ * CUDA state again (the same allocations' handles), and a second
+ * broadcast, from global rank 0, gives each the bytes it must. */
+static void state_after_daemon_restart(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = state_trainer(&d, r, "--source=1", "--reconnect", logs[r]);
+	for (unsigned r = 0; r < 2; r++)
+		harness_wait_for_text(logs[r], "BROADCAST DONE", 30);
+	kill(d.pid, SIGKILL);
+	harness_wait(d.pid, 5000);
+	static char socket_arg[160];
+	snprintf(socket_arg, sizeof(socket_arg), "--socket=%s", d.socket);
+	struct gs_test_daemon d2 = d;
+	snprintf(d2.log, sizeof(d2.log), "%s/gradsyncd-2.log", d.dir);
+	struct harness_strs argv = { .n = 0 };
+	harness_strs_printf(&argv, "%s", getenv("GS_DAEMON"));
+	harness_strs_printf(&argv, "%s", socket_arg);
+	harness_job_daemon_flags(&pair, 0, cuda_backend, &argv);
+	d2.pid = harness_spawn(argv.v, d2.log);
+	harness_daemon_wait_ready(&d2, 10000);
+	expect_pass(pids, logs, 2);
+	for (unsigned r = 0; r < 2; r++)
+		assert_true(harness_file_contains(logs[r], "after reconnecting"));
+	for (unsigned r = 0; r < 2; r++)
+		expect_unmapped(&d2, pids[r]);
+	assert_int_equal(harness_daemon_stop(&d2), 0);
+}
+
+/* A trainer whose state layout differs (int32 for int64, the same bytes)
+ * is refused with GS_ELAYOUT, and the daemon keeps none of its memory. */
+static void state_layout_mismatch(void **state)
+{
+	(void)state;
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &pair, 0, cuda_backend);
+	char logs[2][200];
+	pid_t first = state_trainer(&d, 0, "--hold", NULL, logs[0]);
+	harness_wait_for_text(logs[0], "REGISTERED", 30);
+	pid_t odd = state_trainer(&d, 1, "--mismatch", NULL, logs[1]);
+	expect_pass(&odd, &logs[1], 1);
+	assert_true(harness_file_contains(logs[1], "differs"));
+	expect_unmapped(&d, odd);
+	kill(first, SIGKILL);
+	harness_wait(first, 10000);
+	expect_unmapped(&d, first);
+	assert_int_equal(harness_daemon_stop(&d), 0);
+}
+
 /* Each case's time, in the log: the suite is meant to stay short in CI. */
 static double started;
 
@@ -876,6 +1090,12 @@ int main(void)
 		TIMED(trainer_killed_after_registering),
 		TIMED(trainer_gone_mid_registration),
 		TIMED(bad_handles),
+		TIMED(state_broadcast_across_gpus),
+		TIMED(state_source_killed),
+		TIMED(state_layout_mismatch),
+		TIMED(state_after_daemon_restart),
+		TIMED(state_two_nodes),
+		TIMED(state_refuses_events),
 		TIMED(gpus_by_bus_id),
 		TIMED(two_jobs_own_gpus),
 		TIMED(gpus_allow_list),

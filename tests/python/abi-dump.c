@@ -141,6 +141,10 @@ int main(void)
 	F(gs_state_spec, name); F(gs_state_spec, bytes); F(gs_state_spec, dtype);
 	F(gs_state_spec, memfd); F(gs_state_spec, offset);
 	end();
+	BEGIN(gs_cuda_state_spec);
+	F(gs_cuda_state_spec, name); F(gs_cuda_state_spec, bytes);
+	F(gs_cuda_state_spec, dtype); F(gs_cuda_state_spec, data);
+	end();
 	BEGIN(gs_state_result);
 	F(gs_state_result, size); F(gs_state_result, bytes);
 	F(gs_state_result, duration_ns); F(gs_state_result, tensors_done);

@@ -474,16 +474,33 @@ static void splits_large_registrations_into_frames(void **state)
 	daemon_free(f);
 }
 
+/* Registering the specs as gradients, or (as_state) as a state of the
+ * same bytes, must be refused with code and text. */
+static bool as_state;
+
+static int register_specs(gs_client *c, const struct gs_cuda_tensor_spec *specs, size_t n)
+{
+	if (!as_state)
+		return gs_register_cuda(c, specs, n);
+	struct gs_cuda_state_spec st[4];
+	assert_true(n <= 4);
+	for (size_t i = 0; i < n; i++)
+		st[i] = (struct gs_cuda_state_spec){ specs[i].name, specs[i].count * 4,
+						     specs[i].dtype, specs[i].data };
+	return gs_register_state_cuda(c, st, n);
+}
+
 static void expect_refused(struct gs_cuda_tensor_spec *specs, size_t n, const char *backend,
 			   int code, const char *text)
 {
 	struct fake_daemon *f = daemon_start(backend, 0);
 	gs_client *c = connect_to(f);
-	int r = gs_register_cuda(c, specs, n);
+	int r = register_specs(c, specs, n);
 	if (r != code || !strstr(gs_last_error(c), text))
 		fail_msg("expected %s with '%s', got %s: %s", gs_err_name(code), text,
 			 gs_err_name(r), gs_last_error(c));
 	assert_int_equal(gs_tensor_count(c), 0);
+	assert_int_equal(gs_state_count(c), 0);
 	assert_int_equal(fake_cuda_ctx_depth(), 0);
 	gs_close(c);
 	daemon_join(f);
@@ -512,6 +529,15 @@ static void refuses_what_cuda_ipc_cannot_share(void **state)
 	expect_refused(s, 1, "cuda", GS_EINVAL, "misaligned");
 	s[0].data = (void *)(uintptr_t)a;
 	expect_refused(s, 1, "host", GS_ESTATE, "runs the host backend");
+}
+
+/* The same refusals for a state in CUDA memory (gs_register_state_cuda),
+ * which finds its allocations with the gradients' code. */
+static void state_refuses_what_cuda_ipc_cannot_share(void **state)
+{
+	as_state = true;
+	refuses_what_cuda_ipc_cannot_share(state);
+	as_state = false;
 }
 
 static void needs_cuda_registration(void **state)
@@ -582,6 +608,7 @@ int main(void)
 		cmocka_unit_test_setup(events_order_a_step, setup),
 		cmocka_unit_test_setup(splits_large_registrations_into_frames, setup),
 		cmocka_unit_test_setup(refuses_what_cuda_ipc_cannot_share, setup),
+		cmocka_unit_test_setup(state_refuses_what_cuda_ipc_cannot_share, setup),
 		cmocka_unit_test_setup(needs_cuda_registration, setup),
 		cmocka_unit_test(daemon_checks_buffers),
 	};

@@ -67,6 +67,7 @@ static void cuda_destroy(struct gs_backend *b)
 			cudaStreamDestroy(rk->stream);
 	}
 	cudaFreeHost(cb->host_counters);
+	cudaFreeHost(cb->state_stage);
 	gs_cuda_bucket_plan_free(&cb->plan);
 	char why[8];
 	gs_fusion_budget_resize(cb->budget, &b->fusion_bytes, 0, why, sizeof(why));
@@ -92,9 +93,11 @@ static const struct gs_backend_ops cuda_ops = {
 	.size_buffers = cuda_size_buffers,
 	.import_buffer = cuda_import_buffer,
 	.release_buffer = cuda_release_buffer,
+	.copy_bytes = cuda_copy_bytes,
+	.broadcast_bytes = cuda_broadcast_bytes,
 	.reduce_bucket = cuda_reduce_bucket,
 	.join_group = cuda_join_group,
-	.leave_group = cuda_disconnect,
+	.leave_group = cuda_leave_group,
 	.destroy = cuda_destroy,
 };
 

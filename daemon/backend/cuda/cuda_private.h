@@ -2,7 +2,8 @@
  * What the CUDA backend's files share: its state, per local rank and
  * whole, and the calls between them. backend_cuda.c sets it up and tears
  * it down, bucket.c runs buckets (worker thread), imports.c opens and
- * closes trainers' handles (loop thread), comms.c makes and aborts the
+ * closes trainers' handles (loop thread), copy.c copies trainers' state
+ * (worker thread), comms.c makes and aborts the
  * NCCL communicators, wait.c waits on streams and communicators within
  * bounds and words their errors, usable.c says whether a GPU is usable.
  *
@@ -97,6 +98,13 @@ struct cuda_backend {
 	char broken_why[200];
 	mem_range_fn mem_range;
 	struct cuda_import *imports; /* loop thread only */
+	/* The group's Gloo context and this node's rank in it (join_group;
+	 * NULL once it is left): a trainer's state goes between nodes
+	 * through it (broadcast_bytes), staged in state_stage, pinned host
+	 * memory of STATE_STAGE_BYTES made at the first use (worker thread). */
+	struct gs_gloo *gloo;
+	uint32_t node_rank;
+	void *state_stage;
 	/* What size_buffers sized for the plan, in the node's budget: each
 	 * rank's fusion buffer, and its staging buffer (0: none). */
 	struct gs_fusion_budget *budget;
@@ -120,8 +128,10 @@ int cuda_size_buffers(struct gs_backend *b, const struct gs_plan *p, char *err, 
 
 /* start.c: the backend's join_group: node 0's NCCL unique id shared
  * through the group's store (key "nccl/uid") and kept for the next
- * bucket, which makes the communicators. */
+ * bucket, which makes the communicators; and the group's Gloo context,
+ * for state. leave_group: the communicators aborted, the Gloo forgotten. */
 int cuda_join_group(struct gs_backend *b, const struct gs_group_join *g, char *why, size_t n);
+void cuda_leave_group(struct gs_backend *b);
 /* At a bucket (worker thread), every local rank's GPU bound: the
  * communicators of the group joined last, or alone of this node's ranks,
  * when there are none yet. GS_OK when there are (or none can be made
@@ -138,6 +148,11 @@ int cuda_import_buffer(struct gs_backend *b, const struct gs_buffer_desc *d, voi
 		       char *err, size_t n);
 void cuda_release_buffer(struct gs_backend *b, void *addr, uint64_t size);
 void cuda_close_import(struct cuda_backend *cb, struct cuda_import *im);
+
+/* copy.c: the backend's copy_bytes (a trainer's state, device to device)
+ * and broadcast_bytes (between nodes, over the group's Gloo). */
+int cuda_copy_bytes(struct gs_backend *b, void *dst, const void *src, uint64_t n);
+int cuda_broadcast_bytes(struct gs_backend *b, void *buf, uint64_t n, uint32_t root);
 
 /* comms.c */
 /* A fresh NCCL unique id, made by node rank 0 and shared with the others. */

@@ -196,7 +196,7 @@ int cuda_import_buffer(struct gs_backend *b, const struct gs_buffer_desc *d, voi
 {
 	struct cuda_backend *cb = cuda(b);
 	if (d->kind == GS_BUFFER_MEMFD) {
-		snprintf(err, n, "it is shared memory, but this gradsyncd runs the cuda backend, which reduces GPU memory: register CUDA tensors (gs_register_cuda)");
+		snprintf(err, n, "it is shared memory, but this gradsyncd runs the cuda backend, which reduces GPU memory: register CUDA tensors (gs_register_cuda, gs_register_state_cuda)");
 		return GS_EBUFFER;
 	}
 	int rc = check_device(cb, d, err, n);

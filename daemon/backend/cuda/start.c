@@ -61,10 +61,18 @@ int cuda_join_group(struct gs_backend *b, const struct gs_group_join *g, char *w
 	cb->uid_world = g->world_size;
 	cb->generation = g->generation;
 	cb->have_uid = true;
+	cb->gloo = g->gloo;
+	cb->node_rank = g->node_rank;
 	gs_info("cuda: group generation %llu: global ranks %u to %u of %u, the NCCL communicators made at the first bucket",
 		(unsigned long long)g->generation, g->rank_base, g->rank_base + cb->n - 1,
 		g->world_size);
 	return GS_OK;
+}
+
+void cuda_leave_group(struct gs_backend *b)
+{
+	cuda_disconnect(b);
+	cuda(b)->gloo = NULL;
 }
 
 /* Several nodes: the group's communicators, once per unique id (the
