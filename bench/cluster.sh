@@ -13,13 +13,18 @@
 #   gloo-fp32, gloo-fp16   gradsync-bench's Gloo baseline (DDP-style
 #              buckets), one gradsync-bench-gloo-rank per node in the same
 #              namespaces on the same CPUs, meeting through a file store.
-# Per step the slower node's time; the median of K steps after W of warm-up.
+# Each under every load of --load in turn (bench/load.sh: none, nice19,
+# nice0, loader; a process per core, started before the systems run and
+# stopped after), every system under the same load.
+# Per step the slower node's time; the median of K steps after W of warm-up;
+# under a load, each system's median over its own with no load.
 # Prints a table and writes cluster.csv (every step of every rank),
 # summary.csv, summary.txt and a README.md with the table to --out
 # (default bench/results/cluster). Needs root (namespaces).
 #
 #   bench/cluster.sh [--rates 10gbit,25gbit] [--layouts resnet50,bert-base]
-#                    [--steps K] [--warmup W] [--overlap-both] [--out DIR]
+#                    [--load none,nice19,nice0,loader] [--steps K]
+#                    [--warmup W] [--overlap-both] [--out DIR]
 #
 # Everything is bounded (each process by `timeout`), and the cluster is
 # taken down on every way out.
@@ -27,16 +32,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rates=10gbit,25gbit layouts=resnet50,bert-base steps=10 warmup=2
-out=bench/results/cluster overlap_both=0
+out=bench/results/cluster overlap_both=0 loads=none
 while [ $# -gt 0 ]; do
   case $1 in
     --rates) rates=${2:?}; shift 2 ;;
     --layouts) layouts=${2:?}; shift 2 ;;
+    --load) loads=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --warmup) warmup=${2:?}; shift 2 ;;
     --out) out=${2:?}; shift 2 ;;
     --overlap-both) overlap_both=1; shift ;;
-    -h | --help) sed -n '2,24s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) echo "cluster.sh: unknown option '$1' (--help)" >&2; exit 2 ;;
   esac
 done
@@ -46,6 +52,7 @@ done
 }
 
 . bench/prepare.sh
+. bench/load.sh
 nc=scripts/netcluster.sh
 bin=$build/bench
 name=nb$$
@@ -60,7 +67,7 @@ bench=cluster.sh
 # as system $3 (gradsync, or overlap-on or -off with GRADSYNCD_BUCKET_OVERLAP
 # set).
 run_gradsync() {
-  local layout=$1 rate=$2 system=$3 dir=$tmp/$3-$1-$2 k t=()
+  local layout=$1 rate=$2 system=$3 dir=$tmp/$3-$1-$2-$load k t=()
   mkdir -p "$dir"
   start_daemons "$build/daemon/gradsyncd" "$dir" $((STEP_TIMEOUT + 30))
   for k in 0 1; do
@@ -77,13 +84,14 @@ run_gradsync() {
   fi
   stop_daemons
   for k in 0 1; do
-    sed "s/^/$layout,$rate,$system,/" "$dir/trainer-$k.csv" | cut -d, -f1-6,8 >>"$tmp/steps.csv"
+    sed "s/^/$layout,$rate,$system,/; s/\$/,$load/" "$dir/trainer-$k.csv" |
+      cut -d, -f1-6,8,9 >>"$tmp/steps.csv"
   done
 }
 
 # The Gloo baseline on layout $1 at rate $2: a rank per node.
 run_gloo() {
-  local layout=$1 rate=$2 dir=$tmp/gloo-$1-$2 k t=()
+  local layout=$1 rate=$2 dir=$tmp/gloo-$1-$2-$load k t=()
   mkdir -p "$dir/store"
   for k in 0 1; do
     timeout -s KILL "$STEP_TIMEOUT" "$nc" exec "$name" "$k" "$bin/gradsync-bench-gloo-rank" \
@@ -97,32 +105,43 @@ run_gloo() {
     return 1
   fi
   for k in 0 1; do
-    # system,rank,step,ms -> layout,rate,system,rank,step,ms,bytes (filled in later)
-    sed "s/^/$layout,$rate,/; s/\$/,0/" "$dir/rank-$k.csv" >>"$tmp/steps.csv"
+    # system,rank,step,ms -> layout,rate,system,rank,step,ms,bytes (filled in later),load
+    sed "s/^/$layout,$rate,/; s/\$/,0,$load/" "$dir/rank-$k.csv" >>"$tmp/steps.csv"
   done
 }
 
-echo "layout,rate,system,rank,step,ms,wire_bytes" >"$tmp/steps.csv"
-say "cluster.sh: 2 nodes x 1 trainer, rates $rates, layouts $layouts, $steps steps after $warmup"
+echo "layout,rate,system,rank,step,ms,wire_bytes,load" >"$tmp/steps.csv"
+say "cluster.sh: 2 nodes x 1 trainer, rates $rates, layouts $layouts, loads $loads, $steps steps after $warmup"
 say "note: this 2-core machine carries at most ~9.5 Gbit/s between namespaces unshaped:"
 say "      at rates above that the CPUs bind, not the shaping"
 IFS=, read -ra rate_list <<<"$rates"
 IFS=, read -ra layout_list <<<"$layouts"
+IFS=, read -ra load_list <<<"$loads"
+for load in "${load_list[@]}"; do
+  [[ " $load_kinds " == *" $load "* ]] || {
+    echo "cluster.sh: unknown load '$load' (one of: $load_kinds)" >&2
+    exit 2
+  }
+done
 for layout in "${layout_list[@]}"; do
   [ -f "layouts/$layout.txt" ] || { echo "cluster.sh: no layouts/$layout.txt" >&2; exit 2; }
 done
 for rate in "${rate_list[@]}"; do
   "$nc" up "$name" 2 --rate "$rate" 2>&1 | sed 's/^/  /'
   for layout in "${layout_list[@]}"; do
-    say "$layout at $rate: gradsync"
-    run_gradsync "$layout" "$rate" gradsync
-    if [ "$overlap_both" = 1 ]; then
-      say "$layout at $rate: gradsync, buckets overlapped, then not"
-      GRADSYNCD_BUCKET_OVERLAP=1 run_gradsync "$layout" "$rate" overlap-on
-      GRADSYNCD_BUCKET_OVERLAP=0 run_gradsync "$layout" "$rate" overlap-off
-    fi
-    say "$layout at $rate: Gloo fp32 then fp16 buckets"
-    run_gloo "$layout" "$rate"
+    for load in "${load_list[@]}"; do
+      start_load "$load"
+      say "$layout at $rate, load $load: gradsync"
+      run_gradsync "$layout" "$rate" gradsync
+      if [ "$overlap_both" = 1 ]; then
+        say "$layout at $rate, load $load: gradsync, buckets overlapped, then not"
+        GRADSYNCD_BUCKET_OVERLAP=1 run_gradsync "$layout" "$rate" overlap-on
+        GRADSYNCD_BUCKET_OVERLAP=0 run_gradsync "$layout" "$rate" overlap-off
+      fi
+      say "$layout at $rate, load $load: Gloo fp32 then fp16 buckets"
+      run_gloo "$layout" "$rate"
+      stop_load
+    done
   done
   "$nc" down "$name"
 done
@@ -131,7 +150,7 @@ mkdir -p "$out"
 cp "$tmp/steps.csv" "$out/cluster.csv"
 say "done; the table:"
 python3 bench/cluster_table.py "$out/cluster.csv" "$out/summary.csv" \
-  "bench/cluster.sh --rates $rates --layouts $layouts --steps $steps --warmup $warmup$([ "$overlap_both" = 1 ] && echo ' --overlap-both')" \
+  "bench/cluster.sh --rates $rates --layouts $layouts --load $loads --steps $steps --warmup $warmup$([ "$overlap_both" = 1 ] && echo ' --overlap-both')" \
   | tee "$out/summary.txt"
 {
   echo "# gradsync against Gloo on a cluster on one machine"
