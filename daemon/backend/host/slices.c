@@ -13,11 +13,11 @@
  * does not depend on the split.
  */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/host/host_private.h"
 
@@ -153,10 +153,6 @@ static void work_round(struct host_backend *h, struct host_thread *t, uint32_t r
 			run_slice(h, t, 0, first,
 				  ph->len - first < ph->slice ? ph->len - first : ph->slice);
 		}
-		/* Gloo's threads, woken by the exchange in flight, run here
-		 * on a node of one CPU, not a scheduler tick later. */
-		if (h->phase.yield)
-			sched_yield();
 		if (atomic_fetch_add(&h->done, 1) + 1 == slices && t->index != 0) {
 			pthread_mutex_lock(&h->lock);
 			pthread_cond_signal(&h->finished);
