@@ -86,6 +86,9 @@ int gs_worker_start(struct gs_worker *w, uv_loop_t *loop)
 		uv_close((uv_handle_t *)&w->async, NULL);
 		return -r;
 	}
+	/* Named for traces (top -H, perf sched); the threads it starts,
+	 * Gloo's among them, inherit the name. */
+	pthread_setname_np(w->thread, "gs-worker");
 	return 0;
 }
 
