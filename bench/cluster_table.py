@@ -6,7 +6,8 @@ Per layout, rate, load and system: the slower node's time per step, its
 median, p10 and p90; the bytes S one all-reduce carries (gradsync: its wire
 bytes, fp16, as its trainers report them; gloo-fp32: 4 bytes an element;
 gloo-fp16: 2); busbw = 2(N-1)/N * S / t, as a fraction of the shaped rate;
-each baseline's median over gradsync's under the same load; and, under a
+each baseline's median over gradsync's (the first gradsync build's, with
+--gradsyncd) under the same load; and, under a
 load, how much slower the system is than itself with none (bench/load.sh).
 A CSV without a load column is one run with no load.
 """
@@ -77,8 +78,10 @@ def main():
         busbw = 2 * (NODES - 1) / NODES * s_bytes * 8 / (med / 1e3) / 1e9
         bits = rate_bits(rate)
         link = busbw * 1e9 / bits if bits else 0
-        g = worst.get((layout, rate, load, "gradsync"))
-        ratio = med / statistics.median(g.values()) if g and system != "gradsync" else None
+        first = next((k[3] for k in order if k[:3] == key[:3] and k[3].startswith("gradsync")),
+                     None)
+        g = worst.get((layout, rate, load, first))
+        ratio = med / statistics.median(g.values()) if g and system != first else None
         quiet = worst.get((layout, rate, "none", system))
         slowed = med / statistics.median(quiet.values()) if quiet and load != "none" else None
         print(f"{layout:<10} {rate:<8} {load:<7} {system:<11} {med:10.1f} {p10:9.1f} "
