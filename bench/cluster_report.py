@@ -31,7 +31,8 @@ def rows(path):
 def step_targets(out):
     """Per layout and rate: gradsync's step beside Gloo's, and its busbw."""
     table, bars = [], []
-    by = {(r["layout"], r["rate"], r["system"]): r for r in rows(f"{out}/steps/summary.csv")}
+    by = {(r["layout"], r["rate"], r["system"]): r for r in rows(f"{out}/steps/summary.csv")
+          if r.get("load", "none") == "none"}
     for (layout, rate, system), r in by.items():
         if system != "gradsync":
             continue

@@ -1,13 +1,16 @@
 # Sourced by the benchmarks on scripts/netcluster.sh (cluster.sh,
 # small-buckets.sh) once they have set $bench (their name for messages),
 # $nc (netcluster.sh), $name (their cluster's), $tmp (their logs) and
-# pids=(): on every way out the processes in pids are killed and the
+# pids=(): on every way out the processes in pids (and load_pids, of
+# bench/load.sh) are killed and the
 # cluster is taken down, and the logs stay when the run failed. Gives say
 # (a line stamped with the seconds since), wait_all, and start_daemons and
 # stop_daemons for a gradsyncd on each of the two nodes.
 cleanup() {
   local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" ${load_pids[@]+"${load_pids[@]}"}; do
+    kill -KILL "$p" 2>/dev/null || true
+  done
   "$nc" down "$name" >/dev/null 2>&1 || true
   if [ "$rc" -ne 0 ]; then
     echo "$bench: failed (status $rc); logs in $tmp" >&2

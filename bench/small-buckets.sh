@@ -9,7 +9,7 @@
 #              namespace: C all-reduces of E elements, each timed; run
 #              before and after gradsync, so that both passes bracket it;
 #   gloo-fp32-batch, gloo-fp16-batch  the same under SCHED_BATCH, as
-#              gradsyncd's worker runs (bench/small_gloo.c says why);
+#              gradsyncd's worker ran until issue 25 (bench/small_gloo.c);
 #   gradsync   one gradsyncd per node (--backend=host) and one
 #              gradsync-bench-trainer per node, threshold 0, so that each
 #              tensor is a bucket of its own:

@@ -8,7 +8,8 @@ Per call (Gloo) or step (gradsync) the slower node's time, then the median
 step time over BUCKETS, itself a mean over the step's buckets: the mean of
 Gloo's calls is the figure to set beside it when calls have a long tail.
 gradsync's ratios are to the Gloo baseline of WIRE, both passes pooled,
-median to median: plain, and under SCHED_BATCH as gradsyncd's worker runs.
+median to median: plain, and under SCHED_BATCH as gradsyncd's worker ran
+until issue 25.
 Prints the table; writes SUMMARY_CSV.
 """
 import csv

@@ -6,9 +6,11 @@
  * Gloo's own costs, nothing else.
  *
  * With sched_batch, this thread and the Gloo device thread it starts run
- * SCHED_BATCH, as gradsyncd's worker does (daemon/support/worker.c): Gloo
- * at its best on a core it shares, without the stalls of a caller that
- * preempts Gloo's device thread and then spins in a buffer's destructor.
+ * SCHED_BATCH, as gradsyncd's worker did until it kept its buffers past
+ * the call instead (gs::Workspace in daemon/backend/gloo): Gloo at its
+ * best on a core it shares and nothing else wants, without the stalls of
+ * a caller that preempts Gloo's device thread and then spins in a
+ * buffer's destructor.
  */
 #include <pthread.h>
 #include <sched.h>

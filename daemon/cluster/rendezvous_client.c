@@ -681,6 +681,7 @@ int gs_rdv_client_park(struct gs_rdv_client *c)
 		c->park_stop = -1;
 		return GS_ESYSTEM;
 	}
+	pthread_setname_np(c->parker, "gs-park");
 	c->parked = true;
 	return GS_OK;
 }

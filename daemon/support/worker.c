@@ -1,7 +1,6 @@
 #include "support/worker.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stddef.h>
 
 /* Appends the chain first .. last (linked through next) to a list. */
@@ -16,34 +15,12 @@ static void append(struct gs_work **head, struct gs_work **tail, struct gs_work 
 	*tail = last;
 }
 
-/* The worker runs SCHED_BATCH: the same weight as any thread, but woken,
- * it waits for the thread that woke it to give up the CPU instead of
- * taking it at once, and so do the threads it starts: Gloo's device thread
- * (the group is built here). Gloo's device thread wakes the worker from
- * inside the handler that completes a transfer, still holding a reference
- * to the transfer's buffer; a worker that preempted it there would return
- * from the all-reduce and spin in that buffer's destructor (sched_yield
- * until the reference goes), which with both threads on one core can last
- * until a scheduler tick: 4 ms stalls on about one all-reduce in ten. The
- * device thread, in turn, no longer preempts the worker in the middle of a
- * send. Where the policy cannot be set the worker runs as it is. */
-static void run_batch(void)
-{
-	/* A real-time policy someone gave gradsyncd stays: SCHED_BATCH would
-	 * put the worker below every real-time thread of its node. */
-	int policy;
-	struct sched_param param;
-	if (pthread_getschedparam(pthread_self(), &policy, &param) == 0 && policy == SCHED_OTHER)
-		pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){ 0 });
-}
-
 /* The wake-ups (the condition variable's, the async handle's) are sent
  * after the lock is released: a thread woken while the lock is held would
  * run only to block on it. */
 static void *worker_main(void *arg)
 {
 	struct gs_worker *w = arg;
-	run_batch();
 	pthread_mutex_lock(&w->lock);
 	for (;;) {
 		while (!w->todo_head && !w->stopping) {
@@ -109,6 +86,9 @@ int gs_worker_start(struct gs_worker *w, uv_loop_t *loop)
 		uv_close((uv_handle_t *)&w->async, NULL);
 		return -r;
 	}
+	/* Named for traces (top -H, perf sched); the threads it starts,
+	 * Gloo's among them, inherit the name. */
+	pthread_setname_np(w->thread, "gs-worker");
 	return 0;
 }
 

@@ -1,9 +1,11 @@
 /*
  * The compute worker: one thread that runs work items in submission order
  * (so buckets reduce in plan order) and hands each back to the event loop
- * when it is done. It runs SCHED_BATCH (worker.c says why), and so do the
- * threads started from it. The loop thread never packs, reduces or unpacks, so it
- * answers status queries while a bucket is being reduced.
+ * when it is done. It runs under the daemon's own policy (SCHED_OTHER
+ * unless an operator chose otherwise): woken, it preempts a busy
+ * neighbour at once, as a thread that sleeps most of the time earns. The
+ * loop thread never packs, reduces or unpacks, so it answers status
+ * queries while a bucket is being reduced.
  */
 #ifndef GS_WORKER_H
 #define GS_WORKER_H

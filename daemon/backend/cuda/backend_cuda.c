@@ -22,12 +22,12 @@ _Static_assert(GS_CUDA_IPC_HANDLE_SIZE == sizeof(cudaIpcEventHandle_t), "IPC han
 static bool streams_drained(struct cuda_backend *cb, int timeout_ms)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)timeout_ms;
-	unsigned spins = 0;
+	struct cuda_backoff backoff = { 0 };
 	for (unsigned r = 0; r < cb->n; r++) {
 		while (cb->rank[r].stream && cudaStreamQuery(cb->rank[r].stream) == cudaErrorNotReady) {
 			if (cuda_now_ms() > deadline)
 				return false;
-			cuda_backoff(&spins);
+			cuda_backoff(&backoff);
 		}
 	}
 	return true;

@@ -83,7 +83,7 @@ static int reserve_tables(struct cuda_backend *cb, unsigned r, size_t bytes)
 static int wait_ready(struct cuda_backend *cb, const struct gs_bucket_io *io)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)cb->timeout_ms;
-	unsigned spins = 0;
+	struct cuda_backoff backoff = { 0 };
 	for (unsigned r = 0; r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		rk->bucket_events = atomic_load(&rk->events);
@@ -102,7 +102,7 @@ static int wait_ready(struct cuda_backend *cb, const struct gs_bucket_io *io)
 					 r, cb->timeout_ms / 1000);
 				return GS_ETIMEDOUT;
 			}
-			cuda_backoff(&spins);
+			cuda_backoff(&backoff);
 		}
 		if (e != cudaSuccess)
 			return cuda_error(cb, "waiting for the trainer's ready event", r, e);

@@ -44,7 +44,7 @@ static int rank_of(struct cuda_backend *cb, const void *p)
 static int wait_stream(struct cuda_backend *cb, unsigned r)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)cb->timeout_ms;
-	unsigned spins = 0;
+	struct cuda_backoff backoff = { 0 };
 	for (;;) {
 		cudaError_t e = cudaStreamQuery(cb->rank[r].stream);
 		if (e == cudaSuccess)
@@ -57,7 +57,7 @@ static int wait_stream(struct cuda_backend *cb, unsigned r)
 				 r, cb->rank[r].device, cb->timeout_ms / 1000);
 			return GS_ETIMEDOUT;
 		}
-		cuda_backoff(&spins);
+		cuda_backoff(&backoff);
 	}
 }
 

@@ -179,8 +179,13 @@ int cuda_parse_gpus(const char *gpus, bool allowed[MAX_DEVICES], char *why, size
 
 /* wait.c */
 uint64_t cuda_now_ms(void);
-/* Spins briefly, then sleeps: for the loops that poll the GPU. */
-void cuda_backoff(unsigned *spins);
+/* Spins briefly, then sleeps, longer each time (to a bound): for the loops
+ * that poll the GPU. Zeroed before each wait. */
+struct cuda_backoff {
+	uint64_t since;    /* when the wait began (ns) */
+	uint64_t sleep_ns; /* the last sleep */
+};
+void cuda_backoff(struct cuda_backoff *b);
 /* Words a CUDA error on local rank r in cb->base.error; GS_ESYSTEM. */
 int cuda_error(struct cuda_backend *cb, const char *what, unsigned r, cudaError_t e);
 /* Words an NCCL error, aborts every communicator; GS_ESYSTEM. */

@@ -5,7 +5,6 @@
  * (ncclCommAbort). And the words of CUDA and NCCL errors.
  */
 #include <poll.h>
-#include <sched.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -19,14 +18,37 @@ uint64_t cuda_now_ms(void)
 }
 
 /* A small bucket's all-reduce takes tens of microseconds, a large one
- * milliseconds. */
-void cuda_backoff(unsigned *spins)
+ * milliseconds: spin SPIN_NS first, then sleep, a little longer each time
+ * up to SLEEP_MAX_NS. Never sched_yield: on a core a busy neighbour
+ * shares, a yield hands it the CPU for its whole slice, where a sleeper
+ * woken by its timer preempts it at once. */
+#define SPIN_NS 20000
+#define SLEEP_MIN_NS 10000
+#define SLEEP_MAX_NS 200000
+
+static inline void cpu_relax(void)
 {
-	if ((*spins)++ < 200) {
-		sched_yield();
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+void cuda_backoff(struct cuda_backoff *b)
+{
+	uint64_t now = gs_now_ns();
+	if (b->since == 0)
+		b->since = now;
+	if (now - b->since < SPIN_NS) {
+		for (int i = 0; i < 64; i++)
+			cpu_relax();
 		return;
 	}
-	struct timespec ts = { 0, 20000 };
+	b->sleep_ns = b->sleep_ns ? b->sleep_ns * 2 : SLEEP_MIN_NS;
+	if (b->sleep_ns > SLEEP_MAX_NS)
+		b->sleep_ns = SLEEP_MAX_NS;
+	struct timespec ts = { 0, (long)b->sleep_ns };
 	nanosleep(&ts, NULL);
 }
 
@@ -76,7 +98,7 @@ int cuda_nccl_error(struct cuda_backend *cb, const char *what, unsigned r, ncclR
 int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, int cancel_fd)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)timeout_ms;
-	unsigned spins = 0;
+	struct cuda_backoff backoff = { 0 };
 	for (;;) {
 		bool busy = false;
 		for (unsigned r = 0; r < cb->n; r++) {
@@ -97,7 +119,7 @@ int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, i
 			cuda_abort_comms(cb, cb->base.error);
 			return cancelled(cancel_fd) ? GS_EABORTED : GS_ETIMEDOUT;
 		}
-		cuda_backoff(&spins);
+		cuda_backoff(&backoff);
 	}
 }
 
@@ -105,7 +127,7 @@ int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, i
 int cuda_wait_streams(struct cuda_backend *cb, const char *what)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)cb->timeout_ms;
-	unsigned spins = 0;
+	struct cuda_backoff backoff = { 0 };
 	for (;;) {
 		bool busy = false;
 		for (unsigned r = 0; r < cb->n; r++) {
@@ -132,6 +154,6 @@ int cuda_wait_streams(struct cuda_backend *cb, const char *what)
 			cuda_abort_comms(cb, cb->base.error);
 			return GS_ETIMEDOUT;
 		}
-		cuda_backoff(&spins);
+		cuda_backoff(&backoff);
 	}
 }

@@ -48,8 +48,8 @@ struct gs_gloo {
 	// Null once a failure broke the group; `broken` then says why.
 	std::shared_ptr<gloo::Context> context;
 	std::string broken;
-	// Recursive doubling's receive buffer, kept between calls.
-	std::vector<char> scratch;
+	// Doubling's and Rabenseifner's receive buffer and last buffers.
+	gs::Workspace work;
 	// gs_gloo_interrupt's: ends doubling's and Rabenseifner's waits.
 	gs::Interrupt interrupt;
 	// What AUTO runs: the model's pick, or one algorithm for every call
@@ -266,11 +266,11 @@ void run_algorithm(gs_gloo *g, int wire, int algo, void *buf, size_t count, SumF
 	size_t elsize = gs_wire_size(static_cast<enum gs_wire>(wire));
 	switch (algo) {
 	case GS_GLOO_ALGO_DOUBLING:
-		gs::doubling_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout,
+		gs::doubling_allreduce(g->context, buf, count, elsize, fn, g->work, timeout,
 				       g->interrupt);
 		return;
 	case GS_GLOO_ALGO_RABENSEIFNER:
-		gs::rabenseifner_allreduce(g->context, buf, count, elsize, fn, g->scratch, timeout,
+		gs::rabenseifner_allreduce(g->context, buf, count, elsize, fn, g->work, timeout,
 					   g->interrupt);
 		return;
 	case GS_GLOO_ALGO_HALVING_DOUBLING:

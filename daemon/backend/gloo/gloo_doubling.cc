@@ -7,6 +7,7 @@
 #include "backend/gloo/gloo_doubling.h"
 
 #include <algorithm>
+#include <exception>
 
 #include <gloo/common/error.h>
 #include <gloo/types.h>
@@ -58,20 +59,28 @@ char *grown(std::vector<char> &scratch, size_t bytes)
 	return scratch.data();
 }
 
-// A call's two buffers: buf, and scratch (grown to the call's bytes) for
-// what the peers send; armed for an interrupt for the call's life.
+// A call's two buffers: buf, and ws.scratch (grown to the call's bytes)
+// for what the peers send; armed for an interrupt for the call's life, and
+// left in ws.retired when the call succeeds (Workspace says why).
 class Buffers {
 public:
-	Buffers(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t bytes,
-		std::vector<char> &scratch, Interrupt &interrupt)
-		: mine(ctx->createUnboundBuffer(buf, bytes)),
-		  theirs(ctx->createUnboundBuffer(grown(scratch, bytes), bytes)), i_(interrupt)
+	Buffers(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t bytes, Workspace &ws,
+		Interrupt &interrupt)
+		: ws_(ws), i_(interrupt)
 	{
+		for (auto &b : ws_.retired)
+			b.reset();
+		mine = ctx->createUnboundBuffer(buf, bytes);
+		theirs = ctx->createUnboundBuffer(grown(ws_.scratch, bytes), bytes);
 		i_.arm(mine.get(), theirs.get());
 	}
 	~Buffers()
 	{
 		i_.disarm();
+		if (std::uncaught_exceptions() > uncaught_) // failed: destroyed now
+			return;
+		ws_.retired[0] = std::move(mine);
+		ws_.retired[1] = std::move(theirs);
 	}
 	Buffers(const Buffers &) = delete;
 	Buffers &operator=(const Buffers &) = delete;
@@ -79,7 +88,9 @@ public:
 	std::unique_ptr<gloo::transport::UnboundBuffer> mine, theirs;
 
 private:
+	Workspace &ws_;
 	Interrupt &i_;
+	const int uncaught_ = std::uncaught_exceptions();
 };
 
 // One of the N - P extra ranks: its partner (rank - P) sums for it and
@@ -174,7 +185,7 @@ void Interrupt::disarm()
 }
 
 void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
-			size_t elsize, SumFn fn, std::vector<char> &scratch, milliseconds timeout,
+			size_t elsize, SumFn fn, Workspace &ws, milliseconds timeout,
 			Interrupt &interrupt)
 {
 	const int rank = ctx->rank, size = ctx->size;
@@ -182,7 +193,8 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
 		return;
 	const Deadline d(timeout);
 	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 0);
-	Buffers io(ctx, buf, count * elsize, scratch, interrupt);
+	Buffers io(ctx, buf, count * elsize, ws, interrupt);
+	const std::vector<char> &scratch = ws.scratch;
 	auto &mine = io.mine, &theirs = io.theirs;
 	int steps;
 	const int p = gs_gloo_pow2_below(size, &steps);
@@ -215,7 +227,7 @@ struct Range {
 } // namespace
 
 void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
-			    size_t elsize, SumFn fn, std::vector<char> &scratch,
+			    size_t elsize, SumFn fn, Workspace &ws,
 			    milliseconds timeout, Interrupt &interrupt)
 {
 	const int rank = ctx->rank, size = ctx->size;
@@ -223,7 +235,8 @@ void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf
 		return;
 	const Deadline d(timeout);
 	const uint64_t slot = gloo::Slot::build(kDoublingSlotPrefix, 1);
-	Buffers io(ctx, buf, count * elsize, scratch, interrupt);
+	Buffers io(ctx, buf, count * elsize, ws, interrupt);
+	const std::vector<char> &scratch = ws.scratch;
 	auto &mine = io.mine, &theirs = io.theirs;
 	char *b = static_cast<char *>(buf);
 	int steps;

@@ -47,16 +47,29 @@ private:
 	gloo::transport::UnboundBuffer *a_ = nullptr, *b_ = nullptr;
 };
 
+/* What the calls keep between them: the receive buffer (grown to a call's
+ * bytes), and the last successful call's unbound buffers. Gloo's device
+ * thread may hold a reference to a buffer for a moment after the wait on
+ * it returns, and the buffer's destructor spins (sched_yield) until that
+ * goes: on a core some other process keeps busy that can last its whole
+ * time slice. Destroyed at the start of the next call instead, they are
+ * long free. A call that fails destroys its own at once, so that nothing
+ * late from a peer lands in the caller's buffer. */
+struct Workspace {
+	std::vector<char> scratch;
+	std::unique_ptr<gloo::transport::UnboundBuffer> retired[2];
+};
+
 /* c = a + b over n elements; c may be a. */
 using SumFn = void (*)(void *c, const void *a, const void *b, size_t n);
 
 /* Sums buf (count elements of elsize bytes) over every rank of ctx, in
  * place, every rank ending with the same bits (each exchange adds the two
- * halves' sums in both orders, and the sums commute). scratch is grown to
- * count x elsize bytes and reused across calls. All ranks call it with the
+ * halves' sums in both orders, and the sums commute). ws is reused across
+ * calls. All ranks call it with the
  * same count, in the same order as their other collectives. */
 void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
-			size_t elsize, SumFn fn, std::vector<char> &scratch,
+			size_t elsize, SumFn fn, Workspace &ws,
 			std::chrono::milliseconds timeout, Interrupt &interrupt);
 
 /* Rabenseifner's all-reduce on the same pairs, for buffers too large for
@@ -67,7 +80,7 @@ void doubling_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, si
  * as in doubling. Same additions in the same tree as doubling, so the same
  * bits; same arguments and errors. */
 void rabenseifner_allreduce(const std::shared_ptr<gloo::Context> &ctx, void *buf, size_t count,
-			    size_t elsize, SumFn fn, std::vector<char> &scratch,
+			    size_t elsize, SumFn fn, Workspace &ws,
 			    std::chrono::milliseconds timeout, Interrupt &interrupt);
 
 } // namespace gs

@@ -184,7 +184,7 @@ void host_pack_chunk(struct host_backend *h, const struct gs_bucket_io *io, uint
 					.gap = h->gloo ? GS_CHUNK_STATUS_ELEMENTS : 0,
 					.cut = *cut, .sliced = h->gloo && slices > 1, .feed = feed,
 					.vote = start == 0 ? io->vote : NULL, .lane = lane,
-					.yield = h->one_cpu && lane->token };
+					.in_pieces = h->one_cpu && lane->token };
 	gs_io_mark(io, GS_MARK_PACK, start, cut->len);
 	if (feed)
 		host_comm_give(h, lane);
@@ -291,7 +291,7 @@ static void unpack_chunk(struct host_backend *h, const struct gs_bucket_io *io, 
 					.wire = wire, .gap = gap, .cut = *cut,
 					.sliced = gap && host_cut_slices(cut) > 1,
 					.blocks = io->sumsq ? h->norm_blocks : NULL,
-					.yield = h->one_cpu && beside };
+					.in_pieces = h->one_cpu && beside };
 	if (io->sumsq)
 		memset(h->norm_blocks, 0, nblocks * sizeof(double));
 	host_run_phase(h);

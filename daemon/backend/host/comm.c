@@ -118,6 +118,8 @@ bool host_comm_start(struct host_backend *h)
 	struct host_comm *c = &h->comm;
 	if (!c->started)
 		c->started = pthread_create(&c->thread, NULL, comm_main, h) == 0;
+	if (c->started) /* named for traces (top -H, perf sched) */
+		pthread_setname_np(c->thread, "gs-comm");
 	return c->started;
 }
 

@@ -124,9 +124,12 @@ struct host_phase {
 	 * [block] of the chunk, zeroed before the phase (h->norm_blocks). */
 	double *blocks;
 	/* On a node of one CPU, while another bucket is exchanged: the phase
-	 * goes in pieces (HOST_SLICE_ELEMENTS) and gives the CPU up between
-	 * them, to the threads that carry the exchange. */
-	bool yield;
+	 * goes in pieces (HOST_SLICE_ELEMENTS), each handed on as it is done.
+	 * No thread yields between them: a yield hands the CPU to whatever
+	 * else is runnable, a busy neighbour too, for its whole slice. The
+	 * threads that carry the exchange sleep until a piece or the network
+	 * wakes them, and a woken sleeper preempts the packer at once. */
+	bool in_pieces;
 };
 
 /* The communication thread: all-reduces the chunks given to it in order

@@ -13,11 +13,11 @@
  * does not depend on the split.
  */
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backend/host/host_private.h"
 
@@ -153,10 +153,6 @@ static void work_round(struct host_backend *h, struct host_thread *t, uint32_t r
 			run_slice(h, t, 0, first,
 				  ph->len - first < ph->slice ? ph->len - first : ph->slice);
 		}
-		/* Gloo's threads, woken by the exchange in flight, run here
-		 * on a node of one CPU, not a scheduler tick later. */
-		if (h->phase.yield)
-			sched_yield();
 		if (atomic_fetch_add(&h->done, 1) + 1 == slices && t->index != 0) {
 			pthread_mutex_lock(&h->lock);
 			pthread_cond_signal(&h->finished);
@@ -190,14 +186,14 @@ static void *helper_main(void *arg)
 void host_run_phase(struct host_backend *h)
 {
 	uint64_t len = h->phase.len, size = len;
-	if ((h->nthreads > 1 || h->phase.yield) && len > h->claim_len)
+	if ((h->nthreads > 1 || h->phase.in_pieces) && len > h->claim_len)
 		size = h->claim_len;
 	uint32_t slices = len ? (uint32_t)((len + size - 1) / size) : 0;
 	struct host_phase *ph = &h->phase;
 	/* A sliced chunk in units: one thread packs each slice whole, to give
 	 * it on as soon as it is packed; several share it in pieces. */
 	if (ph->sliced) {
-		ph->unit = h->nthreads > 1 || ph->yield ? h->claim_len : UINT64_MAX;
+		ph->unit = h->nthreads > 1 || ph->in_pieces ? h->claim_len : UINT64_MAX;
 		slices = 0;
 		for (uint32_t k = 0; k < host_cut_slices(&ph->cut); k++) {
 			atomic_store(&h->left[k], units_in(ph, k));
@@ -243,6 +239,9 @@ void host_start_helpers(struct host_backend *h, unsigned want)
 	for (unsigned t = 1; t < want; t++) {
 		if (pthread_create(&h->helper[t], NULL, helper_main, &h->thread[t]) != 0)
 			break;
+		char name[16];
+		snprintf(name, sizeof(name), "gs-pack-%u", t);
+		pthread_setname_np(h->helper[t], name);
 		h->nthreads++;
 	}
 }
