@@ -138,10 +138,11 @@ class GradSync:
     buffers are broadcast from global rank 0 when it is wrapped, so that
     replicas initialised apart start equal; ``broadcast_buffers`` (default
     True, as DDP) broadcasts the buffers again before each training
-    forward, on one node or several. Both need CPU tensors: with CUDA
-    parameters GradSync warns and skips them (gradsyncd's cuda backend
-    broadcasts CUDA state, Client.register_state_cuda, but GradSync does
-    not use it yet).
+    forward, on one node or several. CPU tensors move into memory shared
+    with gradsyncd; CUDA tensors stay where they are, and gradsyncd's cuda
+    backend opens their allocations' IPC handles (Client.register_state_cuda)
+    and copies GPU to GPU; the current stream is synchronised before each
+    broadcast, so that it sees the GPU's latest writes.
     """
 
     def __init__(self, model: Params, threshold: Optional[int] = None,
@@ -223,19 +224,59 @@ class GradSync:
     # ---- the state, as DDP broadcasts it ------------------------------------
 
     def _can_broadcast_state(self) -> bool:
-        if self.device.type == "cpu":
+        if self.device.type in ("cpu", "cuda"):
             return True
         warnings.warn(f"GradSync: replicas are not broadcast from rank 0 at wrap, as its "
                       f"parameters are on {self.device}: GradSync broadcasts the state of "
-                      "CPU tensors only, for now; start every replica equal (seed it)",
+                      "CPU and CUDA tensors only; start every replica equal (seed it)",
                       stacklevel=3)
         return False
 
     def _share_state(self, model: Params, broadcast_buffers: bool) -> None:
-        """Moves every parameter's and buffer's storage into memory shared
-        with gradsyncd, broadcasts it from global rank 0, and with
-        broadcast_buffers hooks the buffers' broadcast before each forward."""
+        """Registers every parameter and buffer as the trainer's state,
+        broadcasts it from global rank 0, and with broadcast_buffers hooks
+        the buffers' broadcast before each forward."""
         state = _named_state(model)
+        if self.device.type == "cuda":
+            self._register_state_cuda(state)
+        else:
+            self._register_state_shared(state)
+        self._broadcast_state(None)
+        self.state_names = [name for name, _, _, _ in state]
+        self._buffer_indices = [i for i, (_, _, owner, _) in enumerate(state)
+                                if owner is not None]
+        if broadcast_buffers and self._buffer_indices and isinstance(model, torch.nn.Module):
+            self._hooks.append(model.register_forward_pre_hook(self._before_forward))
+
+    def _register_state_cuda(self, state: List[Tuple[str, torch.Tensor, Any, str]]) -> None:
+        """CUDA state stays in the tensors' own memory; a non-contiguous one
+        is first given contiguous memory of its own. The registered tensors
+        are kept alive here: gradsyncd writes into their memory, which must
+        not go back to the caching allocator while it may."""
+        for k, (name, t, owner, attr) in enumerate(state):
+            if t.device != self.device:
+                raise InvalidArgumentError(EINVAL, f"state tensor {name} is on {t.device}, "
+                                           f"the parameters on {self.device}: one trainer "
+                                           "drives one device", "GradSync")
+            if not t.is_contiguous():
+                c = t.detach().contiguous()
+                if owner is None:
+                    t.data = c
+                else:
+                    owner._buffers[attr] = c
+                state[k] = (name, c, owner, attr)
+        self._state_tensors = [t for _, t, _, _ in state]
+        self.client.register_state_cuda(
+            [(name, t.numel() * t.element_size(), _STATE_DTYPES.get(t.dtype, "uint8"),
+              t.data_ptr()) for name, t, _, _ in state])
+
+    def _broadcast_state(self, indices: Optional[List[int]]) -> None:
+        if self.device.type == "cuda":  # gradsyncd reads what the GPU last wrote
+            torch.cuda.current_stream(self.device).synchronize()
+        self.client.broadcast_state(0, indices)
+
+    def _register_state_shared(self, state: List[Tuple[str, torch.Tensor, Any, str]]) -> None:
+        """Moves each tensor's storage into memory shared with gradsyncd."""
         arrays = self.client.register_state(
             [(name, t.numel() * t.element_size(), _STATE_DTYPES.get(t.dtype, "uint8"))
              for name, t, _, _ in state])
@@ -247,17 +288,11 @@ class GradSync:
                 t.data = shared  # the Parameter object stays: optimizers hold it
             else:
                 owner._buffers[attr] = shared
-        self.client.broadcast_state(0)
-        self.state_names = [name for name, _, _, _ in state]
-        self._buffer_indices = [i for i, (_, _, owner, _) in enumerate(state)
-                                if owner is not None]
-        if broadcast_buffers and self._buffer_indices and isinstance(model, torch.nn.Module):
-            self._hooks.append(model.register_forward_pre_hook(self._before_forward))
 
     def _before_forward(self, module: torch.nn.Module, args: Any) -> None:
         # Only training forwards, which every rank runs alike (a collective).
         if module.training and torch.is_grad_enabled():
-            self.client.broadcast_state(0, self._buffer_indices)
+            self._broadcast_state(self._buffer_indices)
 
     def _before_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         # Inside no_sync() the step takes the local gradients, as DDP's.
