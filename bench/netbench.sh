@@ -34,12 +34,15 @@ wait_all() {
 
 # A gradsyncd ($1, the binary) on each of nodes 0 and 1, --backend=host,
 # its socket $2/nK.sock and its log $2/gradsyncd-K.log, killed after $3 s;
-# their pids join pids. Returns once both sockets are there.
+# their pids join pids. Returns once both sockets are there. It runs as
+# systemd/gradsyncd.service runs it, SCHED_FIFO at priority 1, unless
+# GRADSYNC_BENCH_POLICY=other (an ordinary process).
 start_daemons() {
-  local daemon=$1 dir=$2 limit=$3 k i
+  local daemon=$1 dir=$2 limit=$3 k i policy=(chrt -f 1)
+  [ "${GRADSYNC_BENCH_POLICY:-fifo}" = other ] && policy=()
   rm -f "$dir"/n?.sock
   for k in 0 1; do
-    timeout -s KILL "$limit" "$nc" exec "$name" "$k" "$daemon" \
+    timeout -s KILL "$limit" "$nc" exec "$name" "$k" ${policy[@]+"${policy[@]}"} "$daemon" \
       --socket="$dir/n$k.sock" --node-address="$("$nc" addr "$k")" --node-port=29450 \
       --backend=host --join-timeout=60 --config= >"$dir/gradsyncd-$k.log" 2>&1 &
     pids+=($!)
