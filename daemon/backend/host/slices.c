@@ -239,8 +239,9 @@ void host_start_helpers(struct host_backend *h, unsigned want)
 	for (unsigned t = 1; t < want; t++) {
 		if (pthread_create(&h->helper[t], NULL, helper_main, &h->thread[t]) != 0)
 			break;
-		char name[16];
+		char name[32];
 		snprintf(name, sizeof(name), "gs-pack-%u", t);
+		name[15] = '\0'; /* a thread's name has 15 bytes at most */
 		pthread_setname_np(h->helper[t], name);
 		h->nthreads++;
 	}
