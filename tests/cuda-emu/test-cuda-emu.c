@@ -1018,16 +1018,8 @@ static void state_after_daemon_restart(void **state)
 		harness_wait_for_text(logs[r], "BROADCAST DONE", 30);
 	kill(d.pid, SIGKILL);
 	harness_wait(d.pid, 5000);
-	static char socket_arg[160];
-	snprintf(socket_arg, sizeof(socket_arg), "--socket=%s", d.socket);
-	struct gs_test_daemon d2 = d;
-	snprintf(d2.log, sizeof(d2.log), "%s/gradsyncd-2.log", d.dir);
-	struct harness_strs argv = { .n = 0 };
-	harness_strs_printf(&argv, "%s", getenv("GS_DAEMON"));
-	harness_strs_printf(&argv, "%s", socket_arg);
-	harness_job_daemon_flags(&pair, 0, cuda_backend, &argv);
-	d2.pid = harness_spawn(argv.v, d2.log);
-	harness_daemon_wait_ready(&d2, 10000);
+	struct gs_test_daemon d2;
+	harness_job_daemon_restart(&d2, &d, &pair, 0, cuda_backend);
 	expect_pass(pids, logs, 2);
 	for (unsigned r = 0; r < 2; r++)
 		assert_true(harness_file_contains(logs[r], "after reconnecting"));

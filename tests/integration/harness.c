@@ -462,6 +462,19 @@ void harness_job_daemon_start(struct gs_test_daemon *d, struct harness_job *j, u
 	harness_daemon_wait_ready(d, 10000);
 }
 
+void harness_job_daemon_restart(struct gs_test_daemon *d, const struct gs_test_daemon *old,
+				struct harness_job *j, unsigned node, const char *const *extra)
+{
+	*d = *old;
+	snprintf(d->log, sizeof(d->log), "%s/gradsyncd-2.log", old->dir);
+	struct harness_strs argv = { .n = 0 };
+	harness_strs_printf(&argv, "%s", getenv("GS_DAEMON"));
+	harness_strs_printf(&argv, "--socket=%s", old->socket);
+	harness_job_daemon_flags(j, node, extra, &argv);
+	d->pid = harness_spawn(argv.v, d->log);
+	harness_daemon_wait_ready(d, 10000);
+}
+
 pid_t harness_job_spawn(const struct harness_job *j, unsigned node, const char *const *argv,
 			const char *log)
 {

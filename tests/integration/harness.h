@@ -160,6 +160,12 @@ void harness_job_daemon_spawn(struct gs_test_daemon *d, struct harness_job *j, u
 void harness_job_daemon_start(struct gs_test_daemon *d, struct harness_job *j, unsigned node,
 			      const char *const *extra);
 
+/* Starts node `node`'s daemon of the job again, on old's socket path (the
+ * stale socket file is replaced) and in its folder, logging to
+ * gradsyncd-2.log there; returns once it is ready, in *d. */
+void harness_job_daemon_restart(struct gs_test_daemon *d, const struct gs_test_daemon *old,
+				struct harness_job *j, unsigned node, const char *const *extra);
+
 /* harness_spawn with the variables env (NAME=value, NULL ended) set in
  * the child only. */
 pid_t harness_spawn_env(const char *const *argv, const char *const *env, const char *log);

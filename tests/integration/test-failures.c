@@ -178,16 +178,8 @@ static void daemon_restarts(void **state)
 	harness_wait(t1, 5000);
 
 	/* The same socket path: the stale socket file is replaced. */
-	static char socket_arg[160];
-	snprintf(socket_arg, sizeof(socket_arg), "--socket=%s", d.socket);
-	struct gs_test_daemon d2 = d;
-	snprintf(d2.log, sizeof(d2.log), "%s/gradsyncd-2.log", d.dir);
-	struct harness_strs argv = { .n = 0 };
-	harness_strs_printf(&argv, "%s", getenv("GS_DAEMON"));
-	harness_strs_printf(&argv, "%s", socket_arg);
-	harness_job_daemon_flags(&two, 0, NULL, &argv);
-	d2.pid = harness_spawn(argv.v, d2.log);
-	harness_daemon_wait_ready(&d2, 10000);
+	struct gs_test_daemon d2;
+	harness_job_daemon_restart(&d2, &d, &two, 0, NULL);
 	harness_wait_for_text(log0, "RECONNECTED: running step 2 again", 30);
 	static const char *const a1b[] = { "--steps", "2", "--first-step", "2", NULL };
 	pid_t t1b = trainer(&d2, 1, log1b, "1b", a1b);
