@@ -63,14 +63,7 @@ done
 
 . bench/prepare.sh
 . bench/load.sh
-# NAME=PATH pairs; the plain default is this tree's build, as "gradsync".
-IFS=, read -ra daemon_list <<<"${daemons:-=$build/daemon/gradsyncd}"
-for d in "${daemon_list[@]}"; do
-  [[ ${d%%=*} =~ ^[a-z0-9-]*$ && -x ${d#*=} ]] || {
-    echo "cluster.sh: --gradsyncd wants NAME=PATH (a-z 0-9 -, an executable): '$d'" >&2
-    exit 2
-  }
-done
+read_daemon_list "${daemons:-}"
 nc=scripts/netcluster.sh
 bin=$build/bench
 name=nb$$
@@ -165,8 +158,7 @@ for rate in "${rate_list[@]}"; do
     for load in "${load_list[@]}"; do
       start_load "$load"
       for d in "${daemon_list[@]}"; do
-        system=gradsync${d%%=*}
-        [ "$system" = gradsync ] || system=gradsync-${d%%=*}
+        system=$(daemon_system "$d")
         say "$layout at $rate, load $load: $system"
         run_gradsync "$layout" "$rate" "$system" "${d#*=}"
       done

@@ -60,14 +60,7 @@ done
 [[ $wire == fp16 || $wire == fp32 ]] || { echo "small-buckets.sh: --wire is fp16 or fp32" >&2; exit 2; }
 
 . bench/prepare.sh
-# NAME=PATH pairs; the plain default is this tree's build, as "gradsync".
-IFS=, read -ra daemon_list <<<"${daemons:-=$build/daemon/gradsyncd}"
-for d in "${daemon_list[@]}"; do
-  [[ ${d%%=*} =~ ^[a-z0-9-]*$ && -x ${d#*=} ]] || {
-    echo "small-buckets.sh: --gradsyncd wants NAME=PATH (a-z 0-9 -, an executable): '$d'" >&2
-    exit 2
-  }
-done
+read_daemon_list "${daemons:-}"
 nc=scripts/netcluster.sh
 bin=$build/bench
 name=lsb$$
@@ -143,8 +136,7 @@ say "Gloo, first pass (plain, then SCHED_BATCH)"
 run_gloo 1
 run_gloo 1 --sched-batch
 for d in "${daemon_list[@]}"; do
-  system=gradsync${d%%=*}
-  [ "$system" = gradsync ] || system=gradsync-${d%%=*}
+  system=$(daemon_system "$d")
   say "$system: $buckets buckets a step"
   start_daemons "${d#*=}" "$tmp" $((3 * TIMEOUT))
   run_gradsync many "$steps" "$system"
