@@ -16,7 +16,8 @@
 # --gradsyncd NAME=PATH,... runs each of several gradsyncd builds in turn
 # (as gradsync-NAME; say, main's against a branch's), beside the same
 # baselines; ratios are to the first.
-# --sched records the scheduler (perf sched record, every CPU) while
+# --sched (needs perf: apt-get install linux-perf) records the scheduler
+# (perf sched record, every CPU) while
 # gradsync's trainers step and writes, per gradsync run, what perf sched
 # latency says of gradsyncd's threads (how long each waited to run once
 # woken) to sched/SYSTEM-LAYOUT-RATE-LOAD.txt under --out.
