@@ -210,9 +210,11 @@ def free_port():
 class Daemon:
     """gradsyncd on a socket of its own; no configuration file unless the
     test names one. job: the job its trainers are given, node: this
-    daemon's node of it; args come after the job's flags."""
+    daemon's node of it; args come after the job's flags; prefix runs it
+    under another command (chrt, say)."""
 
-    def __init__(self, args=(), env=None, config="", wait=True, tmp=None, job=None, node=0):
+    def __init__(self, args=(), env=None, config="", wait=True, tmp=None, job=None, node=0,
+                 prefix=()):
         self.dir = tmp or tempfile.mkdtemp(prefix="gs-ops-")
         self.socket = os.path.join(self.dir, "gs.sock")
         self.log = os.path.join(self.dir, "gradsyncd.log")
@@ -222,7 +224,7 @@ class Daemon:
         if not any(str(a).startswith("--node-port") for a in args):
             argv += daemon_job_flags(job, node)
         argv += list(args)
-        self.proc = spawn(argv, self.log, env=daemon_env(env))
+        self.proc = spawn(list(prefix) + argv, self.log, env=daemon_env(env))
         if wait:
             self.wait_ready()
 

@@ -9,7 +9,8 @@ import shutil
 import subprocess
 import tempfile
 
-from opslib import BUILD, DAEMON, Skip, check, check_eq, daemon_env, run
+from opslib import (BUILD, DAEMON, HAVE_GLOO, Daemon, Job, Skip, Trainer, check, check_eq,
+                    daemon_env, run)
 
 UNITS = os.path.join(BUILD, "systemd")
 
@@ -119,6 +120,76 @@ def test_sysusers_creates_user_and_group():
     shutil.rmtree(root)
 
 
+# ---- the unit's CPU scheduling reaches every thread ------------------------------
+
+CHRT_POLICY = {"fifo": ("-f", 1), "rr": ("-r", 2)}  # chrt's flag, the kernel's number
+
+
+def chrt_of_unit(svc):
+    """The chrt command that starts a process as the unit's CPUScheduling*
+    lines do, and the policy number every thread must then have."""
+    policy = svc.get(("Service", "CPUSchedulingPolicy"), ["other"])[-1]
+    check(policy in CHRT_POLICY, f"CPUSchedulingPolicy={policy}: a real-time policy")
+    flag, number = CHRT_POLICY[policy]
+    prio = svc.get(("Service", "CPUSchedulingPriority"), ["1"])[-1]
+    reset = svc.get(("Service", "CPUSchedulingResetOnFork"), ["no"])[-1]
+    argv = ["chrt", flag] + (["-R"] if reset in ("yes", "true", "1", "on") else []) + [prio]
+    return argv, number
+
+
+def thread_policies(pid):
+    """{thread name: [policy, ...]} of every thread of pid, from
+    /proc/PID/task/TID/stat (field 41, after the name in brackets)."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+        except FileNotFoundError:
+            continue  # it ended meanwhile
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out.setdefault(name, []).append(int(fields[41 - 3]))
+    return out
+
+
+def test_unit_scheduling_reaches_every_thread():
+    """The unit gives gradsyncd a real-time policy so that its wake-ups do
+    not wait behind a busy neighbour (README, "CPU: priority and cores").
+    It only works if every thread has it: the worker, the pack threads and
+    Gloo's, made after start. A policy reset at every clone
+    (CPUSchedulingResetOnFork=yes resets threads too) would leave all but
+    the main thread ordinary. Two nodes of one trainer each, so that Gloo's
+    threads exist too; the daemons started as the unit would start them."""
+    if not HAVE_GLOO:
+        raise Skip("built without Gloo: no job of two nodes")
+    svc = parse_unit(os.path.join(UNITS, "gradsyncd.service"))
+    prefix, want = chrt_of_unit(svc)
+    probe = subprocess.run(prefix + ["true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise Skip(f"{' '.join(prefix)} is not permitted here: {probe.stderr.strip()}")
+    job = Job(nodes=2, local_size=1)
+    daemons = [Daemon(job=job, node=n, prefix=prefix) for n in range(2)]
+    try:
+        trainers = [Trainer(d.socket, 0, [4096, 300000], steps=2, hold=True, log_dir=d.dir,
+                            job=job, node=n) for n, d in enumerate(daemons)]
+        for t in trainers:
+            t.wait_line("HOLDING")
+        for d in daemons:
+            threads = thread_policies(d.proc.pid)
+            for name in ["gs-worker", "gs-comm"]:
+                check(name in threads, f"gradsyncd's thread {name} among {sorted(threads)}")
+            wrong = {n: p for n, p in threads.items() if any(x != want for x in p)}
+            check_eq(wrong, {}, f"threads of gradsyncd (started as {' '.join(prefix)}) "
+                     f"without policy {want}")
+        for t in trainers:
+            t.release()
+        for t in trainers:
+            t.wait()
+    finally:
+        for d in daemons:
+            d.cleanup()
+
+
 if __name__ == "__main__":
     run([test_systemd_analyze_verify, test_service_and_socket_contents,
-         test_sysusers_creates_user_and_group])
+         test_sysusers_creates_user_and_group, test_unit_scheduling_reaches_every_thread])
