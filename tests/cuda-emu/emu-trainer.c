@@ -50,6 +50,7 @@ struct options {
 	unsigned stall_step; /* its gradients come 5 s late; 0: none */
 	unsigned batch_ms;   /* --overlap: each batch of 8 takes this long */
 	bool hold;           /* register, say so, and wait to be killed */
+	bool linger;         /* after its steps, say so, and wait to be killed */
 	unsigned absent;     /* --absent K: tensors no rank, or one, produces; 0: none */
 };
 
@@ -78,13 +79,14 @@ static void parse(int argc, char **argv, struct options *o)
 		{ "expect-abort-at", required_argument, NULL, 'a' },
 		{ "stall-at", required_argument, NULL, 'S' },
 		{ "hold", no_argument, NULL, 'h' },
+		{ "linger", no_argument, NULL, 'L' },
 		{ "first-step", required_argument, NULL, 'f' },
 		{ "device", required_argument, NULL, 'D' },
 		{ "absent", required_argument, NULL, 'A' },
 		{ "finite", no_argument, NULL, 'F' },
 		{ NULL, 0, NULL, 0 },
 	};
-	*o = (struct options){ NULL, NULL, 0, -1, 0, 3, 2, 1, 50, 0, 0, 0, false, 0 };
+	*o = (struct options){ NULL, NULL, 0, -1, 0, 3, 2, 1, 50, 0, 0, 0, false, false, 0 };
 	bool global = false;
 	int opt;
 	while ((opt = getopt_long(argc, argv, "", longs, NULL)) != -1) {
@@ -100,6 +102,7 @@ static void parse(int argc, char **argv, struct options *o)
 		case 'a': o->abort_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'S': o->stall_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'h': o->hold = true; break;
+		case 'L': o->linger = true; break;
 		case 'f': o->first_step = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'D': o->device = (int)strtol(optarg, NULL, 10); break;
 		case 'A': o->absent = (unsigned)strtoul(optarg, NULL, 10); break;
@@ -539,6 +542,11 @@ int main(int argc, char **argv)
 		pause(); /* the test kills it: a trainer that dies holding handles */
 	}
 	int rc = run(&t);
+	if (t.o.linger) {
+		printf("LINGERING\n");
+		fflush(stdout);
+		pause(); /* its job stays, for the test to look at the daemon */
+	}
 	gs_close(t.ct.c);
 	CUDA(cudaStreamDestroy(t.ct.stream));
 	CUDA(cudaFreeHost(t.ct.in));

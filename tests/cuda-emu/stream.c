@@ -68,6 +68,9 @@ static cudaError_t stream_new(struct CUstream_st **out)
 		free(s);
 		return emu_fail(cudaErrorMemoryAllocation);
 	}
+	/* Named apart from its maker (the daemon's worker, whose wake-ups
+	 * tests count). */
+	pthread_setname_np(s->thread, "emu-stream");
 	*out = s;
 	return cudaSuccess;
 }

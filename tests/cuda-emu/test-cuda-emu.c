@@ -84,13 +84,6 @@ static void sync_case(struct harness_job *j, const char *steps, const char *cons
 	assert_int_equal(harness_daemon_stop(&d), 0);
 }
 
-static void sync_fp16(void **state)
-{
-	(void)state;
-	struct harness_job job = { .local_size = { 2 }, .wire = "fp16" };
-	sync_case(&job, "2", NULL); /* step 2 clips */
-}
-
 /* Buckets of up to 2M elements (--threshold's default) through a fusion
  * buffer of 256K: several launches per bucket. Each emulated kernel takes
  * 3 ms longer, so that whatever the daemon read before its stream got
@@ -114,6 +107,44 @@ static void sync_finite_norm_several_launches(void **state)
 	struct harness_job job = { .local_size = { 2 }, .wire = "fp32", .fusion_buffer = "262144" };
 	const char *targs[] = { "--finite", NULL };
 	sync_case(&job, "1", targs);
+}
+
+/* Two steps in fp16 (step 2 clips), and the worker sleeps while the
+ * GPUs work, until the GPU wakes it: each step's gradients come 1 s late
+ * on the trainers' streams (behind a host function that sleeps), so the
+ * worker waits 2 s in all on their ready events, then on its own streams
+ * at every bucket. A worker that polled the GPU with sleeps of at most
+ * 200 us went to sleep over 11,000 times (the kernel's voluntary switches
+ * of the gs-worker thread); woken by a host function queued behind the
+ * awaited work, and every 100 ms while a stream runs (to look at NCCL's
+ * errors), about 460 times here (740 under the sanitizers, whose
+ * emulated kernels are slower): a bound of 3,000 leaves room for a loaded
+ * machine and still fails a polling worker by far. */
+static void sync_fp16_worker_sleeps(void **state)
+{
+	(void)state;
+	struct harness_job job = { .local_size = { 2 }, .wire = "fp16" };
+	struct gs_test_daemon d;
+	harness_job_daemon_start(&d, &job, 0, cuda_backend);
+	const char *targs[] = { "--delay-ms=1000", "--linger", NULL };
+	pid_t pids[2];
+	char logs[2][200];
+	for (unsigned r = 0; r < 2; r++)
+		pids[r] = trainer(&job, 0, d.socket, d.dir, r, r, "2", targs, logs[r]);
+	for (unsigned r = 0; r < 2; r++) /* the job's worker lives while they linger */
+		harness_wait_for_text(logs[r], "LINGERING", 120);
+	long sleeps = harness_thread_sleeps(d.pid, "gs-worker");
+	fprintf(stderr, "the worker went to sleep %ld times over 2 steps of 1 s waits\n", sleeps);
+	for (unsigned r = 0; r < 2; r++) {
+		if (!harness_file_contains(logs[r], "PASS"))
+			harness_dump(logs[r]);
+		assert_true(harness_file_contains(logs[r], "PASS"));
+		kill(pids[r], SIGKILL);
+		harness_wait(pids[r], 10000);
+	}
+	harness_expect_same_lines((const char *const[]){ logs[0], logs[1] }, 2, "NORM ");
+	assert_int_equal(harness_daemon_stop(&d), 0);
+	assert_true(sleeps < 3000);
 }
 
 /* A backward pass in the trainers: each batch of eight gradients comes
@@ -1074,7 +1105,7 @@ static int clock_print(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		TIMED(sync_fp16),
+		TIMED(sync_fp16_worker_sleeps),
 		TIMED(sync_bf16_several_launches),
 		TIMED(sync_finite_norm_several_launches),
 		TIMED(overlaps_the_backward_pass),

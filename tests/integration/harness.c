@@ -1,5 +1,6 @@
 #include "harness.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -755,6 +756,38 @@ uint64_t harness_layout_elements(const char *name)
 			total += count;
 	fclose(f);
 	return total;
+}
+
+long harness_thread_sleeps(pid_t pid, const char *name)
+{
+	char path[320], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *dir = opendir(path);
+	assert_non_null(dir);
+	long sleeps = 0;
+	int threads = 0;
+	for (struct dirent *e; (e = readdir(dir));) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/status", (int)pid, e->d_name);
+		FILE *f = fopen(path, "r");
+		if (!f)
+			continue; /* it ended meanwhile */
+		char comm[64] = "";
+		long n = 0;
+		while (fgets(line, sizeof(line), f)) {
+			sscanf(line, "Name: %63s", comm);
+			sscanf(line, "voluntary_ctxt_switches: %ld", &n);
+		}
+		fclose(f);
+		if (strcmp(comm, name) == 0) {
+			sleeps += n;
+			threads++;
+		}
+	}
+	closedir(dir);
+	assert_true(threads > 0);
+	return sleeps;
 }
 
 long harness_rss_kib(pid_t pid)

@@ -50,6 +50,9 @@ int harness_free_port(void);
 /* The resident memory of process pid (VmRSS), in KiB. Fails the test
  * when it cannot be read. */
 long harness_rss_kib(pid_t pid);
+/* How often the threads of process pid named name went to sleep (their
+ * voluntary context switches, summed). Fails the test when none is. */
+long harness_thread_sleeps(pid_t pid, const char *name);
 
 /* SIGTERM, then waits (SIGKILL after 10 s); returns its exit status. */
 int harness_daemon_stop(struct gs_test_daemon *d);

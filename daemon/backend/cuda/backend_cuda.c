@@ -6,8 +6,10 @@
  */
 #include "backend/cuda/backend_cuda.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/cuda_private.h"
 #include "backend/fusion_budget.h"
@@ -21,16 +23,11 @@ _Static_assert(GS_CUDA_IPC_HANDLE_SIZE == sizeof(cudaIpcEventHandle_t), "IPC han
 /* Whether every stream has drained within timeout_ms (shutting down). */
 static bool streams_drained(struct cuda_backend *cb, int timeout_ms)
 {
-	uint64_t deadline = cuda_now_ms() + (uint64_t)timeout_ms;
-	struct cuda_backoff backoff = { 0 };
-	for (unsigned r = 0; r < cb->n; r++) {
-		while (cb->rank[r].stream && cudaStreamQuery(cb->rank[r].stream) == cudaErrorNotReady) {
-			if (cuda_now_ms() > deadline)
-				return false;
-			cuda_backoff(&backoff);
-		}
-	}
-	return true;
+	int saved = cb->timeout_ms;
+	cb->timeout_ms = timeout_ms;
+	int rc = cuda_wait_streams(cb, "draining the streams at shutdown");
+	cb->timeout_ms = saved;
+	return rc == GS_OK;
 }
 
 #define SHUTDOWN_DRAIN_MS 5000
@@ -65,7 +62,12 @@ static void cuda_destroy(struct gs_backend *b)
 		cudaFree(rk->stage);
 		if (rk->stream)
 			cudaStreamDestroy(rk->stream);
+		if (rk->watch)
+			cudaStreamDestroy(rk->watch);
+		if (rk->drained)
+			cudaEventDestroy(rk->drained);
 	}
+	cuda_wake_free(cb->wake);
 	cudaFreeHost(cb->host_counters);
 	cudaFreeHost(cb->state_stage);
 	gs_cuda_bucket_plan_free(&cb->plan);
@@ -159,6 +161,11 @@ struct gs_backend *cuda_create(const struct gs_cuda_options *o, char *why, size_
 	snprintf(cb->gpus, sizeof(cb->gpus), "%s", o->gpus ? o->gpus : "");
 	if (cuda_parse_gpus(o->gpus, cb->allowed, why, n) != GS_OK)
 		goto err;
+	cb->wake = cuda_wake_new();
+	if (!cb->wake) {
+		snprintf(why, n, "making the GPU's wake-up eventfd: %s", strerror(errno));
+		goto err;
+	}
 	cudaError_t e = cudaHostAlloc((void **)&cb->host_counters,
 				      2 * cb->n * sizeof(*cb->host_counters), cudaHostAllocPortable);
 	if (e != cudaSuccess) {

@@ -75,6 +75,54 @@ static int reserve_tables(struct cuda_backend *cb, unsigned r, size_t bytes)
 	return GS_OK;
 }
 
+/* Whether rank r's watch stream is there (made on first use). */
+static cudaError_t watch_stream(struct cuda_rank *rk)
+{
+	if (rk->watch)
+		return cudaSuccess;
+	return cudaStreamCreateWithFlags(&rk->watch, cudaStreamNonBlocking);
+}
+
+/* Until the ready event completes: spins, then has the watch stream wait
+ * on it with a wake-up behind, and sleeps until that comes. */
+static int wait_event(struct cuda_backend *cb, unsigned r, uint64_t deadline)
+{
+	struct cuda_rank *rk = &cb->rank[r];
+	struct cuda_wait wait = { 0 };
+	bool armed = false;
+	cudaError_t e;
+	while ((e = cudaEventQuery(rk->bucket_ready)) == cudaErrorNotReady) {
+		uint64_t now = cuda_now_ms();
+		if (now > deadline) {
+			snprintf(cb->base.error, sizeof(cb->base.error),
+				 "local rank %u's gradients were not ready on its GPU within %d s (--peer-timeout): its GPU work is stuck, or it went away",
+				 r, cb->timeout_ms / 1000);
+			if (armed) { /* it stays stuck: a fresh one for later waits */
+				cudaStreamDestroy(rk->watch);
+				rk->watch = NULL;
+			}
+			return GS_ETIMEDOUT;
+		}
+		if (cuda_wait_spin(&wait))
+			continue;
+		if (!armed) {
+			e = watch_stream(rk);
+			if (e == cudaSuccess)
+				e = cudaStreamWaitEvent(rk->watch, rk->bucket_ready, 0);
+			if (e == cudaSuccess)
+				e = cuda_wake_after(cb->wake, rk->watch);
+			if (e != cudaSuccess)
+				return cuda_error(cb, "watching the trainer's ready event", r, e);
+			armed = true;
+			continue; /* it may have completed meanwhile */
+		}
+		cuda_wake_sleep(cb->wake, -1, deadline + 1);
+	}
+	if (e != cudaSuccess)
+		return cuda_error(cb, "waiting for the trainer's ready event", r, e);
+	return GS_OK;
+}
+
 /* Until every trainer's ready event has completed, within --peer-timeout.
  * The host waits, not only the stream: NCCL kernels queued behind a
  * trainer's GPU work that never completes (a hung or killed trainer)
@@ -83,7 +131,6 @@ static int reserve_tables(struct cuda_backend *cb, unsigned r, size_t bytes)
 static int wait_ready(struct cuda_backend *cb, const struct gs_bucket_io *io)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)cb->timeout_ms;
-	struct cuda_backoff backoff = { 0 };
 	for (unsigned r = 0; r < io->nranks; r++) {
 		struct cuda_rank *rk = &cb->rank[r];
 		rk->bucket_events = atomic_load(&rk->events);
@@ -94,18 +141,9 @@ static int wait_ready(struct cuda_backend *cb, const struct gs_bucket_io *io)
 		const struct cuda_import *ev = rk->bucket_events;
 		rk->bucket_ready = ev->ring[io->ready_event ? io->ready_event[r] % ev->nring : 0];
 		cudaSetDevice(rk->device);
-		cudaError_t e;
-		while ((e = cudaEventQuery(rk->bucket_ready)) == cudaErrorNotReady) {
-			if (cuda_now_ms() > deadline) {
-				snprintf(cb->base.error, sizeof(cb->base.error),
-					 "local rank %u's gradients were not ready on its GPU within %d s (--peer-timeout): its GPU work is stuck, or it went away",
-					 r, cb->timeout_ms / 1000);
-				return GS_ETIMEDOUT;
-			}
-			cuda_backoff(&backoff);
-		}
-		if (e != cudaSuccess)
-			return cuda_error(cb, "waiting for the trainer's ready event", r, e);
+		int rc = wait_event(cb, r, deadline);
+		if (rc != GS_OK)
+			return rc;
 	}
 	return GS_OK;
 }

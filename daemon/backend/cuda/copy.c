@@ -40,27 +40,6 @@ static int rank_of(struct cuda_backend *cb, const void *p)
 	return -1;
 }
 
-/* Until rank r's stream has drained, within --peer-timeout. */
-static int wait_stream(struct cuda_backend *cb, unsigned r)
-{
-	uint64_t deadline = cuda_now_ms() + (uint64_t)cb->timeout_ms;
-	struct cuda_backoff backoff = { 0 };
-	for (;;) {
-		cudaError_t e = cudaStreamQuery(cb->rank[r].stream);
-		if (e == cudaSuccess)
-			return GS_OK;
-		if (e != cudaErrorNotReady)
-			return cuda_error(cb, "copying a trainer's state", r, e);
-		if (cuda_now_ms() > deadline) {
-			snprintf(cb->base.error, sizeof(cb->base.error),
-				 "copying a trainer's state on local rank %u's GPU %d did not finish within %d s (--peer-timeout)",
-				 r, cb->rank[r].device, cb->timeout_ms / 1000);
-			return GS_ETIMEDOUT;
-		}
-		cuda_backoff(&backoff);
-	}
-}
-
 int cuda_copy_bytes(struct gs_backend *b, void *dst, const void *src, uint64_t n)
 {
 	struct cuda_backend *cb = cuda(b);
@@ -74,7 +53,7 @@ int cuda_copy_bytes(struct gs_backend *b, void *dst, const void *src, uint64_t n
 	if (e != cudaSuccess)
 		return cuda_error(cb, "queueing a copy of a trainer's state (cudaMemcpyAsync)",
 				  (unsigned)r, e);
-	return wait_stream(cb, (unsigned)r);
+	return cuda_wait_stream(cb, (unsigned)r, "copying a trainer's state");
 }
 
 /* ---- Between nodes ------------------------------------------------------------ */
@@ -87,7 +66,7 @@ static int stage_copy(struct cuda_backend *cb, unsigned r, void *dst, const void
 		e = cudaMemcpyAsync(dst, src, n, kind, cb->rank[r].stream);
 	if (e != cudaSuccess)
 		return cuda_error(cb, "staging a trainer's state (cudaMemcpyAsync)", r, e);
-	return wait_stream(cb, r);
+	return cuda_wait_stream(cb, r, "copying a trainer's state");
 }
 
 static int gloo_bcast(struct cuda_backend *cb, void *buf, size_t n, uint32_t root)

@@ -72,12 +72,18 @@ struct cuda_rank {
 	_Atomic(struct cuda_import *) events;
 	struct cuda_import *bucket_events; /* the ones this bucket waited on */
 	cudaEvent_t bucket_ready;          /* the ready event it waits on */
+	/* Waits on the trainer's ready event, so that a wake-up queued
+	 * behind it tells the worker; made again after a wait timed out
+	 * (a stuck event would hold every later wake-up). */
+	cudaStream_t watch;
+	cudaEvent_t drained; /* recorded where a wait on stream is to end */
 };
 
 struct cuda_backend {
 	struct gs_backend base;
 	unsigned n;
 	struct cuda_rank rank[MAX_RANKS];
+	struct cuda_wake *wake; /* the worker's wake-ups from every stream */
 	unsigned long long *host_counters; /* pinned: 2 per rank */
 	struct gs_cuda_bucket_plan plan;
 	int timeout_ms;
@@ -179,13 +185,18 @@ int cuda_parse_gpus(const char *gpus, bool allowed[MAX_DEVICES], char *why, size
 
 /* wait.c */
 uint64_t cuda_now_ms(void);
-/* Spins briefly, then sleeps, longer each time (to a bound): for the loops
- * that poll the GPU. Zeroed before each wait. */
-struct cuda_backoff {
+/* One wait for the GPU: it spins briefly first (cuda_wait_spin says
+ * whether it still does), then sleeps. Zeroed before each wait. */
+struct cuda_wait {
 	uint64_t since;    /* when the wait began (ns) */
-	uint64_t sleep_ns; /* the last sleep */
+	uint64_t sleep_ns; /* the last sleep of cuda_wait_pause */
 };
-void cuda_backoff(struct cuda_backoff *b);
+/* Spins a little and returns true while the wait's first microseconds
+ * last; false after. */
+bool cuda_wait_spin(struct cuda_wait *w);
+/* Spins, then sleeps a little longer each time (to a bound): only where
+ * nothing can wake the waiter (NCCL's non-blocking calls). */
+void cuda_wait_pause(struct cuda_wait *w);
 /* Words a CUDA error on local rank r in cb->base.error; GS_ESYSTEM. */
 int cuda_error(struct cuda_backend *cb, const char *what, unsigned r, cudaError_t e);
 /* Words an NCCL error, aborts every communicator; GS_ESYSTEM. */
@@ -199,5 +210,20 @@ int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, i
 /* Until every rank's stream has drained, within --peer-timeout, watching
  * the communicators' errors. */
 int cuda_wait_streams(struct cuda_backend *cb, const char *what);
+/* The same for local rank r's stream alone. */
+int cuda_wait_stream(struct cuda_backend *cb, unsigned r, const char *what);
+
+/* wake.c: a wake-up from the GPU, an eventfd that a host function queued
+ * on a stream writes to once the stream gets there. */
+struct cuda_wake;
+struct cuda_wake *cuda_wake_new(void);
+/* Frees it, unless a wake-up is still queued on a stuck stream: then it
+ * is left to the process's exit. */
+void cuda_wake_free(struct cuda_wake *w);
+/* Queues a wake-up behind the work queued on stream so far. */
+cudaError_t cuda_wake_after(struct cuda_wake *w, cudaStream_t stream);
+/* Sleeps until a wake-up came (since the last sleep), cancel_fd (when
+ * >= 0) is readable, or cuda_now_ms() reaches until_ms. */
+void cuda_wake_sleep(struct cuda_wake *w, int cancel_fd, uint64_t until_ms);
 
 #endif

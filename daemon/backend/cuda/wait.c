@@ -1,8 +1,9 @@
 /*
- * Waiting on the GPUs without blocking: the host polls the streams and the
- * communicators' async errors, so a peer that stops or an NCCL error ends
- * the wait within --peer-timeout, and then every communicator is aborted
- * (ncclCommAbort). And the words of CUDA and NCCL errors.
+ * Waiting on the GPUs: the host spins a little, then sleeps until a
+ * wake-up queued behind the stream's work (wake.c), looking at the
+ * communicators' async errors meanwhile, so a peer that stops or an NCCL
+ * error ends the wait within --peer-timeout, and then every communicator
+ * is aborted (ncclCommAbort). And the words of CUDA and NCCL errors.
  */
 #include <poll.h>
 #include <stdio.h>
@@ -17,14 +18,18 @@ uint64_t cuda_now_ms(void)
 	return gs_now_ns() / 1000000;
 }
 
-/* A small bucket's all-reduce takes tens of microseconds, a large one
- * milliseconds: spin SPIN_NS first, then sleep, a little longer each time
- * up to SLEEP_MAX_NS. Never sched_yield: on a core a busy neighbour
- * shares, a yield hands it the CPU for its whole slice, where a sleeper
- * woken by its timer preempts it at once. */
+/* A small bucket's all-reduce takes tens of microseconds: spin SPIN_NS
+ * first, then sleep until a wake-up (wake.c), or, where nothing can wake
+ * us (NCCL's non-blocking calls), a little longer each time up to
+ * SLEEP_MAX_NS. Never sched_yield: on a core a busy neighbour shares, a
+ * yield hands it the CPU for its whole slice, where a sleeper woken by an
+ * eventfd or its timer preempts it at once. While asleep on a stream, look
+ * at the communicators' errors every ERRORS_MS: NCCL reports a dead peer
+ * there, not on the stream. */
 #define SPIN_NS 20000
 #define SLEEP_MIN_NS 10000
 #define SLEEP_MAX_NS 200000
+#define ERRORS_MS 100
 
 static inline void cpu_relax(void)
 {
@@ -35,20 +40,26 @@ static inline void cpu_relax(void)
 #endif
 }
 
-void cuda_backoff(struct cuda_backoff *b)
+bool cuda_wait_spin(struct cuda_wait *w)
 {
 	uint64_t now = gs_now_ns();
-	if (b->since == 0)
-		b->since = now;
-	if (now - b->since < SPIN_NS) {
-		for (int i = 0; i < 64; i++)
-			cpu_relax();
+	if (w->since == 0)
+		w->since = now;
+	if (now - w->since >= SPIN_NS)
+		return false;
+	for (int i = 0; i < 64; i++)
+		cpu_relax();
+	return true;
+}
+
+void cuda_wait_pause(struct cuda_wait *w)
+{
+	if (cuda_wait_spin(w))
 		return;
-	}
-	b->sleep_ns = b->sleep_ns ? b->sleep_ns * 2 : SLEEP_MIN_NS;
-	if (b->sleep_ns > SLEEP_MAX_NS)
-		b->sleep_ns = SLEEP_MAX_NS;
-	struct timespec ts = { 0, (long)b->sleep_ns };
+	w->sleep_ns = w->sleep_ns ? w->sleep_ns * 2 : SLEEP_MIN_NS;
+	if (w->sleep_ns > SLEEP_MAX_NS)
+		w->sleep_ns = SLEEP_MAX_NS;
+	struct timespec ts = { 0, (long)w->sleep_ns };
 	nanosleep(&ts, NULL);
 }
 
@@ -92,13 +103,14 @@ int cuda_nccl_error(struct cuda_backend *cb, const char *what, unsigned r, ncclR
 	return GS_ESYSTEM;
 }
 
-/* ---- Waiting without blocking ---------------------------------------------- */
+/* ---- Waiting ------------------------------------------------------------ */
 
-/* Until no communicator is ncclInProgress (after a non-blocking call). */
+/* Until no communicator is ncclInProgress (after a non-blocking call).
+ * NCCL gives nothing to sleep on here: cuda_wait_pause polls. */
 int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, int cancel_fd)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)timeout_ms;
-	struct cuda_backoff backoff = { 0 };
+	struct cuda_wait wait = { 0 };
 	for (;;) {
 		bool busy = false;
 		for (unsigned r = 0; r < cb->n; r++) {
@@ -119,41 +131,104 @@ int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, i
 			cuda_abort_comms(cb, cb->base.error);
 			return cancelled(cancel_fd) ? GS_EABORTED : GS_ETIMEDOUT;
 		}
-		cuda_backoff(&backoff);
+		cuda_wait_pause(&wait);
 	}
 }
 
-/* Until every rank's stream has drained, watching the communicators. */
-int cuda_wait_streams(struct cuda_backend *cb, const char *what)
+/* Whether rank r's stream is still busy: its own query, or once a wait
+ * queued a wake-up, the query of the event recorded before it (the
+ * stream's query counts the wake-up's host function too, which may still
+ * be running when it has woken us). An error of its stream or its
+ * communicator is worded in cb->base.error (rc). */
+static bool stream_busy(struct cuda_backend *cb, unsigned r, bool armed, const char *what,
+			int *rc)
+{
+	struct cuda_rank *rk = &cb->rank[r];
+	if (!rk->stream) /* not set up: nothing queued */
+		return false;
+	cudaError_t e = armed ? cudaEventQuery(rk->drained) : cudaStreamQuery(rk->stream);
+	if (e != cudaSuccess && e != cudaErrorNotReady) {
+		*rc = cuda_error(cb, what, r, e);
+		cuda_abort_comms(cb, cb->base.error);
+		return false;
+	}
+	ncclResult_t st = ncclSuccess;
+	if (rk->comm && ncclCommGetAsyncError(rk->comm, &st) == ncclSuccess && st != ncclSuccess &&
+	    st != ncclInProgress) {
+		*rc = cuda_nccl_error(cb, what, r, st);
+		return false;
+	}
+	return e == cudaErrorNotReady;
+}
+
+/* Records rank r's drained event behind the work queued so far, and a
+ * wake-up behind that. */
+static cudaError_t arm(struct cuda_backend *cb, unsigned r)
+{
+	struct cuda_rank *rk = &cb->rank[r];
+	cudaError_t e = cudaSetDevice(rk->device);
+	if (e == cudaSuccess && !rk->drained)
+		e = cudaEventCreateWithFlags(&rk->drained, cudaEventDisableTiming);
+	if (e == cudaSuccess)
+		e = cudaEventRecord(rk->drained, rk->stream);
+	if (e == cudaSuccess)
+		e = cuda_wake_after(cb->wake, rk->stream);
+	return e;
+}
+
+/* Until the streams of local ranks [lo, hi) have drained, watching the
+ * communicators: spins, then queues a wake-up behind each busy stream's
+ * work and sleeps until it comes. */
+static int wait_streams(struct cuda_backend *cb, const char *what, unsigned lo, unsigned hi)
 {
 	uint64_t deadline = cuda_now_ms() + (uint64_t)cb->timeout_ms;
-	struct cuda_backoff backoff = { 0 };
+	struct cuda_wait wait = { 0 };
+	bool armed = false;
 	for (;;) {
-		bool busy = false;
-		for (unsigned r = 0; r < cb->n; r++) {
-			struct cuda_rank *rk = &cb->rank[r];
-			cudaError_t e = cudaStreamQuery(rk->stream);
-			if (e == cudaErrorNotReady) {
-				busy = true;
-			} else if (e != cudaSuccess) {
-				int rc = cuda_error(cb, what, r, e);
-				cuda_abort_comms(cb, cb->base.error);
+		bool busy[MAX_RANKS] = { false }, any = false;
+		for (unsigned r = lo; r < hi; r++) {
+			int rc = GS_OK;
+			busy[r] = stream_busy(cb, r, armed, what, &rc);
+			if (rc != GS_OK)
 				return rc;
-			}
-			ncclResult_t st = ncclSuccess;
-			if (rk->comm && ncclCommGetAsyncError(rk->comm, &st) == ncclSuccess &&
-			    st != ncclSuccess && st != ncclInProgress)
-				return cuda_nccl_error(cb, what, r, st);
+			any |= busy[r];
 		}
-		if (!busy)
+		if (!any)
 			return GS_OK;
-		if (cuda_now_ms() > deadline) {
+		uint64_t now = cuda_now_ms();
+		if (now > deadline) {
 			snprintf(cb->base.error, sizeof(cb->base.error),
 				 "%s did not finish within %d s (--peer-timeout): a node or a trainer's GPU work is stuck",
 				 what, cb->timeout_ms / 1000);
 			cuda_abort_comms(cb, cb->base.error);
 			return GS_ETIMEDOUT;
 		}
-		cuda_backoff(&backoff);
+		if (cuda_wait_spin(&wait))
+			continue;
+		if (!armed) {
+			/* Every stream, so that each is looked at the same way;
+			 * then look again: they may have drained meanwhile. */
+			for (unsigned r = lo; r < hi; r++) {
+				cudaError_t e = cb->rank[r].stream ? arm(cb, r) : cudaSuccess;
+				if (e != cudaSuccess) {
+					int rc = cuda_error(cb, "queueing a wake-up", r, e);
+					cuda_abort_comms(cb, cb->base.error);
+					return rc;
+				}
+			}
+			armed = true;
+			continue;
+		}
+		cuda_wake_sleep(cb->wake, -1, now + ERRORS_MS < deadline ? now + ERRORS_MS : deadline + 1);
 	}
+}
+
+int cuda_wait_streams(struct cuda_backend *cb, const char *what)
+{
+	return wait_streams(cb, what, 0, cb->n);
+}
+
+int cuda_wait_stream(struct cuda_backend *cb, unsigned r, const char *what)
+{
+	return wait_streams(cb, what, r, r + 1);
 }
