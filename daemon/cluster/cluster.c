@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/gloo/gloo_comm.h"
 #include "cluster/liveness.h"
+#include "cluster/membership.h"
 #include "engine/job.h"
 #include "errors.h"
 #include "serve/conn.h"
@@ -121,7 +122,7 @@ static int same_backend(struct gs_cluster *c, const struct gs_kv *kv, char *why,
 /* The backend joins the group (its communicators, or its all-reduce
  * through the Gloo context). */
 static int join_backend(struct gs_cluster *c, const struct gs_kv *kv,
-			const struct gs_node_info *nodes, char *err, size_t n)
+			const struct gs_node_info *nodes, uint64_t generation, char *err, size_t n)
 {
 	struct gs_backend *b = c->backend;
 	if (!b->ops->join_group)
@@ -129,7 +130,7 @@ static int join_backend(struct gs_cluster *c, const struct gs_kv *kv,
 	struct gs_group_join g = {
 		.node_rank = c->node_rank,
 		.nodes = c->nodes,
-		.generation = c->generation,
+		.generation = generation,
 		.join_timeout_ms = join_timeout_ms(c),
 		.peer_timeout_ms = (int)(c->settings->peer_timeout * 1000),
 		.cancel_fd = c->cancel_fd,
@@ -144,16 +145,16 @@ static int join_backend(struct gs_cluster *c, const struct gs_kv *kv,
 	return b->ops->join_group(b, &g, err, n);
 }
 
-/* The group of this generation (worker thread): the Gloo context every
- * node votes in, then the backend's part. nodes are the nodes as the
+/* The group of generation (worker thread): the Gloo context every node
+ * votes in, then the backend's part. nodes are the nodes as the
  * coordinator welcomed them. */
 static int build_group(struct gs_cluster *c, struct gs_rdv_client *rdv,
-		       const struct gs_node_info *nodes, char *err, size_t n)
+		       const struct gs_node_info *nodes, uint64_t generation, char *err, size_t n)
 {
 	const struct gs_settings *s = c->settings;
 	struct group_store gs = { rdv, "" };
 	snprintf(gs.prefix, sizeof(gs.prefix), "i%016llx/g%llu/",
-		 (unsigned long long)c->incarnation, (unsigned long long)c->generation);
+		 (unsigned long long)c->incarnation, (unsigned long long)generation);
 	const struct gs_kv kv = { &gs, store_set, store_get, store_park, store_unpark };
 	int rc = same_backend(c, &kv, err, n);
 	if (rc != GS_OK)
@@ -171,7 +172,7 @@ static int build_group(struct gs_cluster *c, struct gs_rdv_client *rdv,
 	set_gloo(c, g);
 	gs_info("the group of %u nodes sums buckets of up to %zu bytes by recursive doubling, up to %zu by Rabenseifner's halving and doubling, larger ones by Gloo's ring",
 		s->nodes, gs_gloo_doubling_up_to(c->gloo), gs_gloo_rabenseifner_up_to(c->gloo));
-	rc = join_backend(c, &kv, nodes, err, n);
+	rc = join_backend(c, &kv, nodes, generation, err, n);
 	if (rc != GS_OK)
 		set_gloo(c, NULL);
 	return rc;
@@ -184,6 +185,7 @@ struct join_work {
 	struct gs_cluster *c;
 	void (*ready)(void *arg, int rc, const char *why);
 	void *arg;
+	uint64_t generation; /* of the group the coordinator welcomed us to */
 	int rc;
 	char err[512];
 };
@@ -198,12 +200,31 @@ static void join_run(struct gs_work *w)
 			     sizeof(jw->err));
 	if (jw->rc != GS_OK)
 		return;
-	c->generation = gs_rdv_generation(c->rdv);
+	jw->generation = gs_rdv_generation(c->rdv);
 	c->incarnation = gs_rdv_incarnation(c->rdv);
-	jw->rc = build_group(c, c->rdv, c->node, jw->err, sizeof(jw->err));
+	jw->rc = build_group(c, c->rdv, c->node, jw->generation, jw->err, sizeof(jw->err));
 }
 
 /* ---- The coordinator's connection, on the loop -------------------------- */
+
+/* Feeds the membership machine (membership.h); the state it moved to, or
+ * -1 when the event means nothing now (logged for debugging). */
+static int member_on(struct gs_cluster *c, enum gs_member_event e, uint32_t node,
+		     uint64_t generation)
+{
+	struct gs_member_news news = { node, generation };
+	enum gs_member_state from = c->member.state;
+	int to = gs_membership_on(&c->member, e, &news);
+	if (to < 0)
+		gs_debug("job '%s': %s ignored while %s", c->settings->job_id,
+			 gs_member_event_names[e], gs_member_state_names[from]);
+	return to;
+}
+
+static bool stopped(const struct gs_cluster *c)
+{
+	return c->member.state == GS_MEMBER_STOPPED;
+}
 
 static void start_regroup(struct gs_cluster *c, uint64_t generation);
 
@@ -211,16 +232,14 @@ static void start_regroup(struct gs_cluster *c, uint64_t generation);
 static void tell_world(const struct gs_cluster *c)
 {
 	struct gs_world w = { c->nodes, c->node_rank, c->world_size, c->rank_base,
-			      c->generation, c->group_ready };
+			      c->member.generation, gs_membership_ready(&c->member) };
 	gs_job_set_world(c->job, &w);
 }
 
 static void on_node_lost(struct gs_cluster *c, const Gradsync__NodeLost *m)
 {
-	if (m->node_rank >= c->nodes)
+	if (member_on(c, GS_MEMBER_NODE_LOST, m->node_rank, 0) < 0)
 		return;
-	c->lost[m->node_rank] = true;
-	c->group_ready = false;
 	char why[320];
 	snprintf(why, sizeof(why), "node %u went away: %s", m->node_rank,
 		 m->reason ? m->reason : "");
@@ -282,17 +301,14 @@ static void coordinator_closed(struct gs_conn *conn)
 	struct gs_cluster *c = conn->owner;
 	c->conn = NULL;
 	uv_timer_stop(&c->ping_timer);
-	if (c->stopping)
-		return;
-	c->group_ready = false;
+	if (member_on(c, GS_MEMBER_COORDINATOR_LOST, 0, 0) < 0)
+		return; /* stopping */
 	if (c->node_rank == 0) {
 		gs_error("lost this node's own connection to its rendezvous: several-node steps stop until gradsyncd is restarted");
 		interrupt_group(c, "node 0 lost its connection to its own rendezvous");
 		gs_job_peer_lost(c->job, "node 0 lost its connection to its own rendezvous");
 		return;
 	}
-	if (c->lost)
-		c->lost[0] = true;
 	/* In a partition, on_ping_timer's verdict (silent) races TCP's own
 	 * (conn->error: nothing acknowledged for --peer-timeout, by
 	 * TCP_USER_TIMEOUT); a reset is TCP's too. Each is named. */
@@ -358,9 +374,7 @@ static bool adopt_connection(struct gs_cluster *c, struct gs_rdv_client *rdv)
 		start_pinging(c, fd);
 	}
 	free(pending);
-	if (!c->lost)
-		c->lost = calloc(c->nodes, sizeof(*c->lost));
-	return c->conn != NULL && c->lost != NULL;
+	return c->conn != NULL;
 }
 
 /* ---- Rebuilding the group when a node came back ---------------------------- */
@@ -379,6 +393,7 @@ static void drop_group_run(struct gs_cluster *c)
 struct regroup_work {
 	struct gs_work work;
 	struct gs_cluster *c;
+	uint64_t generation;
 	int rc;
 	char err[512];
 };
@@ -392,7 +407,7 @@ static void regroup_run(struct gs_work *w)
 	rw->rc = gs_rdv_store_connect(c->settings, c->cancel_fd, &store, rw->err, sizeof(rw->err));
 	if (rw->rc != GS_OK)
 		return;
-	rw->rc = build_group(c, store, c->node, rw->err, sizeof(rw->err));
+	rw->rc = build_group(c, store, c->node, rw->generation, rw->err, sizeof(rw->err));
 	gs_rdv_client_close(store);
 }
 
@@ -400,13 +415,11 @@ static void regroup_done(struct gs_work *w)
 {
 	struct regroup_work *rw = (struct regroup_work *)w;
 	struct gs_cluster *c = rw->c;
-	if (rw->rc == GS_OK && !c->stopping) {
-		memset(c->lost, 0, c->nodes * sizeof(*c->lost));
-		c->group_ready = true;
+	if (rw->rc == GS_OK && member_on(c, GS_MEMBER_BUILT, 0, rw->generation) >= 0) {
 		gs_info("the group of %u nodes is whole again (generation %llu)", c->nodes,
-			(unsigned long long)c->generation);
-		gs_job_resume(c->job, c->generation);
-	} else if (!c->stopping) {
+			(unsigned long long)rw->generation);
+		gs_job_resume(c->job, rw->generation);
+	} else if (rw->rc != GS_OK && member_on(c, GS_MEMBER_BUILD_FAILED, 0, rw->generation) >= 0) {
 		gs_error("cannot rebuild the group of nodes: %s", rw->err);
 	}
 	free(rw);
@@ -414,17 +427,18 @@ static void regroup_done(struct gs_work *w)
 
 static void start_regroup(struct gs_cluster *c, uint64_t generation)
 {
+	if (member_on(c, GS_MEMBER_REGROUP, 0, generation) < 0)
+		return;
+	gs_job_regrouping(c->job);
 	struct regroup_work *rw = calloc(1, sizeof(*rw));
 	if (!rw) {
 		gs_error("out of memory rebuilding the group");
 		return;
 	}
-	c->generation = generation;
-	c->group_ready = false;
-	gs_job_regrouping(c->job);
 	rw->work.run = regroup_run;
 	rw->work.done = regroup_done;
 	rw->c = c;
+	rw->generation = generation;
 	gs_info("every node is back: rebuilding the group (generation %llu)",
 		(unsigned long long)generation);
 	gs_worker_submit(c->worker, &rw->work);
@@ -481,6 +495,7 @@ struct rejoin_work {
 	struct gs_cluster *c;
 	struct gs_node_info *node; /* as the new coordinator welcomed them */
 	struct gs_rdv_client *rdv;
+	uint64_t generation; /* of the new coordinator's group */
 	int rc;
 	char err[512];
 };
@@ -539,9 +554,8 @@ static void rebuild_run(struct gs_work *w)
 	struct gs_cluster *c = rw->c;
 	gs_rdv_client_unpark(rw->rdv);
 	drop_group_run(c);
-	c->generation = gs_rdv_generation(rw->rdv);
 	c->incarnation = gs_rdv_incarnation(rw->rdv);
-	rw->rc = build_group(c, rw->rdv, rw->node, rw->err, sizeof(rw->err));
+	rw->rc = build_group(c, rw->rdv, rw->node, rw->generation, rw->err, sizeof(rw->err));
 }
 
 static void reannounce_layout(struct gs_cluster *c);
@@ -550,7 +564,7 @@ static void rebuild_done(struct gs_work *w)
 {
 	struct rejoin_work *rw = (struct rejoin_work *)w;
 	struct gs_cluster *c = rw->c;
-	if (c->stopping) {
+	if (stopped(c)) {
 		rejoin_free(rw);
 		return;
 	}
@@ -560,8 +574,8 @@ static void rebuild_done(struct gs_work *w)
 		gs_error("cannot build the group with the restarted coordinator: %s; re-joining",
 			 rw->err);
 		rejoin_free(rw);
-		c->rejoining = false;
-		start_rejoin(c);
+		if (member_on(c, GS_MEMBER_BUILD_FAILED, 0, c->member.generation) >= 0)
+			start_rejoin(c);
 		return;
 	}
 	uint32_t world = c->world_size;
@@ -575,25 +589,26 @@ static void rebuild_done(struct gs_work *w)
 	struct gs_rdv_client *rdv = rw->rdv;
 	rw->rdv = NULL;
 	rejoin_free(rw);
-	c->rejoining = false;
 	if (!adopt_connection(c, rdv)) {
-		gs_error("out of memory adopting the connection to the coordinator");
+		gs_error("out of memory adopting the connection to the coordinator; re-joining");
+		if (member_on(c, GS_MEMBER_BUILD_FAILED, 0, c->member.generation) >= 0)
+			start_rejoin(c);
 		return;
 	}
-	memset(c->lost, 0, c->nodes * sizeof(*c->lost));
-	c->group_ready = true;
+	member_on(c, GS_MEMBER_BUILT, 0, c->member.generation);
 	gs_info("re-joined the coordinator (node 0, incarnation %016llx): the group of %u nodes is whole again",
 		(unsigned long long)c->incarnation, c->nodes);
 	reannounce_layout(c);
-	gs_job_resume(c->job, c->generation);
+	gs_job_resume(c->job, c->member.generation);
 }
 
 static void rejoin_done(struct gs_work *w)
 {
 	struct rejoin_work *rw = (struct rejoin_work *)w;
 	struct gs_cluster *c = rw->c;
-	if (rw->rc != GS_OK || c->stopping) {
-		c->rejoining = false;
+	rw->generation = rw->rc == GS_OK ? gs_rdv_generation(rw->rdv) : 0;
+	if (rw->rc != GS_OK ||
+	    member_on(c, GS_MEMBER_REJOINED, 0, rw->generation) < 0) { /* stopping */
 		rejoin_free(rw);
 		return;
 	}
@@ -607,10 +622,10 @@ static void rejoin_done(struct gs_work *w)
 	gs_worker_submit(c->worker, &rw->work);
 }
 
+/* Entered REJOINING (once per entry): a thread of its own joins the
+ * successor. */
 static void start_rejoin(struct gs_cluster *c)
 {
-	if (c->rejoining)
-		return;
 	if (!c->rejoiner_started) {
 		int r = gs_worker_start(&c->rejoiner, c->loop);
 		if (r < 0) {
@@ -630,7 +645,6 @@ static void start_rejoin(struct gs_cluster *c)
 	rw->work.run = rejoin_run;
 	rw->work.done = rejoin_done;
 	rw->c = c;
-	c->rejoining = true;
 	gs_info("node %u: re-joining the rendezvous at %s (each attempt up to %llu s, until it answers)",
 		c->node_rank, c->settings->coordinator, (unsigned long long)c->settings->join_timeout);
 	gs_worker_submit(&c->rejoiner, &rw->work);
@@ -641,7 +655,7 @@ static void join_done(struct gs_work *w)
 	struct join_work *jw = (struct join_work *)w;
 	struct gs_cluster *c = jw->c;
 	bool ok = jw->rc == GS_OK;
-	if (ok && c->stopping) {
+	if (ok && member_on(c, GS_MEMBER_JOINED, 0, jw->generation) < 0) {
 		/* Joined just as the job or the daemon ended: nobody is left
 		 * to serve. */
 		gs_rdv_client_close(c->rdv);
@@ -649,10 +663,10 @@ static void join_done(struct gs_work *w)
 		jw->rc = GS_EABORTED;
 		ok = false;
 	}
+	if (!ok)
+		member_on(c, GS_MEMBER_JOIN_FAILED, 0, 0);
 	if (ok) {
 		count_world(c);
-		c->joined = true;
-		c->group_ready = true;
 		gs_info("job '%s': joined as node %u of %u: %u trainers in all, this node's are global ranks %u to %u",
 			c->settings->job_id, c->node_rank, c->nodes, c->world_size, c->rank_base,
 			c->rank_base + c->settings->local_size - 1);
@@ -699,9 +713,11 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, cons
 	c->nodes = s->nodes;
 	c->node_rank = s->node_rank;
 	c->node = calloc(s->nodes, sizeof(*c->node));
+	c->lost = calloc(s->nodes, sizeof(*c->lost));
 	c->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	if (!c->node || c->cancel_fd < 0)
+	if (!c->node || !c->lost || c->cancel_fd < 0)
 		return GS_ENOMEM;
+	gs_membership_init(&c->member, s->nodes, s->node_rank, c->lost);
 	uv_timer_init(c->loop, &c->agree_timer);
 	c->agree_timer.data = c;
 	uv_timer_init(c->loop, &c->ping_timer);
@@ -709,8 +725,7 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, cons
 	if (s->nodes == 1) {
 		c->node[0].local_size = s->local_size;
 		c->world_size = s->local_size;
-		c->joined = true;
-		c->group_ready = true;
+		member_on(c, GS_MEMBER_JOINED, 0, 0);
 		tell_world(c);
 		ready(arg, GS_OK, "");
 		return GS_OK;
@@ -743,7 +758,7 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, cons
 void gs_cluster_cancel(struct gs_cluster *c)
 {
 	uint64_t one = 1;
-	c->stopping = true;
+	member_on(c, GS_MEMBER_STOP, 0, 0);
 	if (c->cancel_fd >= 0 && write(c->cancel_fd, &one, sizeof(one)) < 0)
 		gs_warn("cannot signal the cluster's waits to end");
 	/* A vote the worker waits in (an aborting trainer's, say) would
@@ -829,7 +844,9 @@ int gs_cluster_agree_layout(void *cluster, uint64_t round, const struct gs_layou
 			    uint64_t hash)
 {
 	struct gs_cluster *c = cluster;
-	if (!c->conn && !c->rejoining)
+	bool rejoining = c->member.state == GS_MEMBER_REJOINING ||
+			 c->member.state == GS_MEMBER_REBUILDING;
+	if (!c->conn && !rejoining)
 		return GS_EDISCONNECTED;
 	offer_layout(c, round, layout, hash, true);
 	return GS_OK;
@@ -852,7 +869,7 @@ void gs_cluster_withdraw_layout(void *cluster)
 {
 	struct gs_cluster *c = cluster;
 	/* Shutting down, the coordinator learns it as the connection closes. */
-	if (c->nodes == 1 || c->stopping)
+	if (c->nodes == 1 || stopped(c))
 		return;
 	c->agree_round = 0;
 	uv_timer_stop(&c->agree_timer);
@@ -882,9 +899,8 @@ int gs_cluster_vote(void *cluster, float *v, size_t n, char *err, size_t errlen)
 void gs_cluster_request_regroup(void *cluster, uint64_t generation, const char *why)
 {
 	struct gs_cluster *c = cluster;
-	if (c->nodes == 1 || generation != c->generation || !c->group_ready)
+	if (c->nodes == 1 || member_on(c, GS_MEMBER_GROUP_FAILED, 0, generation) < 0)
 		return;
-	c->group_ready = false;
 	gs_warn("the group of nodes failed with every node still there (%s): asking the coordinator to rebuild it; steps wait",
 		why);
 	if (!c->conn)
@@ -910,11 +926,17 @@ static enum gs_peer_states peer_state(const struct gs_cluster *c, uint32_t rank)
 {
 	if (rank == c->node_rank)
 		return GS_PEER_THIS_NODE;
-	if (!c->joined)
+	if (c->member.state == GS_MEMBER_JOINING || c->member.state == GS_MEMBER_FAILED)
 		return GS_PEER_JOINING;
-	if (c->lost && c->lost[rank])
+	if (gs_membership_lost(&c->member, rank))
 		return GS_PEER_LOST;
-	return c->group_ready ? GS_PEER_JOINED : GS_PEER_REGROUPING;
+	return gs_membership_ready(&c->member) ? GS_PEER_JOINED : GS_PEER_REGROUPING;
+}
+
+bool gs_cluster_peer_up(const struct gs_cluster *c, uint32_t rank)
+{
+	enum gs_peer_states s = peer_state(c, rank);
+	return s != GS_PEER_JOINING && s != GS_PEER_LOST;
 }
 
 const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank)

@@ -25,6 +25,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "cluster/membership.h"
 #include "cluster/rendezvous.h"
 #include "support/worker.h"
 
@@ -57,7 +58,6 @@ struct gs_cluster {
 	struct gs_job *job;
 	struct gs_server *server; /* the local listener: its connection set and spare descriptor */
 	struct gs_node_port *port;
-	bool stopping; /* gs_cluster_cancel: the daemon shuts down */
 	struct gs_rdv_server *rdv_server; /* node rank 0 only */
 
 	uint32_t nodes;
@@ -70,18 +70,17 @@ struct gs_cluster {
 	 * only to interrupt it (a node gone), under gloo_lock. */
 	struct gs_gloo *gloo;
 	pthread_mutex_t gloo_lock;
-	bool joined;
+	/* Where this node stands in the group (membership.h): the loop's
+	 * to change, through the events it sees. */
+	struct gs_membership member;
 	int cancel_fd; /* an eventfd: readable once the daemon shuts down */
 	/* After joining, the loop holds the connection to the coordinator. */
 	struct gs_conn *conn;
-	bool group_ready;     /* the group works: buckets may launch */
-	bool *lost;           /* by node rank: its daemon went away */
-	uint64_t generation;  /* of the group */
+	bool *lost;           /* by node rank, member's: its daemon went away */
 	uint64_t incarnation; /* of the coordinator that welcomed this node */
 	/* Node 0 went away: a thread of its own joins its successor, with
 	 * the back-off of the start, while the worker stays free for the
 	 * votes that end steps. */
-	bool rejoining;
 	bool rejoiner_started;
 	struct gs_worker rejoiner;
 	uv_timer_t agree_timer; /* bounds a layout agreement */
@@ -153,5 +152,8 @@ enum gs_peer_states {
 extern const char *const gs_peer_state_names[GS_PEER_STATES];
 /* Node `rank`'s, one of gs_peer_state_names. */
 const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank);
+/* Whether node `rank` is up as far as this daemon knows: this node, or
+ * one that joined and is not lost. */
+bool gs_cluster_peer_up(const struct gs_cluster *c, uint32_t rank);
 
 #endif

@@ -141,7 +141,7 @@ static uint64_t v_node_rank(const struct gs_job_entry *e) { return e->settings.n
 static uint64_t v_nodes(const struct gs_job_entry *e) { return e->settings.nodes; }
 static uint64_t v_world(const struct gs_job_entry *e) { return gs_job_world_size(&e->job); }
 static uint64_t v_local(const struct gs_job_entry *e) { return e->settings.local_size; }
-static uint64_t v_generation(const struct gs_job_entry *e) { return e->cluster.generation; }
+static uint64_t v_generation(const struct gs_job_entry *e) { return e->cluster.member.generation; }
 static uint64_t v_groups(const struct gs_job_entry *e) { return e->groups_built; }
 static uint64_t v_internode(const struct gs_job_entry *e)
 {
@@ -265,7 +265,7 @@ static void peers(struct text *t, const struct shown *sh)
 			put_label(t, c->node[r].host);
 			put(t, "\",state=\"");
 			put_label(t, gs_cluster_peer_state(c, r));
-			put(t, "\"} %d\n", r == c->node_rank || c->joined);
+			put(t, "\"} %d\n", gs_cluster_peer_up(c, r));
 		}
 	}
 	family(t, "gradsync_peer_trainers", "gauge", "Per job and node of the job: the trainers it runs.");

@@ -88,7 +88,7 @@ static void fill_job(const struct gs_job_entry *e, uid_t uid, Gradsync__JobStatu
 	js->last_step_ns = j->stats.last_step_ns;
 	js->median_step_ns = gs_stats_median(&j->stats);
 	js->current_step = j->step_number;
-	js->group_generation = cl->generation;
+	js->group_generation = cl->member.generation;
 	js->groups_built = e->groups_built;
 	js->age_ns = gs_now_ns() - e->created_ns;
 	js->internode_bytes = gs_backend_internode_bytes(e->backend);

@@ -447,7 +447,7 @@ struct gs_trainer *gs_jobs_attach(struct gs_jobs *t, const struct gs_client *c,
 	if (e->state == GS_ENTRY_LINGERING) {
 		e->state = GS_ENTRY_READY;
 		gs_info("job '%s': a trainer came back: its group of generation %llu serves it again",
-			e->settings.job_id, (unsigned long long)e->cluster.generation);
+			e->settings.job_id, (unsigned long long)e->cluster.member.generation);
 	}
 	e->welcomed[tr->rank] = false;
 	return tr;
