@@ -4,7 +4,8 @@ functions' signatures, and the one place that finds the library.
 Nothing here is public; gradsync.client and gradsync.control wrap it.
 Each Structure below mirrors its C struct field for field (ctypes applies
 the platform's C alignment), and tests/python/test_abi.py checks their
-sizes and offsets against what the C compiler says.
+sizes and offsets, and the enum values and macros copied below, against
+what the C compiler says.
 """
 from __future__ import annotations
 
@@ -302,7 +303,8 @@ STRUCTS = {
     "gs_state_result": StateResult,
 }
 
-# enum gs_dtype, enum gs_wire_dtype, enum gs_reduce_op
+# enum gs_dtype, enum gs_wire_dtype, enum gs_reduce_op (test_abi.py checks
+# them, and that every member is here, against gradsync.h)
 FLOAT32 = 1
 DTYPES = {"float32": 1, "float16": 2, "bfloat16": 3, "float64": 4, "int32": 5, "int64": 6,
           "uint8": 7}

@@ -1,10 +1,14 @@
 /*
  * Prints the size and field offsets of every public struct of gradsync.h as
  * JSON, as the C compiler lays them out, for test_abi.py to compare with
- * the Python binding's ctypes mirrors.
+ * the Python binding's ctypes mirrors. `abi-dump constants` prints instead
+ * the values of the enums and numeric macros the binding copies, by their
+ * C names.
  */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "gradsync.h"
 
@@ -31,8 +35,35 @@ static void end(void)
 #define BEGIN(s) begin(#s, sizeof(struct s))
 #define F(s, f) field(#f, offsetof(struct s, f))
 
-int main(void)
+static int first_constant = 1;
+
+static void constant(const char *name, unsigned long long value)
 {
+	printf("%s\"%s\": %llu", first_constant ? "" : ", ", name, value);
+	first_constant = 0;
+}
+
+#define C(name) constant(#name, (unsigned long long)(name))
+
+/* Every enumerator of enum gs_dtype, gs_wire_dtype and gs_reduce_op (the
+ * test checks this list against the header's text, so that a new one
+ * cannot be left out), and the macros _lib.py writes as numbers. */
+static int dump_constants(void)
+{
+	printf("{");
+	C(GS_FLOAT32); C(GS_FLOAT16); C(GS_BFLOAT16); C(GS_FLOAT64);
+	C(GS_INT32); C(GS_INT64); C(GS_UINT8);
+	C(GS_WIRE_DTYPE_FP16); C(GS_WIRE_DTYPE_BF16); C(GS_WIRE_DTYPE_FP32);
+	C(GS_OP_AVERAGE); C(GS_OP_SUM);
+	C(GS_FROM_ENV); C(GS_FROM_ENV_U64); C(GS_LAUNCH_SOURCE_MAX);
+	printf("}\n");
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && strcmp(argv[1], "constants") == 0)
+		return dump_constants();
 	printf("{");
 	BEGIN(gs_connect_options);
 	F(gs_connect_options, size); F(gs_connect_options, socket_path);
