@@ -1,3 +1,11 @@
+/*
+ * A node's place in its job's group: joining at start, the coordinator's
+ * connection (its pings, a node lost, a regroup, the layout's verdict),
+ * the membership machine fed with what happens (membership.h), the group
+ * rebuilt when every node is back, and the end. group.c builds the group,
+ * rejoin.c joins a restarted coordinator, layout_agreement.c offers the
+ * layout.
+ */
 #include "cluster/cluster.h"
 
 #include <stdio.h>
@@ -10,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/gloo/gloo_comm.h"
+#include "cluster/cluster_private.h"
 #include "cluster/liveness.h"
 #include "cluster/membership.h"
 #include "engine/job.h"
@@ -19,164 +28,6 @@
 #include "support/log.h"
 #include "support/settings.h"
 #include "support/worker.h"
-
-/* ---- The group, built on the worker thread -------------------------------- */
-
-/* The group's Gloo handle changes on the worker thread, which alone runs
- * collectives on it; the old one, if any, is destroyed. */
-static void set_gloo(struct gs_cluster *c, struct gs_gloo *g)
-{
-	pthread_mutex_lock(&c->gloo_lock);
-	struct gs_gloo *old = c->gloo;
-	c->gloo = g;
-	pthread_mutex_unlock(&c->gloo_lock);
-	gs_gloo_destroy(old);
-}
-
-/* A node is gone (the loop thread's news): a collective the worker waits
- * in would only wait out its deadline (a vote's is --step-timeout plus
- * --peer-timeout), and the group is to be rebuilt, so end it now. */
-static void interrupt_group(struct gs_cluster *c, const char *why)
-{
-	pthread_mutex_lock(&c->gloo_lock);
-	gs_gloo_interrupt(c->gloo, why);
-	pthread_mutex_unlock(&c->gloo_lock);
-}
-
-/* Store keys of one group generation of one coordinator's incarnation, so
- * that a rebuilt group never reads a departed one's addresses, nor one
- * built for a coordinator that has since restarted: the store of the
- * group, for Gloo and for the backend (struct gs_kv). */
-struct group_store {
-	struct gs_rdv_client *rdv;
-	char prefix[48];
-};
-
-static int store_set(void *ctx, const char *key, const void *value, size_t len)
-{
-	struct group_store *p = ctx;
-	char k[256];
-	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
-	return gs_rdv_store_set(p->rdv, k, value, len);
-}
-
-static int store_get(void *ctx, const char *key, void **value, size_t *len, int timeout_ms)
-{
-	struct group_store *p = ctx;
-	char k[256];
-	snprintf(k, sizeof(k), "%s%s", p->prefix, key);
-	return gs_rdv_store_get(p->rdv, k, value, len, timeout_ms);
-}
-
-/* A park that fails leaves the pings unanswered: the backend goes on. */
-static void store_park(void *ctx)
-{
-	gs_rdv_client_park(((struct group_store *)ctx)->rdv);
-}
-
-static void store_unpark(void *ctx)
-{
-	gs_rdv_client_unpark(((struct group_store *)ctx)->rdv);
-}
-
-static int join_timeout_ms(const struct gs_cluster *c)
-{
-	return (int)(c->settings->join_timeout * 1000);
-}
-
-/* Every node says which backend it runs, and all must run the same one:
- * a node that sums through Gloo cannot meet one that sums through NCCL. */
-static int same_backend(struct gs_cluster *c, const struct gs_kv *kv, char *why, size_t n)
-{
-	const char *mine = c->backend->name;
-	size_t mylen = strlen(mine);
-	char key[32];
-	snprintf(key, sizeof(key), "backend/%u", c->node_rank);
-	int rc = kv->set(kv->ctx, key, mine, mylen);
-	if (rc != GS_OK) {
-		snprintf(why, n, "saying which backend this node runs: %s", gs_error_desc(rc));
-		return rc;
-	}
-	for (uint32_t r = 0; r < c->nodes; r++) {
-		void *value = NULL;
-		size_t len = 0;
-		snprintf(key, sizeof(key), "backend/%u", r);
-		rc = kv->get(kv->ctx, key, &value, &len, join_timeout_ms(c));
-		if (rc != GS_OK) {
-			snprintf(why, n, "node %u did not say which backend it runs (%s)", r,
-				 gs_error_desc(rc));
-			return rc;
-		}
-		bool same = len == mylen && !memcmp(value, mine, len);
-		if (!same)
-			snprintf(why, n, "node %u runs the %.*s backend and node %u the %s backend: every node of a job must run the same one (--backend)",
-				 r, (int)(len < 16 ? len : 16), (const char *)value, c->node_rank,
-				 mine);
-		free(value);
-		if (!same)
-			return GS_EINVAL;
-	}
-	return GS_OK;
-}
-
-/* The backend joins the group (its communicators, or its all-reduce
- * through the Gloo context). */
-static int join_backend(struct gs_cluster *c, const struct gs_kv *kv,
-			const struct gs_node_info *nodes, uint64_t generation, char *err, size_t n)
-{
-	struct gs_backend *b = c->backend;
-	if (!b->ops->join_group)
-		return GS_OK;
-	struct gs_group_join g = {
-		.node_rank = c->node_rank,
-		.nodes = c->nodes,
-		.generation = generation,
-		.join_timeout_ms = join_timeout_ms(c),
-		.peer_timeout_ms = (int)(c->settings->peer_timeout * 1000),
-		.cancel_fd = c->cancel_fd,
-		.kv = kv,
-		.gloo = c->gloo,
-	};
-	for (uint32_t r = 0; r < c->nodes; r++) {
-		if (r < c->node_rank)
-			g.rank_base += nodes[r].local_size;
-		g.world_size += nodes[r].local_size;
-	}
-	return b->ops->join_group(b, &g, err, n);
-}
-
-/* The group of generation (worker thread): the Gloo context every node
- * votes in, then the backend's part. nodes are the nodes as the
- * coordinator welcomed them. */
-static int build_group(struct gs_cluster *c, struct gs_rdv_client *rdv,
-		       const struct gs_node_info *nodes, uint64_t generation, char *err, size_t n)
-{
-	const struct gs_settings *s = c->settings;
-	struct group_store gs = { rdv, "" };
-	snprintf(gs.prefix, sizeof(gs.prefix), "i%016llx/g%llu/",
-		 (unsigned long long)c->incarnation, (unsigned long long)generation);
-	const struct gs_kv kv = { &gs, store_set, store_get, store_park, store_unpark };
-	int rc = same_backend(c, &kv, err, n);
-	if (rc != GS_OK)
-		return rc;
-	struct gs_gloo_store_ops store = { &gs, store_set, store_get };
-	char why[400];
-	struct gs_gloo *g = NULL;
-	rc = gs_gloo_create(&store, (int)s->node_rank, (int)s->nodes,
-			    s->gloo_host[0] ? s->gloo_host : NULL, join_timeout_ms(c), &g, why,
-			    sizeof(why));
-	if (rc != GS_OK) {
-		snprintf(err, n, "building the Gloo group: %s", why);
-		return rc;
-	}
-	set_gloo(c, g);
-	gs_info("the group of %u nodes sums buckets of up to %zu bytes by recursive doubling, up to %zu by Rabenseifner's halving and doubling, larger ones by Gloo's ring",
-		s->nodes, gs_gloo_doubling_up_to(c->gloo), gs_gloo_rabenseifner_up_to(c->gloo));
-	rc = join_backend(c, &kv, nodes, generation, err, n);
-	if (rc != GS_OK)
-		set_gloo(c, NULL);
-	return rc;
-}
 
 /* ---- Joining, on the worker thread ------------------------------------- */
 
@@ -202,14 +53,14 @@ static void join_run(struct gs_work *w)
 		return;
 	jw->generation = gs_rdv_generation(c->rdv);
 	c->incarnation = gs_rdv_incarnation(c->rdv);
-	jw->rc = build_group(c, c->rdv, c->node, jw->generation, jw->err, sizeof(jw->err));
+	jw->rc = cluster_build_group(c, c->rdv, c->node, jw->generation, jw->err, sizeof(jw->err));
 }
 
 /* ---- The coordinator's connection, on the loop -------------------------- */
 
 /* Feeds the membership machine (membership.h); the state it moved to, or
  * -1 when the event means nothing now (logged for debugging). */
-static int member_on(struct gs_cluster *c, enum gs_member_event e, uint32_t node,
+int cluster_member_on(struct gs_cluster *c, enum gs_member_event e, uint32_t node,
 		     uint64_t generation)
 {
 	struct gs_member_news news = { node, generation };
@@ -221,7 +72,7 @@ static int member_on(struct gs_cluster *c, enum gs_member_event e, uint32_t node
 	return to;
 }
 
-static bool stopped(const struct gs_cluster *c)
+bool cluster_stopped(const struct gs_cluster *c)
 {
 	return c->member.state == GS_MEMBER_STOPPED;
 }
@@ -229,7 +80,7 @@ static bool stopped(const struct gs_cluster *c)
 static void start_regroup(struct gs_cluster *c, uint64_t generation);
 
 /* The engine learns the world through its calls (engine/job.h). */
-static void tell_world(const struct gs_cluster *c)
+void cluster_tell_world(const struct gs_cluster *c)
 {
 	struct gs_world w = { c->nodes, c->node_rank, c->world_size, c->rank_base,
 			      c->member.generation, gs_membership_ready(&c->member) };
@@ -238,13 +89,13 @@ static void tell_world(const struct gs_cluster *c)
 
 static void on_node_lost(struct gs_cluster *c, const Gradsync__NodeLost *m)
 {
-	if (member_on(c, GS_MEMBER_NODE_LOST, m->node_rank, 0) < 0)
+	if (cluster_member_on(c, GS_MEMBER_NODE_LOST, m->node_rank, 0) < 0)
 		return;
 	char why[320];
 	snprintf(why, sizeof(why), "node %u went away: %s", m->node_rank,
 		 m->reason ? m->reason : "");
 	gs_warn("%s; steps wait until it returns", why);
-	interrupt_group(c, why);
+	cluster_interrupt_group(c, why);
 	gs_job_peer_lost(c->job, why);
 }
 
@@ -266,7 +117,7 @@ static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *
 		/* A group that failed on some node: the step in flight cannot
 		 * finish on any node. */
 		if (m->regroup->reason && m->regroup->reason[0]) {
-			interrupt_group(c, m->regroup->reason);
+			cluster_interrupt_group(c, m->regroup->reason);
 			gs_job_peer_lost(c->job, m->regroup->reason);
 		}
 		start_regroup(c, m->regroup->generation);
@@ -289,8 +140,6 @@ static void coordinator_dispatch(struct gs_conn *conn, const Gradsync__Message *
 	}
 }
 
-static void start_rejoin(struct gs_cluster *c);
-static void drop_group(struct gs_cluster *c);
 
 /* Node 0's daemon went away. Under systemd it is back within seconds,
  * knowing nothing of this job: the step in flight is aborted, trainers
@@ -301,11 +150,11 @@ static void coordinator_closed(struct gs_conn *conn)
 	struct gs_cluster *c = conn->owner;
 	c->conn = NULL;
 	uv_timer_stop(&c->ping_timer);
-	if (member_on(c, GS_MEMBER_COORDINATOR_LOST, 0, 0) < 0)
+	if (cluster_member_on(c, GS_MEMBER_COORDINATOR_LOST, 0, 0) < 0)
 		return; /* stopping */
 	if (c->node_rank == 0) {
 		gs_error("lost this node's own connection to its rendezvous: several-node steps stop until gradsyncd is restarted");
-		interrupt_group(c, "node 0 lost its connection to its own rendezvous");
+		cluster_interrupt_group(c, "node 0 lost its connection to its own rendezvous");
 		gs_job_peer_lost(c->job, "node 0 lost its connection to its own rendezvous");
 		return;
 	}
@@ -324,10 +173,10 @@ static void coordinator_closed(struct gs_conn *conn)
 		 c->settings->coordinator, how);
 	gs_error("lost the connection to the coordinator (node 0) at %s (%s, --peer-timeout %llu s): taking it as gone, re-joining it when it is back (steps wait meanwhile, each up to --step-timeout)",
 		 c->settings->coordinator, how, (unsigned long long)c->settings->peer_timeout);
-	interrupt_group(c, why);
+	cluster_interrupt_group(c, why);
 	gs_job_peer_lost(c->job, why);
-	drop_group(c);
-	start_rejoin(c);
+	cluster_drop_group(c);
+	cluster_start_rejoin(c);
 }
 
 /* A coordinator that sent nothing for --peer-timeout (a partition, a
@@ -357,7 +206,7 @@ static void start_pinging(struct gs_cluster *c, int fd)
 	uv_timer_start(&c->ping_timer, on_ping_timer, every, every);
 }
 
-static bool adopt_connection(struct gs_cluster *c, struct gs_rdv_client *rdv)
+bool cluster_adopt_connection(struct gs_cluster *c, struct gs_rdv_client *rdv)
 {
 	uint8_t *pending;
 	size_t len;
@@ -379,16 +228,6 @@ static bool adopt_connection(struct gs_cluster *c, struct gs_rdv_client *rdv)
 
 /* ---- Rebuilding the group when a node came back ---------------------------- */
 
-/* Worker thread: the backend stops using the group before it goes (what
- * it made of it, such as communicators that include the node that went
- * away, is made again with the next group). */
-static void drop_group_run(struct gs_cluster *c)
-{
-	struct gs_backend *b = c->backend;
-	if (b->ops->leave_group)
-		b->ops->leave_group(b);
-	set_gloo(c, NULL);
-}
 
 struct regroup_work {
 	struct gs_work work;
@@ -402,12 +241,12 @@ static void regroup_run(struct gs_work *w)
 {
 	struct regroup_work *rw = (struct regroup_work *)w;
 	struct gs_cluster *c = rw->c;
-	drop_group_run(c);
+	cluster_drop_group_run(c);
 	struct gs_rdv_client *store;
 	rw->rc = gs_rdv_store_connect(c->settings, c->cancel_fd, &store, rw->err, sizeof(rw->err));
 	if (rw->rc != GS_OK)
 		return;
-	rw->rc = build_group(c, store, c->node, rw->generation, rw->err, sizeof(rw->err));
+	rw->rc = cluster_build_group(c, store, c->node, rw->generation, rw->err, sizeof(rw->err));
 	gs_rdv_client_close(store);
 }
 
@@ -415,11 +254,11 @@ static void regroup_done(struct gs_work *w)
 {
 	struct regroup_work *rw = (struct regroup_work *)w;
 	struct gs_cluster *c = rw->c;
-	if (rw->rc == GS_OK && member_on(c, GS_MEMBER_BUILT, 0, rw->generation) >= 0) {
+	if (rw->rc == GS_OK && cluster_member_on(c, GS_MEMBER_BUILT, 0, rw->generation) >= 0) {
 		gs_info("the group of %u nodes is whole again (generation %llu)", c->nodes,
 			(unsigned long long)rw->generation);
 		gs_job_resume(c->job, rw->generation);
-	} else if (rw->rc != GS_OK && member_on(c, GS_MEMBER_BUILD_FAILED, 0, rw->generation) >= 0) {
+	} else if (rw->rc != GS_OK && cluster_member_on(c, GS_MEMBER_BUILD_FAILED, 0, rw->generation) >= 0) {
 		gs_error("cannot rebuild the group of nodes: %s", rw->err);
 	}
 	free(rw);
@@ -427,7 +266,7 @@ static void regroup_done(struct gs_work *w)
 
 static void start_regroup(struct gs_cluster *c, uint64_t generation)
 {
-	if (member_on(c, GS_MEMBER_REGROUP, 0, generation) < 0)
+	if (cluster_member_on(c, GS_MEMBER_REGROUP, 0, generation) < 0)
 		return;
 	gs_job_regrouping(c->job);
 	struct regroup_work *rw = calloc(1, sizeof(*rw));
@@ -444,7 +283,7 @@ static void start_regroup(struct gs_cluster *c, uint64_t generation)
 	gs_worker_submit(c->worker, &rw->work);
 }
 
-static void count_world(struct gs_cluster *c)
+void cluster_count_world(struct gs_cluster *c)
 {
 	c->world_size = 0;
 	c->rank_base = 0;
@@ -457,205 +296,13 @@ static void count_world(struct gs_cluster *c)
 
 /* ---- Re-joining a restarted coordinator ------------------------------------ */
 
-/* A coordinator down for long is named at most once a minute, with the
- * failures since; the attempts themselves go on while the daemon runs. */
-#define REJOIN_LOG_MS 60000
-#define REJOIN_PAUSE_MS 1000
-
-struct drop_work {
-	struct gs_work work;
-	struct gs_cluster *c;
-};
-
-static void drop_run(struct gs_work *w)
-{
-	drop_group_run(((struct drop_work *)w)->c);
-}
-
-static void drop_done(struct gs_work *w)
-{
-	free(w);
-}
-
-/* The group includes node 0, which is gone: votes fail at once instead of
- * in a collective with it, and the backend no longer uses it. */
-static void drop_group(struct gs_cluster *c)
-{
-	struct drop_work *dw = calloc(1, sizeof(*dw));
-	if (!dw)
-		return; /* the group is dropped when it is rebuilt */
-	dw->work.run = drop_run;
-	dw->work.done = drop_done;
-	dw->c = c;
-	gs_worker_submit(c->worker, &dw->work);
-}
-
-struct rejoin_work {
-	struct gs_work work;
-	struct gs_cluster *c;
-	struct gs_node_info *node; /* as the new coordinator welcomed them */
-	struct gs_rdv_client *rdv;
-	uint64_t generation; /* of the new coordinator's group */
-	int rc;
-	char err[512];
-};
-
-static void rejoin_free(struct rejoin_work *rw)
-{
-	gs_rdv_client_close(rw->rdv);
-	free(rw->node);
-	free(rw);
-}
-
-/* Waits a moment between attempts; false once the daemon is stopping. */
-static bool pause_between(int cancel_fd)
-{
-	struct pollfd p = { cancel_fd, POLLIN, 0 };
-	int n;
-	while ((n = poll(&p, 1, REJOIN_PAUSE_MS)) < 0 && errno == EINTR)
-		;
-	return n == 0;
-}
-
-/* On the rejoiner's thread: joins as at start (back-off, each attempt
- * bounded by --join-timeout) until the new coordinator has welcomed every
- * node, or the daemon stops. */
-static void rejoin_run(struct gs_work *w)
-{
-	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_cluster *c = rw->c;
-	const struct gs_settings *s = c->settings;
-	const char *host = s->gloo_host[0] ? s->gloo_host : "";
-	unsigned failures = 0;
-	uint64_t logged_ns = 0;
-	for (;;) {
-		rw->rc = gs_rdv_join(s, host, c->cancel_fd, rw->node, &rw->rdv, rw->err,
-				     sizeof(rw->err));
-		if (rw->rc == GS_OK || rw->rc == GS_EABORTED)
-			return;
-		failures++;
-		uint64_t now = uv_hrtime();
-		if (failures == 1 || now - logged_ns >= REJOIN_LOG_MS * 1000000ull) {
-			gs_warn("cannot re-join the coordinator (node 0) yet (%u attempts): %s; trying again",
-				failures, rw->err);
-			logged_ns = now;
-		}
-		if (!pause_between(c->cancel_fd)) {
-			rw->rc = GS_EABORTED;
-			return;
-		}
-	}
-}
-
-/* On the worker: the group of the new coordinator's incarnation. */
-static void rebuild_run(struct gs_work *w)
-{
-	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_cluster *c = rw->c;
-	gs_rdv_client_unpark(rw->rdv);
-	drop_group_run(c);
-	c->incarnation = gs_rdv_incarnation(rw->rdv);
-	rw->rc = build_group(c, rw->rdv, rw->node, rw->generation, rw->err, sizeof(rw->err));
-}
-
-static void reannounce_layout(struct gs_cluster *c);
-
-static void rebuild_done(struct gs_work *w)
-{
-	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_cluster *c = rw->c;
-	if (stopped(c)) {
-		rejoin_free(rw);
-		return;
-	}
-	if (rw->rc != GS_OK) {
-		/* Closing the connection tells the coordinator; it welcomes
-		 * every node again once this one is back. */
-		gs_error("cannot build the group with the restarted coordinator: %s; re-joining",
-			 rw->err);
-		rejoin_free(rw);
-		if (member_on(c, GS_MEMBER_BUILD_FAILED, 0, c->member.generation) >= 0)
-			start_rejoin(c);
-		return;
-	}
-	uint32_t world = c->world_size;
-	memcpy(c->node, rw->node, c->nodes * sizeof(*c->node));
-	count_world(c);
-	if (c->world_size != world) {
-		gs_warn("node 0 came back with %u trainers: %u in all, %u before", c->node[0].local_size,
-			c->world_size, world);
-		tell_world(c);
-	}
-	struct gs_rdv_client *rdv = rw->rdv;
-	rw->rdv = NULL;
-	rejoin_free(rw);
-	if (!adopt_connection(c, rdv)) {
-		gs_error("out of memory adopting the connection to the coordinator; re-joining");
-		if (member_on(c, GS_MEMBER_BUILD_FAILED, 0, c->member.generation) >= 0)
-			start_rejoin(c);
-		return;
-	}
-	member_on(c, GS_MEMBER_BUILT, 0, c->member.generation);
-	gs_info("re-joined the coordinator (node 0, incarnation %016llx): the group of %u nodes is whole again",
-		(unsigned long long)c->incarnation, c->nodes);
-	reannounce_layout(c);
-	gs_job_resume(c->job, c->member.generation);
-}
-
-static void rejoin_done(struct gs_work *w)
-{
-	struct rejoin_work *rw = (struct rejoin_work *)w;
-	struct gs_cluster *c = rw->c;
-	rw->generation = rw->rc == GS_OK ? gs_rdv_generation(rw->rdv) : 0;
-	if (rw->rc != GS_OK ||
-	    member_on(c, GS_MEMBER_REJOINED, 0, rw->generation) < 0) { /* stopping */
-		rejoin_free(rw);
-		return;
-	}
-	gs_info("the coordinator (node 0) is back and every node has joined it: rebuilding the group");
-	/* The worker may be busy a while: the coordinator's pings are
-	 * answered meanwhile, or it would take this node for lost. */
-	if (gs_rdv_client_park(rw->rdv) != GS_OK)
-		gs_warn("cannot start a thread to answer the coordinator's pings while the group is rebuilt");
-	rw->work.run = rebuild_run;
-	rw->work.done = rebuild_done;
-	gs_worker_submit(c->worker, &rw->work);
-}
-
-/* Entered REJOINING (once per entry): a thread of its own joins the
- * successor. */
-static void start_rejoin(struct gs_cluster *c)
-{
-	if (!c->rejoiner_started) {
-		int r = gs_worker_start(&c->rejoiner, c->loop);
-		if (r < 0) {
-			gs_error("cannot start the thread that re-joins the coordinator: %s", strerror(-r));
-			return;
-		}
-		c->rejoiner_started = true;
-	}
-	struct rejoin_work *rw = calloc(1, sizeof(*rw));
-	if (rw)
-		rw->node = calloc(c->nodes, sizeof(*rw->node));
-	if (!rw || !rw->node) {
-		free(rw);
-		gs_error("out of memory re-joining the coordinator");
-		return;
-	}
-	rw->work.run = rejoin_run;
-	rw->work.done = rejoin_done;
-	rw->c = c;
-	gs_info("node %u: re-joining the rendezvous at %s (each attempt up to %llu s, until it answers)",
-		c->node_rank, c->settings->coordinator, (unsigned long long)c->settings->join_timeout);
-	gs_worker_submit(&c->rejoiner, &rw->work);
-}
 
 static void join_done(struct gs_work *w)
 {
 	struct join_work *jw = (struct join_work *)w;
 	struct gs_cluster *c = jw->c;
 	bool ok = jw->rc == GS_OK;
-	if (ok && member_on(c, GS_MEMBER_JOINED, 0, jw->generation) < 0) {
+	if (ok && cluster_member_on(c, GS_MEMBER_JOINED, 0, jw->generation) < 0) {
 		/* Joined just as the job or the daemon ended: nobody is left
 		 * to serve. */
 		gs_rdv_client_close(c->rdv);
@@ -664,15 +311,15 @@ static void join_done(struct gs_work *w)
 		ok = false;
 	}
 	if (!ok)
-		member_on(c, GS_MEMBER_JOIN_FAILED, 0, 0);
+		cluster_member_on(c, GS_MEMBER_JOIN_FAILED, 0, 0);
 	if (ok) {
-		count_world(c);
+		cluster_count_world(c);
 		gs_info("job '%s': joined as node %u of %u: %u trainers in all, this node's are global ranks %u to %u",
 			c->settings->job_id, c->node_rank, c->nodes, c->world_size, c->rank_base,
 			c->rank_base + c->settings->local_size - 1);
-		ok = adopt_connection(c, c->rdv);
+		ok = cluster_adopt_connection(c, c->rdv);
 		c->rdv = NULL;
-		tell_world(c);
+		cluster_tell_world(c);
 	} else if (jw->rc == GS_EABORTED) {
 		gs_info("job '%s': node %u stopped joining (the job or the daemon ends)",
 			c->settings->job_id, c->node_rank);
@@ -725,8 +372,8 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, cons
 	if (s->nodes == 1) {
 		c->node[0].local_size = s->local_size;
 		c->world_size = s->local_size;
-		member_on(c, GS_MEMBER_JOINED, 0, 0);
-		tell_world(c);
+		cluster_member_on(c, GS_MEMBER_JOINED, 0, 0);
+		cluster_tell_world(c);
 		ready(arg, GS_OK, "");
 		return GS_OK;
 	}
@@ -758,12 +405,12 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, cons
 void gs_cluster_cancel(struct gs_cluster *c)
 {
 	uint64_t one = 1;
-	member_on(c, GS_MEMBER_STOP, 0, 0);
+	cluster_member_on(c, GS_MEMBER_STOP, 0, 0);
 	if (c->cancel_fd >= 0 && write(c->cancel_fd, &one, sizeof(one)) < 0)
 		gs_warn("cannot signal the cluster's waits to end");
 	/* A vote the worker waits in (an aborting trainer's, say) would
 	 * hold the shutdown for --step-timeout. */
-	interrupt_group(c, "gradsyncd is shutting down");
+	cluster_interrupt_group(c, "gradsyncd is shutting down");
 	if (c->rejoiner_started) {
 		c->rejoiner_started = false;
 		gs_worker_stop(&c->rejoiner);
@@ -774,7 +421,7 @@ void gs_cluster_close(struct gs_cluster *c)
 {
 	/* The job may end long before the daemon: its connections go now,
 	 * and so does a collective its worker still waits in. */
-	interrupt_group(c, "the job ended on this node");
+	cluster_interrupt_group(c, "the job ended on this node");
 	if (c->conn)
 		gs_conn_close(c->conn);
 	gs_rdv_server_stop(c->rdv_server);
@@ -790,7 +437,7 @@ void gs_cluster_destroy(struct gs_cluster *c)
 	if (c->cancel_fd >= 0)
 		close(c->cancel_fd);
 	c->cancel_fd = -1;
-	set_gloo(c, NULL);
+	cluster_set_gloo(c, NULL);
 	gs_rdv_client_close(c->rdv);
 	c->rdv = NULL;
 	free(c->node);
@@ -799,86 +446,6 @@ void gs_cluster_destroy(struct gs_cluster *c)
 	c->lost = NULL;
 }
 
-/* ---- Layout agreement ---------------------------------------------------- */
-
-static void send_offer(struct gs_cluster *c, Gradsync__LayoutOffer *o)
-{
-	Gradsync__Message m = GRADSYNC__MESSAGE__INIT;
-	m.body_case = GRADSYNC__MESSAGE__BODY_LAYOUT_OFFER;
-	m.layout_offer = o;
-	gs_conn_send(c->conn, &m);
-}
-
-static void on_agree_timeout(uv_timer_t *t)
-{
-	struct gs_cluster *c = t->data;
-	uint64_t round = c->agree_round;
-	c->agree_round = 0;
-	char why[160];
-	snprintf(why, sizeof(why), "not every node registered its trainers' layout within %llu s (--join-timeout)",
-		 (unsigned long long)c->settings->join_timeout);
-	gs_job_layout_verdict(c->job, round, GS_ETIMEDOUT, why);
-}
-
-/* Offers layout (of this hash) as round `round`; a verdict not come
- * within --join-timeout fails the trainers that wait for it (timed). */
-static void offer_layout(struct gs_cluster *c, uint64_t round, const struct gs_layout *layout,
-			 uint64_t hash, bool timed)
-{
-	c->agree_round = round;
-	if (timed)
-		uv_timer_start(&c->agree_timer, on_agree_timeout, c->settings->join_timeout * 1000, 0);
-	if (!c->conn)
-		return; /* re-joining: offered once the coordinator is back */
-	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
-	o.round = round;
-	o.hash = hash;
-	o.n_names = layout->n;
-	o.names = layout->names;
-	o.n_counts = layout->n;
-	o.counts = layout->counts;
-	send_offer(c, &o);
-}
-
-int gs_cluster_agree_layout(void *cluster, uint64_t round, const struct gs_layout *layout,
-			    uint64_t hash)
-{
-	struct gs_cluster *c = cluster;
-	bool rejoining = c->member.state == GS_MEMBER_REJOINING ||
-			 c->member.state == GS_MEMBER_REBUILDING;
-	if (!c->conn && !rejoining)
-		return GS_EDISCONNECTED;
-	offer_layout(c, round, layout, hash, true);
-	return GS_OK;
-}
-
-/* A restarted coordinator knows no layout: this node's job offers its own
- * again, to be compared with what node 0's restarted trainers register.
- * Trainers already registered are not timed out waiting for that. */
-static void reannounce_layout(struct gs_cluster *c)
-{
-	struct gs_job *j = c->job;
-	if (!j->has_layout)
-		return;
-	j->layout_round++;
-	gs_info("job '%s': offering its layout to the restarted coordinator", j->id);
-	offer_layout(c, j->layout_round, &j->layout, j->layout_hash, !j->agreed);
-}
-
-void gs_cluster_withdraw_layout(void *cluster)
-{
-	struct gs_cluster *c = cluster;
-	/* Shutting down, the coordinator learns it as the connection closes. */
-	if (c->nodes == 1 || stopped(c))
-		return;
-	c->agree_round = 0;
-	uv_timer_stop(&c->agree_timer);
-	if (!c->conn)
-		return; /* a restarted coordinator knows no layout to withdraw */
-	Gradsync__LayoutOffer o = GRADSYNC__LAYOUT_OFFER__INIT;
-	o.withdraw = true;
-	send_offer(c, &o);
-}
 
 int gs_cluster_vote(void *cluster, float *v, size_t n, char *err, size_t errlen)
 {
@@ -899,7 +466,7 @@ int gs_cluster_vote(void *cluster, float *v, size_t n, char *err, size_t errlen)
 void gs_cluster_request_regroup(void *cluster, uint64_t generation, const char *why)
 {
 	struct gs_cluster *c = cluster;
-	if (c->nodes == 1 || member_on(c, GS_MEMBER_GROUP_FAILED, 0, generation) < 0)
+	if (c->nodes == 1 || cluster_member_on(c, GS_MEMBER_GROUP_FAILED, 0, generation) < 0)
 		return;
 	gs_warn("the group of nodes failed with every node still there (%s): asking the coordinator to rebuild it; steps wait",
 		why);
@@ -943,3 +510,4 @@ const char *gs_cluster_peer_state(const struct gs_cluster *c, uint32_t rank)
 {
 	return gs_peer_state_names[peer_state(c, rank)];
 }
+
