@@ -21,13 +21,13 @@
 
 #include <uv.h>
 
+#include "cluster/admission.h"
 #include "engine/layout.h"
 #include "gradsync.pb-c.h"
 #include "support/log.h"
 
 struct gs_server;
 struct gs_rdv_server;
-struct lobby_peer;
 struct gs_settings;
 
 
@@ -44,8 +44,7 @@ struct gs_node_port {
 	uv_poll_t poll;
 	uv_timer_t tick; /* held-back log lines; listening again after EMFILE */
 	bool paused;
-	unsigned lobby; /* connections that have not yet named their job */
-	struct lobby_peer *oldest, *newest; /* those, in the order they came */
+	struct gs_admission lobby; /* connections that have not yet named their job */
 	struct gs_log_group quiet;
 	struct gs_rdv_server *served; /* one per job, linked by next_on_port */
 };

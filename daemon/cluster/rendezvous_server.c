@@ -519,6 +519,7 @@ int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
 	s->nodes = settings->nodes;
 	s->node = calloc(s->nodes, sizeof(*s->node));
 	s->quiet.what = "unauthenticated connections to the rendezvous";
+	rdv_strangers_init(s);
 	gs_settings_shared_text(settings, s->shared_settings, sizeof(s->shared_settings));
 	int err = !s->node ? -ENOMEM : draw_incarnation(&s->incarnation) < 0 ? -EIO : 0;
 	if (err < 0) {

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
+#include "cluster/admission.h"
 #include "cluster/auth.h"
 #include "engine/layout.h"
 #include "gradsync.pb-c.h"
@@ -32,7 +33,7 @@ struct gs_settings;
 /* Until a peer has authenticated, its frames are small (NodeAuth,
  * NodeProof), and only so many such peers are held at once: room for
  * every node joining at the same moment, a few times over. Past that a
- * newcomer takes the place of an older one (rendezvous_peers.c), so that
+ * newcomer takes the place of an older one (admission.h), so that
  * strangers who hold connections open can delay a node but not keep it
  * out, and memory stays bounded. */
 #define AUTH_MAX_FRAME 4096u
@@ -45,18 +46,20 @@ enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
 struct rdv_peer {
 	struct gs_rdv_server *server;
 	struct gs_conn *conn;
-	struct rdv_peer *prev, *next; /* unauthenticated: gs_rdv_server.oldest */
+	/* Until it has authenticated: its place among the strangers, and its
+	 * deadline (--auth-timeout). */
+	struct gs_admission_entry admission;
 	struct rdv_peer *all_prev, *all_next; /* every peer: gs_rdv_server.peers */
-	struct sockaddr_storage from;
 	struct rdv_node *node;
 	enum peer_state state;
 	bool has_rank;
 	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
 	uint8_t node_nonce[GS_AUTH_NONCE];
 	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
-	/* Until it has authenticated, the peer's deadline (--auth-timeout);
-	 * then its pings, and the check that it is not silent. */
+	/* Once it has authenticated: its pings, and the check that it is not
+	 * silent; or a claim's probe (rdv_claim). */
 	uv_timer_t timer;
+	int handles; /* timer and admission's: the peer is freed with the last */
 	uint64_t ping_seq; /* of the last Ping sent */
 	struct rdv_node *claim; /* the node whose rank it claims (rdv_claim) */
 	char gone[160];    /* why it was dropped, for the other nodes; "": it closed */
@@ -100,12 +103,11 @@ struct gs_rdv_server {
 	struct gs_rdv_server *next_on_port; /* the port's other jobs */
 	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
 	bool stopped;    /* gs_rdv_server_stop: its peers' closing is not news */
-	/* tick and each peer's timer: the server is freed with the last of
-	 * them (rdv_server_unref). */
+	/* tick and each peer: the server is freed with the last of them
+	 * (rdv_server_unref). */
 	int handles;
 	uint32_t nodes, joined;
-	uint32_t pending; /* connections not yet authenticated */
-	struct rdv_peer *oldest, *newest; /* those, in the order they came */
+	struct gs_admission strangers; /* connections not yet authenticated */
 	struct rdv_peer *peers;           /* every connection, to close them all */
 	struct gs_log_group quiet;        /* lines about them */
 	struct rdv_node *node;
@@ -120,6 +122,10 @@ struct gs_rdv_server {
 };
 
 /* ---- rendezvous_peers.c ----------------------------------------------- */
+
+/* The strangers' queue: AUTH_MAX_PENDING(s->nodes) of them, each given
+ * --auth-timeout. */
+void rdv_strangers_init(struct gs_rdv_server *s);
 
 /* Takes over a connection from the node port (rendezvous_port.c) whose
  * first message, a NodeAuth, named s's job; makes room first, by the
