@@ -35,6 +35,13 @@
  * who hold connections open can delay a node but not keep it out. */
 #define LOBBY_MAX 256
 
+/* A job this port serves. */
+struct node_port_job {
+	struct node_port_job *next;
+	const char *job_id; /* its settings', which outlive its server */
+	struct gs_rdv_server *rdv;
+};
+
 /* A connection that has not yet named a job this port serves: its place
  * in the lobby, with its deadline (--auth-timeout); and, once it named
  * another job, the exchange that answers it as that job's would. */
@@ -50,12 +57,51 @@ struct lobby_peer {
 	uint8_t nonce[GS_AUTH_NONCE];
 };
 
+/* ---- The jobs served ------------------------------------------------------ */
+
 struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const char *job_id)
 {
-	for (struct gs_rdv_server *s = np->served; s; s = s->next_on_port)
-		if (strcmp(s->settings->job_id, job_id) == 0)
-			return s;
+	for (const struct node_port_job *j = np->served; j; j = j->next)
+		if (strcmp(j->job_id, job_id) == 0)
+			return j->rdv;
 	return NULL;
+}
+
+int gs_node_port_serve(struct gs_node_port *np, const struct gs_settings *settings,
+		       struct gs_rdv_server **out)
+{
+	if (gs_node_port_find(np, settings->job_id)) {
+		gs_error("job '%s': this daemon already serves its rendezvous", settings->job_id);
+		return -EEXIST;
+	}
+	struct node_port_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	int rc = rdv_server_start(np->loop, settings, np->server, &j->rdv);
+	if (rc < 0) {
+		free(j);
+		return rc;
+	}
+	j->job_id = settings->job_id;
+	j->next = np->served;
+	np->served = j;
+	*out = j->rdv;
+	return 0;
+}
+
+void gs_node_port_unserve(struct gs_node_port *np, struct gs_rdv_server *s)
+{
+	if (!s)
+		return;
+	for (struct node_port_job **p = &np->served; *p; p = &(*p)->next) {
+		if ((*p)->rdv == s) {
+			struct node_port_job *j = *p;
+			*p = j->next;
+			free(j);
+			break;
+		}
+	}
+	rdv_server_stop(s);
 }
 
 /* ---- The lobby ------------------------------------------------------------ */

@@ -1,6 +1,7 @@
 /*
- * The rendezvous server's own parts, shared by its files and by nothing
- * else (rendezvous.h is what the rest of the daemon sees):
+ * The rendezvous server's own parts, shared by its files and by the node
+ * port (rendezvous_port.c), which calls its functions but reads none of
+ * its fields (rendezvous.h is what the rest of the daemon sees):
  *
  *   rendezvous_server.c  joining, the key-value store, layout agreement,
  *                        what an authenticated peer says
@@ -99,10 +100,8 @@ struct gs_rdv_server {
 	uv_loop_t *loop;
 	const struct gs_settings *settings; /* the job's */
 	struct gs_server *server; /* the local listener: its connection set and spare descriptor */
-	struct gs_node_port *port;          /* where its peers connect */
-	struct gs_rdv_server *next_on_port; /* the port's other jobs */
 	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
-	bool stopped;    /* gs_rdv_server_stop: its peers' closing is not news */
+	bool stopped;    /* rdv_server_stop: its peers' closing is not news */
 	/* tick and each peer: the server is freed with the last of them
 	 * (rdv_server_unref). */
 	int handles;
@@ -178,6 +177,18 @@ void rdv_send_challenge(struct gs_conn *c, const uint8_t *nonce, bool has_secret
 #define RDV_SECRET_DIFFERS "cluster secret differs (check --cluster-secret-file on every node)"
 
 /* ---- rendezvous_server.c ---------------------------------------------- */
+
+/* Serves the rendezvous of the job of settings (its job id, node count,
+ * shared settings); the node port (gs_node_port_serve) hands it the
+ * connections that name the job, through rdv_adopt. Its connections join
+ * the local listener's connection set (serve/server.h). settings stay the
+ * caller's and must outlive the server. Returns 0 with *out set, or
+ * -errno after logging. */
+int rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
+		     struct gs_server *server, struct gs_rdv_server **out);
+/* Stops serving: closes its peers' connections; the server is freed once
+ * its handles have closed. */
+void rdv_server_stop(struct gs_rdv_server *s);
 
 /* Every message of a node connection (conn.c's dispatch). */
 void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m);
