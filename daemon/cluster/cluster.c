@@ -386,7 +386,7 @@ int gs_cluster_start(struct gs_cluster *c, void (*ready)(void *arg, int rc, cons
 		gs_warn("the rendezvous at %s is unauthenticated: anyone who reaches it can join as a node or read and overwrite its store; set --cluster-secret-file (GRADSYNC_CLUSTER_SECRET_FILE) on every node",
 			s->coordinator);
 	if (s->node_rank == 0 &&
-	    gs_rdv_server_start(c->loop, s, c->server, c->port, &c->rdv_server) < 0)
+	    gs_node_port_serve(c->port, s, &c->rdv_server) < 0)
 		return GS_ESYSTEM;
 	struct join_work *jw = calloc(1, sizeof(*jw));
 	if (!jw)
@@ -424,7 +424,7 @@ void gs_cluster_close(struct gs_cluster *c)
 	cluster_interrupt_group(c, "the job ended on this node");
 	if (c->conn)
 		gs_conn_close(c->conn);
-	gs_rdv_server_stop(c->rdv_server);
+	gs_node_port_unserve(c->port, c->rdv_server);
 	c->rdv_server = NULL;
 	if (c->agree_timer.loop)
 		uv_close((uv_handle_t *)&c->agree_timer, NULL);

@@ -21,21 +21,23 @@
 
 #include <uv.h>
 
+#include "cluster/admission.h"
 #include "engine/layout.h"
 #include "gradsync.pb-c.h"
 #include "support/log.h"
 
 struct gs_server;
 struct gs_rdv_server;
-struct lobby_peer;
 struct gs_settings;
+struct node_port_job;
 
 
 /* ---- The node port (loop thread) --------------------------------------- */
 
 /* One listener for the rendezvous of every job whose node 0 this daemon
  * is, on --node-address and --node-port; a connection's NodeAuth names
- * its job (rendezvous_port.c). */
+ * its job (rendezvous_port.c). The port knows the servers; they know
+ * nothing of it. */
 struct gs_node_port {
 	uv_loop_t *loop;
 	const struct gs_settings *settings; /* the node's */
@@ -44,10 +46,9 @@ struct gs_node_port {
 	uv_poll_t poll;
 	uv_timer_t tick; /* held-back log lines; listening again after EMFILE */
 	bool paused;
-	unsigned lobby; /* connections that have not yet named their job */
-	struct lobby_peer *oldest, *newest; /* those, in the order they came */
+	struct gs_admission lobby; /* connections that have not yet named their job */
 	struct gs_log_group quiet;
-	struct gs_rdv_server *served; /* one per job, linked by next_on_port */
+	struct node_port_job *served; /* the jobs it serves */
 };
 
 /* Listens; returns 0, or -errno having logged why. */
@@ -61,17 +62,16 @@ struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const cha
 /* ---- Server (node rank 0 of a job, loop thread) ------------------------ */
 
 /* Serves the rendezvous of the job of settings (its job id, node count,
- * shared settings) through port; its connections join the local
+ * shared settings) through np; its connections join the local
  * listener's connection set (serve/server.h). settings stay the caller's
  * and must outlive the server. Returns 0 with *out set, or -errno after
- * logging. */
-int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
-			struct gs_server *server, struct gs_node_port *port,
-			struct gs_rdv_server **out);
-/* Stops serving: closes its peers' connections (the other nodes learn
+ * logging (-EEXIST: np serves that job already). */
+int gs_node_port_serve(struct gs_node_port *np, const struct gs_settings *settings,
+		       struct gs_rdv_server **out);
+/* Stops serving s: closes its peers' connections (the other nodes learn
  * that node 0 has gone); the server is freed once its handles have
  * closed. NULL does nothing. */
-void gs_rdv_server_stop(struct gs_rdv_server *s);
+void gs_node_port_unserve(struct gs_node_port *np, struct gs_rdv_server *s);
 
 /* ---- Client (worker thread) -------------------------------------------- */
 

@@ -3,16 +3,12 @@
  * first), given --auth-timeout to authenticate, and, when it closes,
  * forgotten with whatever it held.
  *
- * Until a peer has authenticated it is a stranger: it costs a slot of
- * AUTH_MAX_PENDING, and what is logged about it is limited (quiet), so
- * that strangers holding connections open, or opening them without end,
- * can neither keep a node out nor fill the log. When every slot is taken,
- * the newcomer takes the place of an older stranger (evict) instead of
- * being turned away: a flood then delays a node's join, which retries,
- * but cannot lock it out.
+ * Until a peer has authenticated it is a stranger: it waits in the
+ * server's admission queue (admission.h), of AUTH_MAX_PENDING, and what is
+ * logged about it is limited (quiet), so that strangers holding
+ * connections open, or opening them without end, can neither keep a node
+ * out nor fill the log.
  */
-#include <netdb.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,74 +41,44 @@ void rdv_refuse(struct rdv_peer *p, int code, const char *fmt, ...)
 	gs_conn_end(c, code, msg);
 }
 
-static void on_auth_timeout(uv_timer_t *t)
+/* ---- Strangers, in the order they came ---------------------------------- */
+
+static void on_auth_timeout(struct gs_admission_entry *e)
 {
-	struct rdv_peer *p = t->data;
+	struct rdv_peer *p = e->owner;
 	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
 	rdv_refuse(p, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
 		   (unsigned long long)p->server->settings->auth_timeout);
 }
 
-/* ---- Strangers, in the order they came ---------------------------------- */
-
-static void unlist(struct gs_rdv_server *s, struct rdv_peer *p)
+/* One of the peer's handles has closed: the record goes with the last. */
+static void release(struct rdv_peer *p)
 {
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		s->oldest = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
-	else
-		s->newest = p->prev;
-	p->prev = p->next = NULL;
-	s->pending--;
+	if (--p->handles > 0)
+		return;
+	struct gs_rdv_server *s = p->server;
+	free(p);
+	rdv_server_unref(s);
 }
 
-static void list(struct gs_rdv_server *s, struct rdv_peer *p)
+static void admission_released(struct gs_admission_entry *e)
 {
-	p->prev = s->newest;
-	if (s->newest)
-		s->newest->next = p;
-	else
-		s->oldest = p;
-	s->newest = p;
-	s->pending++;
+	release(e->owner);
 }
 
-/* The same host (the port aside). */
-static bool same_host(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+void rdv_strangers_init(struct gs_rdv_server *s)
 {
-	if (a->ss_family != b->ss_family)
-		return false;
-	if (a->ss_family == AF_INET)
-		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
-		       ((const struct sockaddr_in *)b)->sin_addr.s_addr;
-	if (a->ss_family == AF_INET6)
-		return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
-			      &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
-	return false;
+	gs_admission_init(&s->strangers, s->loop, AUTH_MAX_PENDING(s->nodes),
+			  s->settings->auth_timeout * 1000, on_auth_timeout, admission_released);
 }
 
-/* Whose place a newcomer from `from` takes when every slot is taken: the
- * oldest stranger of its own host if that host holds half the slots or
- * more (a flood from one host then only displaces itself, never a node
- * joining from elsewhere), else the oldest of all. */
-static struct rdv_peer *to_evict(struct gs_rdv_server *s, const struct sockaddr_storage *from)
-{
-	struct rdv_peer *own = NULL;
-	uint32_t same = 0;
-	for (struct rdv_peer *p = s->oldest; p; p = p->next)
-		if (same_host(&p->from, from) && same++ == 0)
-			own = p;
-	return own && 2 * same >= s->pending ? own : s->oldest;
-}
-
+/* Makes room for a newcomer from `from` (addr) when every slot is taken. */
 static void evict(struct gs_rdv_server *s, const struct sockaddr_storage *from, const char *addr)
 {
-	struct rdv_peer *p = to_evict(s, from);
-	rdv_refuse(p, GS_EAGAIN, "%u connections were authenticating at once; the oldest made room for a newer one (%s); try again",
-		   s->pending, addr);
+	struct gs_admission_entry *e = gs_admission_victim(&s->strangers, from);
+	if (e)
+		rdv_refuse(e->owner, GS_EAGAIN, "%u connections were authenticating at once; the oldest made room for a newer one (%s); try again",
+			   s->strangers.count, addr);
 }
 
 /* ---- Liveness (liveness.h) ------------------------------------------------ */
@@ -274,20 +240,18 @@ void rdv_claim_granted(struct gs_rdv_server *s, struct rdv_node *n)
 
 void rdv_authenticated(struct gs_rdv_server *s, struct rdv_peer *p)
 {
+	(void)s;
 	p->state = PEER_AUTHED;
-	unlist(s, p);
+	gs_admission_remove(&p->admission);
 	p->conn->reader.max_frame = NODE_MAX_FRAME;
 	p->conn->log_group = NULL;
 	watch(p);
 	gs_debug("rendezvous: %s authenticated as node %u", p->conn->addr, p->rank);
 }
 
-static void free_peer(uv_handle_t *h)
+static void timer_closed(uv_handle_t *h)
 {
-	struct rdv_peer *p = h->data;
-	struct gs_rdv_server *s = p->server;
-	free(p);
-	rdv_server_unref(s);
+	release(h->data);
 }
 
 static void unlist_all(struct gs_rdv_server *s, struct rdv_peer *p)
@@ -320,15 +284,14 @@ static void node_closed(struct gs_conn *c)
 	if (!p)
 		return;
 	struct gs_rdv_server *s = p->server;
-	/* The record goes with the connection; its timer is closed first. */
+	/* The record goes with the connection, once its handles have closed. */
 	uv_timer_stop(&p->timer);
-	uv_close((uv_handle_t *)&p->timer, free_peer);
+	uv_close((uv_handle_t *)&p->timer, timer_closed);
+	gs_admission_remove(&p->admission);
 	unlist_all(s, p);
 	if (s->stopped)
 		return; /* shutting down */
-	if (p->state != PEER_AUTHED)
-		unlist(s, p);
-	else {
+	if (p->state == PEER_AUTHED) {
 		if (c->error && !p->gone[0])
 			note_failed(p, c->error);
 		rdv_peer_closed(s, p);
@@ -341,16 +304,22 @@ void rdv_close_peers(struct gs_rdv_server *s)
 		gs_conn_close(s->peers->conn); /* node_closed unlists it */
 }
 
-/* Limits first; the peer's record and the timer that bounds its
- * authentication then come with the connection. */
+/* Limits first; the peer's record, and its place among the strangers
+ * with the deadline of its authentication, then come with the
+ * connection. */
 struct rdv_peer *rdv_adopt(struct gs_rdv_server *s, struct gs_conn *c,
 			   const struct sockaddr_storage *a)
 {
-	if (s->pending >= AUTH_MAX_PENDING(s->nodes))
-		evict(s, a, c->addr);
+	evict(s, a, c->addr);
 	struct rdv_peer *p = calloc(1, sizeof(*p));
 	if (!p) {
 		gs_conn_fail(c, GS_EAGAIN, "out of memory; try again");
+		return NULL;
+	}
+	/* evict made room: only a refusal that kept its peer would leave none. */
+	if (gs_admission_add(&s->strangers, &p->admission, a, p) < 0) {
+		free(p);
+		gs_conn_fail(c, GS_EAGAIN, "too many connections authenticating at once; try again");
 		return NULL;
 	}
 	c->dispatch = rdv_dispatch;
@@ -359,13 +328,11 @@ struct rdv_peer *rdv_adopt(struct gs_rdv_server *s, struct gs_conn *c,
 	c->log_group = &s->quiet;
 	p->server = s;
 	p->conn = c;
-	p->from = *a;
 	uv_timer_init(s->loop, &p->timer);
 	p->timer.data = p;
-	s->handles++; /* until free_peer */
-	uv_timer_start(&p->timer, on_auth_timeout, s->settings->auth_timeout * 1000, 0);
+	p->handles = 2; /* timer, admission's */
+	s->handles++;   /* until release */
 	c->owner = p;
-	list(s, p);
 	p->all_next = s->peers;
 	if (s->peers)
 		s->peers->all_prev = p;

@@ -30,20 +30,25 @@
 #include "support/log.h"
 #include "support/settings.h"
 
-/* Connections that have not yet named their job, at once: past it the
- * oldest makes room, so that strangers who hold connections open can
- * delay a node but not keep it out. */
+/* Connections that have not yet named their job, at once: past it a
+ * newcomer takes an older one's place (admission.h), so that strangers
+ * who hold connections open can delay a node but not keep it out. */
 #define LOBBY_MAX 256
 
-/* A connection that has not yet named a job this port serves: its
- * deadline (--auth-timeout), in the order it came; and, once it named
+/* A job this port serves. */
+struct node_port_job {
+	struct node_port_job *next;
+	const char *job_id; /* its settings', which outlive its server */
+	struct gs_rdv_server *rdv;
+};
+
+/* A connection that has not yet named a job this port serves: its place
+ * in the lobby, with its deadline (--auth-timeout); and, once it named
  * another job, the exchange that answers it as that job's would. */
 struct lobby_peer {
 	struct gs_node_port *port;
 	struct gs_conn *conn;
-	struct lobby_peer *prev, *next;
-	struct sockaddr_storage from;
-	uv_timer_t timer;
+	struct gs_admission_entry admission;
 	enum peer_state state; /* PEER_CHALLENGED: it named a job that is not here */
 	bool has_rank;         /* its NodeAuth claimed rank */
 	uint32_t rank;
@@ -52,36 +57,66 @@ struct lobby_peer {
 	uint8_t nonce[GS_AUTH_NONCE];
 };
 
+/* ---- The jobs served ------------------------------------------------------ */
+
 struct gs_rdv_server *gs_node_port_find(const struct gs_node_port *np, const char *job_id)
 {
-	for (struct gs_rdv_server *s = np->served; s; s = s->next_on_port)
-		if (strcmp(s->settings->job_id, job_id) == 0)
-			return s;
+	for (const struct node_port_job *j = np->served; j; j = j->next)
+		if (strcmp(j->job_id, job_id) == 0)
+			return j->rdv;
 	return NULL;
 }
 
-static void free_lobby_peer(uv_handle_t *h)
+int gs_node_port_serve(struct gs_node_port *np, const struct gs_settings *settings,
+		       struct gs_rdv_server **out)
 {
-	free(h->data);
+	if (gs_node_port_find(np, settings->job_id)) {
+		gs_error("job '%s': this daemon already serves its rendezvous", settings->job_id);
+		return -EEXIST;
+	}
+	struct node_port_job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	int rc = rdv_server_start(np->loop, settings, np->server, &j->rdv);
+	if (rc < 0) {
+		free(j);
+		return rc;
+	}
+	j->job_id = settings->job_id;
+	j->next = np->served;
+	np->served = j;
+	*out = j->rdv;
+	return 0;
+}
+
+void gs_node_port_unserve(struct gs_node_port *np, struct gs_rdv_server *s)
+{
+	if (!s)
+		return;
+	for (struct node_port_job **p = &np->served; *p; p = &(*p)->next) {
+		if ((*p)->rdv == s) {
+			struct node_port_job *j = *p;
+			*p = j->next;
+			free(j);
+			break;
+		}
+	}
+	rdv_server_stop(s);
+}
+
+/* ---- The lobby ------------------------------------------------------------ */
+
+static void lobby_released(struct gs_admission_entry *e)
+{
+	free(e->owner);
 }
 
 /* The connection leaves the lobby (it named its job, or it closed): the
- * record goes once its timer has closed. */
+ * record goes once its deadline's timer has closed (lobby_released). */
 static void leave(struct lobby_peer *lp)
 {
-	struct gs_node_port *np = lp->port;
-	if (lp->prev)
-		lp->prev->next = lp->next;
-	else
-		np->oldest = lp->next;
-	if (lp->next)
-		lp->next->prev = lp->prev;
-	else
-		np->newest = lp->prev;
-	np->lobby--;
 	lp->conn->owner = NULL;
-	uv_timer_stop(&lp->timer);
-	uv_close((uv_handle_t *)&lp->timer, free_lobby_peer);
+	gs_admission_remove(&lp->admission);
 }
 
 static void lobby_refuse(struct lobby_peer *lp, int code, const char *fmt, ...)
@@ -114,9 +149,9 @@ static void lobby_closed(struct gs_conn *c)
 		leave(c->owner);
 }
 
-static void on_lobby_timeout(uv_timer_t *t)
+static void on_lobby_timeout(struct gs_admission_entry *e)
 {
-	struct lobby_peer *lp = t->data;
+	struct lobby_peer *lp = e->owner;
 	/* GS_EAGAIN: a node this slow (stopped, or its network) may try again. */
 	lobby_refuse(lp, GS_EAGAIN, "did not authenticate within %llu s (--auth-timeout); try again",
 		     (unsigned long long)lp->port->settings->auth_timeout);
@@ -214,7 +249,7 @@ static void lobby_dispatch(struct gs_conn *c, const Gradsync__Message *m)
 		no_such_job_auth(lp, m->node_auth);
 		return;
 	}
-	struct sockaddr_storage from = lp->from;
+	struct sockaddr_storage from = lp->admission.from;
 	leave(lp);
 	struct rdv_peer *p = rdv_adopt(s, c, &from);
 	if (p)
@@ -237,9 +272,10 @@ static void admit(struct gs_node_port *np, int fd, const struct sockaddr_storage
 {
 	char addr[64];
 	format_addr(a, addr, sizeof(addr));
-	if (np->lobby >= LOBBY_MAX)
-		lobby_refuse(np->oldest, GS_EAGAIN, "%u connections had not named their job; the oldest made room for a newer one (%s); try again",
-			     np->lobby, addr);
+	struct gs_admission_entry *victim = gs_admission_victim(&np->lobby, a);
+	if (victim)
+		lobby_refuse(victim->owner, GS_EAGAIN, "%u connections had not named their job; the oldest made room for a newer one (%s); try again",
+			     np->lobby.count, addr);
 	struct lobby_peer *lp = calloc(1, sizeof(*lp));
 	if (!lp) {
 		gs_conn_refuse(fd, GS_EAGAIN, "out of memory; try again");
@@ -255,21 +291,18 @@ static void admit(struct gs_node_port *np, int fd, const struct sockaddr_storage
 	}
 	lp->port = np;
 	lp->conn = c;
-	lp->from = *a;
 	c->owner = lp;
 	c->role = GS_CONN_NODE;
 	c->log_group = &np->quiet;
 	snprintf(c->addr, sizeof(c->addr), "%s", addr);
-	uv_timer_init(np->loop, &lp->timer);
-	lp->timer.data = lp;
-	uv_timer_start(&lp->timer, on_lobby_timeout, np->settings->auth_timeout * 1000, 0);
-	lp->prev = np->newest;
-	if (np->newest)
-		np->newest->next = lp;
-	else
-		np->oldest = lp;
-	np->newest = lp;
-	np->lobby++;
+	/* The victim's refusal made room: only one that kept its connection
+	 * would leave none. */
+	if (gs_admission_add(&np->lobby, &lp->admission, a, lp) < 0) {
+		c->owner = NULL;
+		free(lp);
+		gs_conn_end(c, GS_EAGAIN, "too many connections have not named their job; try again");
+		return;
+	}
 	gs_debug("rendezvous: connection from %s", addr);
 }
 
@@ -347,6 +380,8 @@ int gs_node_port_start(struct gs_node_port *np, uv_loop_t *loop,
 	np->settings = settings;
 	np->server = server;
 	np->quiet.what = "connections to the node port";
+	gs_admission_init(&np->lobby, loop, LOBBY_MAX, settings->auth_timeout * 1000,
+			  on_lobby_timeout, lobby_released);
 	np->fd = listen_on(settings->node_address, settings->node_port);
 	if (np->fd < 0)
 		return np->fd;

@@ -14,7 +14,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "cluster/rendezvous.h"
 #include "cluster/rendezvous_server.h"
 #include "engine/job.h"
 #include "engine/ownership.h"
@@ -501,24 +500,19 @@ static void on_tick(uv_timer_t *t)
 	gs_log_group_flush(&s->quiet, GS_LOG_WARN);
 }
 
-int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
-			struct gs_server *server, struct gs_node_port *port,
-			struct gs_rdv_server **out)
+int rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
+		     struct gs_server *server, struct gs_rdv_server **out)
 {
-	if (gs_node_port_find(port, settings->job_id)) {
-		gs_error("job '%s': this daemon already serves its rendezvous", settings->job_id);
-		return -EEXIST;
-	}
 	struct gs_rdv_server *s = calloc(1, sizeof(*s));
 	if (!s)
 		return -ENOMEM;
 	s->loop = loop;
 	s->settings = settings;
 	s->server = server;
-	s->port = port;
 	s->nodes = settings->nodes;
 	s->node = calloc(s->nodes, sizeof(*s->node));
 	s->quiet.what = "unauthenticated connections to the rendezvous";
+	rdv_strangers_init(s);
 	gs_settings_shared_text(settings, s->shared_settings, sizeof(s->shared_settings));
 	int err = !s->node ? -ENOMEM : draw_incarnation(&s->incarnation) < 0 ? -EIO : 0;
 	if (err < 0) {
@@ -530,11 +524,9 @@ int gs_rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
 	s->tick.data = s;
 	uv_timer_start(&s->tick, on_tick, GS_LOG_GROUP_WINDOW_MS, GS_LOG_GROUP_WINDOW_MS);
 	s->handles = 1;
-	s->next_on_port = port->served;
-	port->served = s;
 	*out = s;
 	gs_info("job '%s': serving the rendezvous of its %u nodes on port %u (incarnation %016llx)",
-		settings->job_id, s->nodes, port->settings->node_port,
+		settings->job_id, s->nodes, settings->node_port,
 		(unsigned long long)s->incarnation);
 	return 0;
 }
@@ -562,16 +554,8 @@ static void free_server(uv_handle_t *h)
 	rdv_server_unref(h->data);
 }
 
-void gs_rdv_server_stop(struct gs_rdv_server *s)
+void rdv_server_stop(struct gs_rdv_server *s)
 {
-	if (!s)
-		return;
-	for (struct gs_rdv_server **p = &s->port->served; *p; p = &(*p)->next_on_port) {
-		if (*p == s) {
-			*p = s->next_on_port;
-			break;
-		}
-	}
 	/* Its peers' connections are closed with it: the other nodes learn
 	 * that the job's node 0 has gone. */
 	s->stopped = true;

@@ -1,6 +1,7 @@
 /*
- * The rendezvous server's own parts, shared by its files and by nothing
- * else (rendezvous.h is what the rest of the daemon sees):
+ * The rendezvous server's own parts, shared by its files and by the node
+ * port (rendezvous_port.c), which calls its functions but reads none of
+ * its fields (rendezvous.h is what the rest of the daemon sees):
  *
  *   rendezvous_server.c  joining, the key-value store, layout agreement,
  *                        what an authenticated peer says
@@ -18,6 +19,7 @@
 #include <sys/socket.h>
 #include <uv.h>
 
+#include "cluster/admission.h"
 #include "cluster/auth.h"
 #include "engine/layout.h"
 #include "gradsync.pb-c.h"
@@ -32,7 +34,7 @@ struct gs_settings;
 /* Until a peer has authenticated, its frames are small (NodeAuth,
  * NodeProof), and only so many such peers are held at once: room for
  * every node joining at the same moment, a few times over. Past that a
- * newcomer takes the place of an older one (rendezvous_peers.c), so that
+ * newcomer takes the place of an older one (admission.h), so that
  * strangers who hold connections open can delay a node but not keep it
  * out, and memory stays bounded. */
 #define AUTH_MAX_FRAME 4096u
@@ -45,18 +47,20 @@ enum peer_state { PEER_NEW, PEER_CHALLENGED, PEER_AUTHED };
 struct rdv_peer {
 	struct gs_rdv_server *server;
 	struct gs_conn *conn;
-	struct rdv_peer *prev, *next; /* unauthenticated: gs_rdv_server.oldest */
+	/* Until it has authenticated: its place among the strangers, and its
+	 * deadline (--auth-timeout). */
+	struct gs_admission_entry admission;
 	struct rdv_peer *all_prev, *all_next; /* every peer: gs_rdv_server.peers */
-	struct sockaddr_storage from;
 	struct rdv_node *node;
 	enum peer_state state;
 	bool has_rank;
 	uint32_t rank; /* claimed in NodeAuth, bound into both proofs */
 	uint8_t node_nonce[GS_AUTH_NONCE];
 	uint8_t nonce[GS_AUTH_NONCE]; /* the coordinator's */
-	/* Until it has authenticated, the peer's deadline (--auth-timeout);
-	 * then its pings, and the check that it is not silent. */
+	/* Once it has authenticated: its pings, and the check that it is not
+	 * silent; or a claim's probe (rdv_claim). */
 	uv_timer_t timer;
+	int handles; /* timer and admission's: the peer is freed with the last */
 	uint64_t ping_seq; /* of the last Ping sent */
 	struct rdv_node *claim; /* the node whose rank it claims (rdv_claim) */
 	char gone[160];    /* why it was dropped, for the other nodes; "": it closed */
@@ -96,16 +100,13 @@ struct gs_rdv_server {
 	uv_loop_t *loop;
 	const struct gs_settings *settings; /* the job's */
 	struct gs_server *server; /* the local listener: its connection set and spare descriptor */
-	struct gs_node_port *port;          /* where its peers connect */
-	struct gs_rdv_server *next_on_port; /* the port's other jobs */
 	uv_timer_t tick; /* tells the counts of held-back lines (quiet) */
-	bool stopped;    /* gs_rdv_server_stop: its peers' closing is not news */
-	/* tick and each peer's timer: the server is freed with the last of
-	 * them (rdv_server_unref). */
+	bool stopped;    /* rdv_server_stop: its peers' closing is not news */
+	/* tick and each peer: the server is freed with the last of them
+	 * (rdv_server_unref). */
 	int handles;
 	uint32_t nodes, joined;
-	uint32_t pending; /* connections not yet authenticated */
-	struct rdv_peer *oldest, *newest; /* those, in the order they came */
+	struct gs_admission strangers; /* connections not yet authenticated */
 	struct rdv_peer *peers;           /* every connection, to close them all */
 	struct gs_log_group quiet;        /* lines about them */
 	struct rdv_node *node;
@@ -120,6 +121,10 @@ struct gs_rdv_server {
 };
 
 /* ---- rendezvous_peers.c ----------------------------------------------- */
+
+/* The strangers' queue: AUTH_MAX_PENDING(s->nodes) of them, each given
+ * --auth-timeout. */
+void rdv_strangers_init(struct gs_rdv_server *s);
 
 /* Takes over a connection from the node port (rendezvous_port.c) whose
  * first message, a NodeAuth, named s's job; makes room first, by the
@@ -172,6 +177,18 @@ void rdv_send_challenge(struct gs_conn *c, const uint8_t *nonce, bool has_secret
 #define RDV_SECRET_DIFFERS "cluster secret differs (check --cluster-secret-file on every node)"
 
 /* ---- rendezvous_server.c ---------------------------------------------- */
+
+/* Serves the rendezvous of the job of settings (its job id, node count,
+ * shared settings); the node port (gs_node_port_serve) hands it the
+ * connections that name the job, through rdv_adopt. Its connections join
+ * the local listener's connection set (serve/server.h). settings stay the
+ * caller's and must outlive the server. Returns 0 with *out set, or
+ * -errno after logging. */
+int rdv_server_start(uv_loop_t *loop, const struct gs_settings *settings,
+		     struct gs_server *server, struct gs_rdv_server **out);
+/* Stops serving: closes its peers' connections; the server is freed once
+ * its handles have closed. */
+void rdv_server_stop(struct gs_rdv_server *s);
 
 /* Every message of a node connection (conn.c's dispatch). */
 void rdv_dispatch(struct gs_conn *c, const Gradsync__Message *m);

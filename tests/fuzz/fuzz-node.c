@@ -313,13 +313,13 @@ static void node_open(struct node_daemon *n, bool with_secret)
 	}
 	const uint8_t *key = secret_of(with_secret, &n->job.cluster_secret_len);
 	memcpy(n->job.cluster_secret, key, n->job.cluster_secret_len);
-	if (gs_rdv_server_start(n->d->loop, &n->job, &n->d->server, &n->d->port, &n->rdv) < 0)
+	if (gs_node_port_serve(&n->d->port, &n->job, &n->rdv) < 0)
 		abort();
 }
 
 static void node_close(struct node_daemon *n)
 {
-	gs_rdv_server_stop(n->rdv);
+	gs_node_port_unserve(&n->d->port, n->rdv);
 	fuzz_daemon_close(n->d);
 }
 
