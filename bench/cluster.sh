@@ -20,7 +20,9 @@
 # (perf sched record, every CPU) while
 # gradsync's trainers step and writes, per gradsync run, what perf sched
 # latency says of gradsyncd's threads (how long each waited to run once
-# woken) to sched/SYSTEM-LAYOUT-RATE-LOAD.txt under --out.
+# woken) to sched/SYSTEM-LAYOUT-RATE-LOAD.txt under --out, and behind whom
+# they waited (bench/sched_waits.py: other processes, kernel threads,
+# gradsyncd's own) to sched/SYSTEM-LAYOUT-RATE-LOAD-waits.txt.
 # Each under every load of --load in turn (bench/load.sh: none, nice19,
 # nice0, loader; a process per core, started before the systems run and
 # stopped after), every system under the same load.
@@ -107,6 +109,10 @@ run_gradsync() {
     # (and Gloo's, which it starts), gs-comm, gs-pack-N, gs-park.
     perf sched latency -p -i "$dir/perf.data" 2>/dev/null |
       grep -E '^ *(Task|gradsyncd|gs-)' >"$out/sched/$system-$layout-$rate-$load.txt" || true
+    # Behind whom each wake-up waited (bench/sched_waits.py).
+    perf sched timehist -i "$dir/perf.data" 2>/dev/null | python3 bench/sched_waits.py \
+      >"$out/sched/$system-$layout-$rate-$load-waits.txt" || true
+    say "$system $layout $rate $load: $(head -1 "$out/sched/$system-$layout-$rate-$load-waits.txt")"
     rm -f "$dir/perf.data"
   fi
   stop_daemons
