@@ -23,11 +23,7 @@ _Static_assert(GS_CUDA_IPC_HANDLE_SIZE == sizeof(cudaIpcEventHandle_t), "IPC han
 /* Whether every stream has drained within timeout_ms (shutting down). */
 static bool streams_drained(struct cuda_backend *cb, int timeout_ms)
 {
-	int saved = cb->timeout_ms;
-	cb->timeout_ms = timeout_ms;
-	int rc = cuda_wait_streams(cb, "draining the streams at shutdown");
-	cb->timeout_ms = saved;
-	return rc == GS_OK;
+	return cuda_wait_streams_within(cb, "draining the streams at shutdown", timeout_ms) == GS_OK;
 }
 
 #define SHUTDOWN_DRAIN_MS 5000

@@ -210,6 +210,8 @@ int cuda_wait_comms(struct cuda_backend *cb, const char *what, int timeout_ms, i
 /* Until every rank's stream has drained, within --peer-timeout, watching
  * the communicators' errors. */
 int cuda_wait_streams(struct cuda_backend *cb, const char *what);
+/* The same within timeout_ms (shutting down, say). */
+int cuda_wait_streams_within(struct cuda_backend *cb, const char *what, int timeout_ms);
 /* The same for local rank r's stream alone. */
 int cuda_wait_stream(struct cuda_backend *cb, unsigned r, const char *what);
 

@@ -176,12 +176,13 @@ static cudaError_t arm(struct cuda_backend *cb, unsigned r)
 	return e;
 }
 
-/* Until the streams of local ranks [lo, hi) have drained, watching the
- * communicators: spins, then queues a wake-up behind each busy stream's
- * work and sleeps until it comes. */
-static int wait_streams(struct cuda_backend *cb, const char *what, unsigned lo, unsigned hi)
+/* Until the streams of local ranks [lo, hi) have drained, within
+ * timeout_ms, watching the communicators: spins, then queues a wake-up
+ * behind each busy stream's work and sleeps until it comes. */
+static int wait_streams(struct cuda_backend *cb, const char *what, unsigned lo, unsigned hi,
+			int timeout_ms)
 {
-	uint64_t deadline = cuda_now_ms() + (uint64_t)cb->timeout_ms;
+	uint64_t deadline = cuda_now_ms() + (uint64_t)timeout_ms;
 	struct cuda_wait wait = { 0 };
 	bool armed = false;
 	for (;;) {
@@ -198,8 +199,9 @@ static int wait_streams(struct cuda_backend *cb, const char *what, unsigned lo, 
 		uint64_t now = cuda_now_ms();
 		if (now > deadline) {
 			snprintf(cb->base.error, sizeof(cb->base.error),
-				 "%s did not finish within %d s (--peer-timeout): a node or a trainer's GPU work is stuck",
-				 what, cb->timeout_ms / 1000);
+				 "%s did not finish within %d s%s: a node or a trainer's GPU work is stuck",
+				 what, timeout_ms / 1000,
+				 timeout_ms == cb->timeout_ms ? " (--peer-timeout)" : "");
 			cuda_abort_comms(cb, cb->base.error);
 			return GS_ETIMEDOUT;
 		}
@@ -225,10 +227,15 @@ static int wait_streams(struct cuda_backend *cb, const char *what, unsigned lo, 
 
 int cuda_wait_streams(struct cuda_backend *cb, const char *what)
 {
-	return wait_streams(cb, what, 0, cb->n);
+	return wait_streams(cb, what, 0, cb->n, cb->timeout_ms);
+}
+
+int cuda_wait_streams_within(struct cuda_backend *cb, const char *what, int timeout_ms)
+{
+	return wait_streams(cb, what, 0, cb->n, timeout_ms);
 }
 
 int cuda_wait_stream(struct cuda_backend *cb, unsigned r, const char *what)
 {
-	return wait_streams(cb, what, r, r + 1);
+	return wait_streams(cb, what, r, r + 1, cb->timeout_ms);
 }
